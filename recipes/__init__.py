@@ -1,0 +1,1 @@
+"""One module per domain. Each registers its recipes with ``@recipe(...)`` from ``zoo.registry``."""

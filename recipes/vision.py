@@ -1,0 +1,528 @@
+"""Vision: image classification from scratch (``vision/resnet``) and two-stage transfer (``vision/finetune``).
+
+Reads top to bottom: config, data, augmentation, network, optimizer and schedule, evaluation, training.
+Images live in memory as uint8 tensors and are augmented in batches, so data loading never starves
+the 2-core CPU runs the leaderboard is measured on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared import metrics, optim, schedule
+from shared.checkpoint import export_safetensors
+from shared.diagnose import relative_weight_change, snapshot
+from shared.loop import LoopSettings, fit
+from shared.precision import choose_device, speed_switches
+from zoo.errors import ZooError
+from zoo.registry import recipe
+
+# =============================================================================================
+# Config
+# =============================================================================================
+
+
+@dataclass
+class VisionConfig(LoopSettings):
+    data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
+    image_size: int = 0  # pixels per side; 0 = the dataset's own size (own folders: 32; finetune: the model's)
+    val_fraction: float = 0.2  # held-out fraction when a folder has no val/ or test/ inside
+    model: str = "zoo-resnet"  # zoo-resnet (compact residual net sized for CPU budgets) or any timm model name
+    width: int = 64  # zoo-resnet channels in the first stage (x2 per later stage, capped at 4x)
+    weights: str = ""  # pretrained weights: a file or folder, 'hub' for the timm hub, '' for none
+    optimizer: str = "sgd"  # sgd (Nesterov) | adamw | muon (Muon on conv/linear filters, AdamW elsewhere)
+    lr: float = 0.2  # peak learning rate (SGD: for batch 256; scaled by sqrt(batch/256))
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 5e-4  # on weights only, never on biases and norms
+    batch_size: int = 256  # images per micro-batch
+    schedule: str = "cosine"  # cosine | wsd | linear | constant (by progress through the budget)
+    warmup: float = 0.05  # fraction of the budget spent warming up
+    label_smoothing: float = 0.1  # cross-entropy label smoothing
+    crop_pad: int = -1  # random translation by up to this many pixels (reflect padding); 0 = off, -1 = size/8
+    flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips + flip TTA; auto = on, except digits
+    randaugment: int = 0  # RandAugment ops per image (0 = off); slow on CPU for large images
+    mixup: float = 0.0  # MixUp alpha (0 = off)
+    cutmix: float = 0.0  # CutMix alpha (0 = off)
+    tta: bool = True  # average logits over the image and its flip at evaluation (only when flipping)
+    channels_last: bool = True  # NHWC memory format for convolutions
+    head_fraction: float = 0.0  # finetune stage 1: fraction of the budget training only the new head
+    finetune_lr_ratio: float = 0.1  # finetune stage 2: backbone LR as a fraction of lr
+    unfreeze_top: int = 0  # finetune stage 2: train only the last N layer groups of the backbone (0 = all)
+    layer_decay: float = 1.0  # layer-wise LR decay per layer group towards the input (1 = off; 0.65 typical)
+    freeze_bn: bool = False  # keep pretrained BatchNorm statistics fixed while fine-tuning
+    ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
+    eval_every: float = 0.25  # fraction of the budget between evaluations
+
+
+# =============================================================================================
+# Data: uint8 image tensors (N, C, H, W) in memory
+# =============================================================================================
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
+
+
+@dataclass
+class ImageSplits:
+    train_x: torch.Tensor  # (N, C, H, W) uint8
+    train_y: torch.Tensor  # (N,) int64
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    classes: list[str]
+    name: str
+
+
+def load_digits_splits() -> ImageSplits:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = torch.from_numpy(digits.images * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8)
+    y = torch.from_numpy(digits.target).long()
+    tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=digits.target)
+    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(c) for c in digits.target_names], "digits")
+
+
+def _decode(path: Path, size: int | None):
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if size and im.size != (size, size):
+                im = im.resize((size, size), Image.BILINEAR)
+            return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.size[1], im.size[0], 3)
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise ZooError(f"{path}: cannot decode image ({exc})") from None
+
+
+def load_class_folder(root: Path, size: int | None, classes: list[str] | None = None, log=print):
+    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes). Non-image files are counted."""
+    if not root.is_dir():
+        raise ZooError(f"{root}: folder not found")
+    found = sorted(d.name for d in root.iterdir() if d.is_dir())
+    classes = classes or found
+    if not classes:
+        raise ZooError(f"{root}: no class subfolders (expected {root}/<class>/<image files>)")
+    images, labels, skipped = [], [], 0
+    for label, name in enumerate(classes):
+        folder = root / name
+        if not folder.is_dir():
+            raise ZooError(f"{root}: class folder {name!r} is missing here but present in the training split")
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+                images.append(_decode(path, size))
+                labels.append(label)
+            elif path.is_file():
+                skipped += 1
+    if not images:
+        raise ZooError(f"{root}: no images found in {len(classes)} class folders")
+    shapes = {tuple(im.shape) for im in images}
+    if len(shapes) > 1:
+        raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")
+    if skipped:
+        log(f"{root}: skipped {skipped} non-image files")
+    x = torch.stack(images).permute(0, 3, 1, 2).contiguous()
+    return x, torch.tensor(labels), classes
+
+
+def load_folder_splits(root: Path, size: int | None, val_fraction: float, log=print) -> ImageSplits:
+    """``root/train`` + ``root/val`` (or ``test``), else one folder split by a fixed seed."""
+    held_out = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
+    if (root / "train").is_dir() and held_out is not None:
+        tx, ty, classes = load_class_folder(root / "train", size, log=log)
+        vx, vy, _ = load_class_folder(held_out, size, classes, log=log)
+        log(f"{root}: {len(ty)} train / {len(vy)} {held_out.name} images, {len(classes)} classes")
+        return ImageSplits(tx, ty, vx, vy, classes, root.name)
+    x, y, classes = load_class_folder(root, size, log=log)
+    g = torch.Generator().manual_seed(0)  # fixed split: every run on this folder sees the same test set
+    order = torch.randperm(len(y), generator=g)
+    n_test = max(1, int(round(val_fraction * len(y))))
+    if n_test >= len(y):
+        raise ZooError(f"{root}: {len(y)} images are too few to hold out {val_fraction:.0%} for testing")
+    te, tr = order[:n_test], order[n_test:]
+    log(f"{root}: {len(tr)} train / {len(te)} test images (seeded {val_fraction:.0%} split), {len(classes)} classes")
+    return ImageSplits(x[tr], y[tr], x[te], y[te], classes, root.name)
+
+
+def load_torchvision_cifar10(root: Path) -> ImageSplits:
+    from torchvision.datasets import CIFAR10
+
+    try:
+        sets = [CIFAR10(str(root), train=t, download=True) for t in (True, False)]
+    except (OSError, RuntimeError) as exc:
+        raise ZooError(f"cifar10: torchvision could not download to {root} ({exc}); offline, use "
+                       "data=cifar10-subset or place cifar-10-batches-py there") from None
+    xs = [torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous() for s in sets]
+    ys = [torch.tensor(s.targets) for s in sets]
+    return ImageSplits(xs[0], ys[0], xs[1], ys[1], list(sets[0].classes), "cifar10")
+
+
+def load_data(cfg: VisionConfig, run) -> ImageSplits:
+    size = cfg.image_size or None
+    if cfg.data == "digits":
+        splits = load_digits_splits()
+    elif cfg.data == "cifar10-subset":
+        splits = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, run.log)
+    elif cfg.data == "cifar10":
+        splits = load_torchvision_cifar10(run.data_path("cifar10"))
+    elif Path(cfg.data).exists():
+        splits = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, run.log)
+    else:
+        raise ZooError(f"data={cfg.data!r}: not a vision dataset (digits, cifar10-subset, cifar10) nor an "
+                       "existing folder")
+    if size and splits.train_x.shape[-1] != size:
+        splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear",
+                                                       antialias=True).round().clamp(0, 255).byte()
+                                         for t in (splits.train_x, splits.test_x))
+    return splits
+
+
+def resolve_auto(cfg: VisionConfig, data: ImageSplits) -> VisionConfig:
+    """Augmentations that depend on the data: no flips for digits (a flipped digit is another
+    symbol), translation by an eighth of the image side."""
+    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name == "digits" else "on")
+    pad = cfg.crop_pad if cfg.crop_pad >= 0 else max(1, data.train_x.shape[-1] // 8)
+    return dataclasses.replace(cfg, flip=flip, crop_pad=pad, tta=cfg.tta and flip == "on")
+
+
+# =============================================================================================
+# Augmentation, on whole uint8 batches
+# =============================================================================================
+
+def random_translate(x: torch.Tensor, pad: int, g: torch.Generator) -> torch.Tensor:
+    """Shift each image by up to ``pad`` pixels, filling by reflection (random crop of the padded image)."""
+    n, _, h, w = x.shape
+    padded = F.pad(x.float(), (pad, pad, pad, pad), mode="reflect").to(x.dtype)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=g, device=g.device).tolist()
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=g, device=g.device).tolist()
+    return torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+
+
+def random_flip(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    mask = torch.rand(x.shape[0], generator=g, device=g.device) < 0.5
+    return torch.where(mask.view(-1, 1, 1, 1).to(x.device), x.flip(-1), x)
+
+
+def randaugment(x: torch.Tensor, ops: int, g: torch.Generator) -> torch.Tensor:
+    from torchvision.transforms import v2
+
+    aug = v2.RandAugment(num_ops=ops)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # torchvision draws from the global RNG: pin it to this batch's seed
+        return torch.stack([aug(img) for img in x])
+
+
+def augment(batch, g: torch.Generator, cfg: VisionConfig):
+    x, y = batch
+    if cfg.crop_pad:
+        x = random_translate(x, cfg.crop_pad, g)
+    if cfg.flip == "on":
+        x = random_flip(x, g)
+    if cfg.randaugment:
+        x = randaugment(x, cfg.randaugment, g)
+    return x, y
+
+
+def mix(x: torch.Tensor, y: torch.Tensor, num_classes: int, cfg: VisionConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """MixUp or CutMix (chosen at random when both are on); returns soft targets."""
+    from torchvision.transforms import v2
+
+    choices = [t for t, a in ((v2.MixUp, cfg.mixup), (v2.CutMix, cfg.cutmix)) if a > 0]
+    alphas = [a for a in (cfg.mixup, cfg.cutmix) if a > 0]
+    k = int(torch.randint(len(choices), (1,)))
+    return choices[k](alpha=alphas[k], num_classes=num_classes)(x, y)
+
+
+# =============================================================================================
+# Network
+# =============================================================================================
+
+def conv_bn(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.GELU())
+
+
+class Residual(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(channels, channels), conv_bn(channels, channels))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class ZooResNet(nn.Module):
+    """A compact residual net for small images: stem, then per stage conv-pool-(residual pair).
+
+    Widths w, 2w, 4w over three stages (DAWNBench-style ResNet-9 shape, shrunk to fit CPU budgets);
+    max-pool only while the feature map is larger than 1x1, so 8x8 inputs work too.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, width: int, image_size: int):
+        super().__init__()
+        widths = (width, 2 * width, 4 * width)
+        layers, size, c = [conv_bn(in_channels, width)], image_size, width
+        for i, w in enumerate(widths):
+            layers.append(conv_bn(c, w))
+            if size > 1:
+                layers.append(nn.MaxPool2d(2))
+                size //= 2
+            if i != 1:
+                layers.append(Residual(w))
+            c = w
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c, num_classes)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.fc(torch.amax(x, dim=(2, 3)))
+
+
+def build_model(cfg: VisionConfig, in_channels: int, num_classes: int, image_size: int) -> tuple[nn.Module, str]:
+    """Returns the model and the name of its classifier module."""
+    if cfg.model == "zoo-resnet":
+        model = ZooResNet(in_channels, num_classes, cfg.width, image_size)
+        if cfg.weights:
+            _load_own_weights(model, cfg.weights)
+        return model, "fc"
+    import timm
+
+    if cfg.model not in timm.list_models():
+        import difflib
+
+        near = difflib.get_close_matches(cfg.model, timm.list_models(), n=1)
+        raise ZooError(f"model={cfg.model!r}: not a timm model" + (f"; did you mean {near[0]!r}?" if near else ""))
+    kwargs = dict(num_classes=num_classes, in_chans=in_channels)
+    if cfg.weights == "hub":
+        try:
+            model = timm.create_model(cfg.model, pretrained=True, **kwargs)
+        except Exception as exc:  # offline, or no pretrained tag: say what to do instead
+            raise ZooError(f"weights=hub: cannot get pretrained {cfg.model} from the timm hub ({type(exc).__name__}); "
+                           "download them elsewhere and pass weights=PATH") from None
+    elif cfg.weights:
+        path = Path(cfg.weights)
+        if not path.exists():
+            raise ZooError(f"weights={cfg.weights}: file or folder not found")
+        file = path / "model.safetensors" if path.is_dir() else path
+        try:
+            model = timm.create_model(cfg.model, pretrained=True, pretrained_cfg_overlay={"file": str(file)},
+                                      **kwargs)
+        except (RuntimeError, OSError, KeyError) as exc:
+            raise ZooError(f"weights={file}: cannot load into {cfg.model} ({str(exc).splitlines()[0]})") from None
+    else:
+        model = timm.create_model(cfg.model, **kwargs)
+    if image_size <= 64 and hasattr(model, "conv1") and hasattr(model, "maxpool"):
+        # ResNet family on small images: a 3x3 stride-1 stem and no max-pool keep spatial detail.
+        out = model.conv1.out_channels if isinstance(model.conv1, nn.Conv2d) else model.conv1[0].out_channels
+        if not cfg.weights:
+            model.conv1 = nn.Conv2d(in_channels, out, 3, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+    return model, model.pretrained_cfg.get("classifier", "fc")
+
+
+def _load_own_weights(model: nn.Module, path: str) -> None:
+    """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
+    file = Path(path)
+    file = file / "model.safetensors" if file.is_dir() else file
+    if not file.is_file():
+        raise ZooError(f"weights={path}: file not found")
+    if file.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(file))
+    else:
+        blob = torch.load(file, map_location="cpu", weights_only=True)
+        state = blob.get("model", blob)
+    state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if not k.startswith("fc.")]:
+        raise ZooError(f"weights={file}: does not fit zoo-resnet width={model.fc.in_features // 4} "
+                       f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
+
+
+def input_stats(cfg: VisionConfig, model: nn.Module, train_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pretrained models use their own normalisation; from-scratch models the training set's."""
+    if cfg.weights and cfg.model != "zoo-resnet":
+        pc = model.pretrained_cfg
+        return torch.tensor(pc["mean"]), torch.tensor(pc["std"])
+    x = train_x.float() / 255
+    return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp(min=1e-3)
+
+
+# =============================================================================================
+# Optimizer and schedule
+# =============================================================================================
+
+def layer_groups(model: nn.Module, head: str) -> dict[str, int]:
+    """Layer id per parameter name (0 = input side), from timm's grouping of the model's blocks."""
+    from timm.optim import param_groups_layer_decay
+
+    groups = param_groups_layer_decay(model, weight_decay=0.0, layer_decay=0.5)
+    layer_of = {}
+    for g in groups:
+        names = [n for n, p in model.named_parameters() if any(p is q for q in g["params"])]
+        scale = g["lr_scale"]
+        for n in names:
+            layer_of[n] = scale
+    ranks = {s: i for i, s in enumerate(sorted(set(layer_of.values())))}
+    return {n: ranks[s] for n, s in layer_of.items()}
+
+
+def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.optim.Optimizer:
+    lr = cfg.lr * (optim.batch_lr_scale(cfg.batch_size * cfg.accum_steps, 256) if cfg.optimizer == "sgd" else 1.0)
+    finetuning = bool(cfg.weights)
+    depth = layer_groups(model, head) if finetuning and cfg.layer_decay != 1.0 else {}
+    top = max(depth.values(), default=0)
+    groups: dict[tuple, list] = {}
+    for name, p in model.named_parameters():
+        is_head = name.startswith(head + ".")
+        scale = 1.0 if is_head or not finetuning else cfg.finetune_lr_ratio
+        scale *= cfg.layer_decay ** (top - depth[name]) if depth and not is_head else 1.0
+        decay = 0.0 if optim.no_decay(name, p) else cfg.weight_decay
+        kind = "muon" if cfg.optimizer == "muon" and p.ndim >= 2 and not is_head else "adamw"
+        groups.setdefault((scale, decay, kind, is_head), []).append(p)
+    param_groups = [{"params": ps, "lr": lr * scale, "weight_decay": wd, "is_head": is_head,
+                     **({"optimizer": kind} if cfg.optimizer == "muon" else {})}
+                    for (scale, wd, kind, is_head), ps in groups.items()]
+    optim.assert_covers(model, [g["params"] for g in param_groups])
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(param_groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(param_groups, lr=lr, betas=optim.ADAMW_BETAS, eps=optim.ADAMW_EPS)
+    if cfg.optimizer == "muon":
+        for g in param_groups:
+            if g["optimizer"] == "muon":
+                g["lr"] = g["lr"] / cfg.lr * 0.02 if cfg.lr else 0.02  # Muon's own LR scale
+        return optim.MuonAdamW(param_groups)
+    raise ZooError(f"optimizer={cfg.optimizer!r}: choose sgd, adamw or muon")
+
+
+def stage_hook(cfg: VisionConfig, model: nn.Module, optimizer, head: str, trainable: dict[str, bool]):
+    """Fine-tuning stages as a function of progress: head only, then the (top of the) backbone."""
+    depth = layer_groups(model, head) if cfg.unfreeze_top else {}
+    top = max(depth.values(), default=0)
+
+    def on_step(progress: float, step: int) -> None:
+        stage2 = progress >= cfg.head_fraction
+        for name, p in model.named_parameters():
+            if name.startswith(head + "."):
+                want = True
+            elif not stage2:
+                want = False
+            else:
+                want = not depth or depth[name] > top - 1 - cfg.unfreeze_top
+            if trainable[name] != want:
+                p.requires_grad_(want)
+                trainable[name] = want
+        if cfg.freeze_bn:
+            for m in model.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+
+    return on_step
+
+
+# =============================================================================================
+# Evaluation
+# =============================================================================================
+
+def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: bool, batch: int = 1024) -> torch.Tensor:
+    logits = []
+    for i in range(0, len(x_uint8), batch):
+        x = normalize(x_uint8[i:i + batch])
+        out = model(x).float()
+        if tta:
+            out = out + model(x.flip(-1)).float()
+        logits.append(out)
+    return torch.cat(logits)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: bool, num_classes: int) -> dict:
+    logits = predict(model, x, normalize, tta)
+    y = y.to(logits.device)
+    return {"accuracy": metrics.accuracy(logits, y), "macro_f1": metrics.macro_f1(logits, y, num_classes),
+            "test_loss": F.cross_entropy(logits / (2 if tta else 1), y).item()}
+
+
+# =============================================================================================
+# Training
+# =============================================================================================
+
+@recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+        summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA")
+@recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+        summary="two-stage transfer: train the new head on a frozen backbone, then unfreeze at 10x lower LR",
+        defaults={"model": "resnet18", "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.05, "head_fraction": 0.2,
+                  "label_smoothing": 0.1, "warmup": 0.05, "ema_decay": 0.0})
+def train(cfg: VisionConfig, run) -> dict[str, float]:
+    device = choose_device(run.device)
+    speed_switches(device)
+    if run.spec.name == "vision/finetune" and not cfg.weights:
+        raise ZooError("vision/finetune needs pretrained weights: weights=PATH (file or folder) or weights=hub")
+    data = load_data(cfg, run)
+    cfg = resolve_auto(cfg, data)
+    num_classes, in_channels = len(data.classes), data.train_x.shape[1]
+    model, head = build_model(cfg, in_channels, num_classes, data.train_x.shape[-1])
+    if cfg.weights and cfg.model != "zoo-resnet" and not cfg.image_size:
+        size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
+        data.train_x, data.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
+                                     .round().clamp(0, 255).byte() for t in (data.train_x, data.test_x))
+    mean, std = (t.view(1, -1, 1, 1).to(device) for t in input_stats(cfg, model, data.train_x))
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model = model.to(device=device, memory_format=memory_format)
+    run.log(f"{data.name}: {len(data.train_y)} train / {len(data.test_y)} test, {num_classes} classes, "
+            f"{tuple(data.train_x.shape[1:])}; {cfg.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
+
+    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
+        x = x_uint8.to(device, non_blocking=True).float().div_(255)
+        return ((x - mean) / std).contiguous(memory_format=memory_format)
+
+    def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        x, y = normalize(x), y.to(device, non_blocking=True)
+        if cfg.mixup or cfg.cutmix:
+            x, y = mix(x, y, num_classes, cfg)
+        return F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
+
+    from shared.batches import TensorBatches
+
+    batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
+                            transform=functools.partial(augment, cfg=cfg))
+    optimizer = build_optimizer(cfg, model, head)
+    lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
+    update = functools.partial(schedule.apply_schedules, lr=lr_schedule,
+                               momentum=schedule.muon_momentum if cfg.optimizer == "muon" else None)
+    on_step, initial = None, None
+    if cfg.weights:
+        trainable = {n: True for n, _ in model.named_parameters()}
+        on_step = stage_hook(cfg, model, optimizer, head, trainable)
+        initial = snapshot(model)
+    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
+                 evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, num_classes),
+                 update_hparams=update, settings=_loop_settings(cfg), checkpoint_path=run.checkpoint_path,
+                 resume_from=run.resume_from, on_eval=run.record_eval, log=run.log, on_step=on_step)
+    if initial is not None:
+        _report_weight_change(model, initial, head, run)
+    export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
+    return {**result.stats(), **result.metrics}
+
+
+def _loop_settings(cfg: VisionConfig) -> LoopSettings:
+    return LoopSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LoopSettings)})
+
+
+def _report_weight_change(model: nn.Module, initial: dict, head: str, run) -> None:
+    change = relative_weight_change(model, initial)
+    worst = sorted(change.items(), key=lambda kv: -kv[1])[:5]
+    run.log("largest relative weight change: " + ", ".join(f"{n} {v:.1%}" for n, v in worst))
+    over = [n for n, v in change.items() if v > 0.10 and not n.startswith(head + ".")]
+    if over:
+        run.log(f"warning: {len(over)} backbone tensors moved more than 10% (e.g. {over[0]}): the fine-tuning LR "
+                "is probably too high for transfer; try finetune_lr_ratio=0.03 or layer_decay=0.65")

@@ -1,0 +1,47 @@
+"""Training budgets: seconds, optimizer steps or epochs, parsed from ``90s``, ``5m``, ``300steps``."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UNITS = {"s": ("seconds", 1), "sec": ("seconds", 1), "m": ("seconds", 60), "min": ("seconds", 60),
+          "h": ("seconds", 3600), "steps": ("steps", 1), "step": ("steps", 1),
+          "epochs": ("epochs", 1), "epoch": ("epochs", 1)}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-z]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    kind: str  # "seconds" | "steps" | "epochs"
+    amount: float
+
+    def __str__(self) -> str:
+        if self.kind == "seconds":
+            s = self.amount
+            if s >= 60 and s % 60 == 0:
+                return f"{int(s // 60)}m"
+            return f"{s:g}s"
+        return f"{self.amount:g}{self.kind}"
+
+    def progress(self, *, seconds: float, steps: int, steps_per_epoch: int) -> float:
+        if self.kind == "seconds":
+            done = seconds / self.amount
+        elif self.kind == "steps":
+            done = steps / self.amount
+        else:
+            done = steps / (self.amount * steps_per_epoch)
+        return min(1.0, done)
+
+
+def parse_budget(text: str) -> Budget:
+    """``90s``, ``5m``, ``1h``, ``300steps``, ``3epochs``; the amount must be positive."""
+    m = _PATTERN.match(str(text).lower())
+    if not m or m.group(2) not in _UNITS:
+        raise ValueError(f"budget {text!r}: expected a number and a unit, e.g. 90s, 5m, 1h, 300steps, 3epochs")
+    kind, scale = _UNITS[m.group(2)]
+    amount = float(m.group(1)) * scale
+    if amount <= 0:
+        raise ValueError(f"budget {text!r} must be positive")
+    if kind == "steps" and amount != int(amount):
+        raise ValueError(f"budget {text!r}: steps must be a whole number")
+    return Budget(kind, amount)

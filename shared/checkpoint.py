@@ -1,0 +1,45 @@
+"""Checkpoints written atomically and loaded without running pickled code."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def save_atomic(obj, path: str | os.PathLike) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over ``path``.
+
+    A crash mid-write leaves the previous checkpoint intact: rename is atomic on POSIX.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: str | os.PathLike, map_location="cpu"):
+    """Load with ``weights_only=True``: tensors and plain containers only, never code."""
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
+    from safetensors.torch import save_model
+
+    model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    save_model(model, str(path), metadata=metadata)

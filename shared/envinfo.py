@@ -1,0 +1,61 @@
+"""What a result was measured on: hardware, versions, code commit. Saved with every run."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware() -> str:
+    """``NVIDIA H100 80GB HBM3 x8`` or ``AMD EPYC (2 threads)``: the string leaderboards show."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def git_state(path: Path) -> tuple[str, bool]:
+    """(commit, dirty) of the git checkout holding ``path``; ("unknown", False) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=path, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def fingerprint(code_dir: Path) -> dict:
+    import torch
+
+    commit, dirty = git_state(code_dir)
+    packages = sorted((d.metadata["Name"] or "?", d.version) for d in metadata.distributions())
+    info = {
+        "hardware": hardware(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "commit": commit,
+        "dirty": dirty,
+        "packages": dict(packages),
+    }
+    return info

@@ -1,0 +1,73 @@
+"""FLOPs per step (counted once by torch's FLOP counter) and MFU against the device's peak."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+# Dense bf16 tensor-core peaks in TFLOP/s (vendor datasheets, no sparsity).
+GPU_PEAK_TFLOPS = {
+    "H200": 989.5, "H100 SXM": 989.5, "H100 80GB HBM3": 989.5, "H100 PCIe": 756.0, "H100": 989.5,
+    "A100": 312.0, "A10G": 70.0, "A10": 125.0, "L40S": 362.0, "L4": 121.0,
+    "RTX 4090": 165.0, "RTX 3090": 71.0, "V100": 125.0, "T4": 65.0,
+}
+
+
+def gpu_peak_flops(name: str) -> float | None:
+    for key, tflops in GPU_PEAK_TFLOPS.items():  # first match wins: specific names come first
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def cpu_peak_flops(cache_dir: Path | None = None) -> float:
+    """fp32 matmul throughput measured once per CPU model and thread count, then cached."""
+    from shared.envinfo import cpu_model
+
+    threads = torch.get_num_threads()
+    key = f"{cpu_model()}|{threads}"
+    cache = (cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo") / "cpu_peak.json"
+    try:
+        table = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key in table:
+        return float(table[key])
+    peak = _measure_matmul_flops()
+    table[key] = peak
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(table, indent=1))
+    except OSError:
+        pass  # read-only home: measure again next time
+    return peak
+
+
+def _measure_matmul_flops(n: int = 1024, trials: int = 5) -> float:
+    """Best of several timed matmuls: a busy neighbour can only make a trial slower, never faster."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm up
+    best = float("inf")
+    for _ in range(trials):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return gpu_peak_flops(torch.cuda.get_device_name(device))
+    if device.type == "cpu":
+        return cpu_peak_flops()
+    return None
+
+
+def counting_flops():
+    """Context manager counting FLOPs of the ops run inside it (forward and backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False)

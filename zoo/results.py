@@ -1,0 +1,63 @@
+"""The local results index: one SQLite row per run, safe under concurrent writers (WAL + busy timeout)."""
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+COLUMNS = {  # name: SQL type; the first five are the TSV's leading columns
+    "run_id": "TEXT PRIMARY KEY", "commit_id": "TEXT", "metric": "REAL", "memory_gb": "REAL", "status": "TEXT",
+    "description": "TEXT", "recipe": "TEXT", "benchmark": "TEXT", "metric_name": "TEXT",
+    "higher_is_better": "INTEGER", "seed": "INTEGER", "budget": "TEXT", "train_seconds": "REAL",
+    "params_M": "REAL", "mfu_percent": "REAL", "hardware": "TEXT", "dirty": "INTEGER", "started": "TEXT",
+    "finished": "TEXT", "run_dir": "TEXT",
+}
+TSV_HEAD = ["commit", "metric", "memory_gb", "status", "description"]
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path, timeout=60, isolation_level=None)
+    con.execute("PRAGMA busy_timeout = 60000")
+    con.execute("PRAGMA journal_mode = WAL")
+    cols = ", ".join(f"{k} {v}" for k, v in COLUMNS.items())
+    con.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+    return con
+
+
+def upsert(path: Path, row: dict) -> None:
+    """Insert or update the run's row in one short immediate transaction; retried while locked."""
+    row = {k: v for k, v in row.items() if k in COLUMNS}
+    keys = list(row)
+    sql = (f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))}) "
+           f"ON CONFLICT(run_id) DO UPDATE SET {', '.join(f'{k}=excluded.{k}' for k in keys if k != 'run_id')}")
+    for attempt in range(20):
+        try:
+            with closing(connect(path)) as con:
+                con.execute("BEGIN IMMEDIATE")
+                con.execute(sql, [row[k] for k in keys])
+                con.execute("COMMIT")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 19:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def all_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with closing(connect(path)) as con:
+        con.row_factory = sqlite3.Row
+        return [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY started, run_id")]
+
+
+def to_tsv(rows: list[dict]) -> str:
+    rest = [c for c in COLUMNS if c not in ("commit_id", "metric", "memory_gb", "status", "description")]
+    lines = ["\t".join(TSV_HEAD + rest)]
+    for r in rows:
+        values = [r.get("commit_id"), r.get("metric"), r.get("memory_gb"), r.get("status"), r.get("description")]
+        values += [r.get(c) for c in rest]
+        lines.append("\t".join("" if v is None else str(v).replace("\t", " ") for v in values))
+    return "\n".join(lines) + "\n"

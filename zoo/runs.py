@@ -1,0 +1,239 @@
+"""A run: its directory, log, metrics, checkpoint, summary, index row and the final summary block."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import math
+import os
+import secrets
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.budget import Budget, parse_budget
+from zoo import results
+from zoo.errors import ZooError
+from zoo.registry import RecipeSpec
+
+CODE_DIR = Path(__file__).resolve().parent.parent
+EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
+                "mfu_percent", "seed", "status", "run_dir")
+
+
+def default_out() -> Path:
+    return Path(os.environ.get("ZOO_RUNS", "runs"))
+
+
+@dataclass
+class Run:
+    """The handle a recipe's ``train(cfg, run)`` receives."""
+
+    spec: RecipeSpec
+    cfg: object
+    budget: Budget
+    seed: int
+    dir: Path
+    device: str = "auto"
+    resuming: bool = False
+    eval_rows: list[dict] = field(default_factory=list)
+    logger: logging.Logger | None = None
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.dir / "checkpoint.pt"
+
+    @property
+    def resume_from(self) -> Path | None:
+        return self.checkpoint_path if self.resuming else None
+
+    @property
+    def benchmark(self) -> str:
+        data = getattr(self.cfg, "data", self.spec.benchmark)
+        return data if "/" not in str(data) and not Path(str(data)).exists() else f"own:{Path(str(data)).name}"
+
+    def data_path(self, name: str) -> Path:
+        from zoo.data import locate
+
+        return locate(name)
+
+    def log(self, message: str) -> None:
+        self.logger.info(message)
+
+    def record_eval(self, row: dict) -> None:
+        """Append one evaluation row; ``metrics.csv`` is rewritten whole so new columns fit."""
+        self.eval_rows.append(row)
+        keys = list(dict.fromkeys(k for r in self.eval_rows for k in r))
+        tmp = self.dir / ".metrics.csv.tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.eval_rows)
+        os.replace(tmp, self.dir / "metrics.csv")
+        shown = {k: v for k, v in row.items() if k not in ("epoch", "progress", "lr", "grad_norm")}
+        self.log("eval " + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def new_run_dir(out_root: Path, name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = out_root / name / f"{stamp}-{secrets.token_hex(3)}"
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise ZooError(f"{out_root}: cannot create the run directory: {exc.strerror}") from None
+    return path
+
+
+def _make_logger(run_dir: Path) -> logging.Logger:
+    logger = logging.getLogger(f"zoo.run.{run_dir}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "log.txt")):
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+    return logger
+
+
+def _trim_metrics(run: Run) -> None:
+    """On resume keep only the evaluations the checkpoint already contains."""
+    import torch
+
+    path = run.dir / "metrics.csv"
+    if not path.exists():
+        return
+    step = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)["loop"]["step"]
+    with open(path, newline="") as f:
+        rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    run.eval_rows = [r for r in rows if r["step"] <= step]
+
+
+def _number(text: str):
+    try:
+        value = float(text)
+        return int(value) if value.is_integer() and "." not in text and "e" not in text else value
+    except ValueError:
+        return text
+
+
+def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path, device: str = "auto",
+            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None) -> int:
+    """Run ``spec`` with ``cfg`` and return the process exit status."""
+    from shared import envinfo
+    from shared.loop import Diverged, Interrupted
+    from shared.precision import seed_everything
+
+    run_dir = resume_dir or new_run_dir(out_root, spec.name)
+    index = (resume_dir.parents[len(Path(spec.name).parts)] if resume_dir else out_root) / "index.sqlite"
+    run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
+              resuming=resume_dir is not None, logger=_make_logger(run_dir))
+    env = envinfo.fingerprint(CODE_DIR)
+    if run.resuming:
+        if not run.checkpoint_path.exists():
+            raise ZooError(f"{run_dir}: no checkpoint.pt to resume from")
+        _trim_metrics(run)
+    else:
+        _write_json(run_dir / "config.json", {
+            "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
+            "budget": str(budget), "seed": seed, "device": device, "description": description,
+            "argv": sys.argv[1:]})
+    _write_json(run_dir / "env.json", env)
+    row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
+           "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
+           "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
+           "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    results.upsert(index, row)
+    run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed} -> {run_dir}")
+    seed_everything(seed)
+    metrics, status, code = {}, "crash", EXIT_CRASH
+    try:
+        metrics = spec.train(cfg, run)
+        status, code = "ok", EXIT_OK
+        if not math.isfinite(metrics.get(spec.metric, float("nan"))):
+            raise RuntimeError(f"recipe returned no finite {spec.metric!r}")
+    except ZooError as exc:
+        run.log(f"error: {exc}")
+        status, code = "crash", EXIT_BAD_INPUT
+    except Diverged as exc:
+        run.log(f"diverged: {exc}")
+        status, code = "diverged", EXIT_DIVERGED
+    except Interrupted as exc:
+        run.log(f"interrupted: {exc}. Resume with: zoo run --resume {run_dir}")
+        status, code = "interrupted", 128 + exc.signum
+    except KeyboardInterrupt:
+        run.log("interrupted twice: stopped without a new checkpoint")
+        status, code = "interrupted", 130
+    except Exception:  # a bug or an unexpected failure: keep the traceback in the log
+        run.log("crash:\n" + traceback.format_exc())
+        status, code = "crash", EXIT_CRASH
+    summary = _summary(run, metrics, status)
+    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics})
+    _plot_curves(run)
+    results.upsert(index, {**row, "status": status, "metric": summary["value"],
+                           "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
+                           "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
+                           "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    print(format_summary(summary), flush=True)
+    for handler in run.logger.handlers:
+        handler.close()
+    run.logger.handlers.clear()
+    return code
+
+
+def _summary(run: Run, metrics: dict, status: str) -> dict:
+    value = metrics.get(run.spec.metric)
+    return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.spec.metric,
+            "value": value if status == "ok" else None, "budget": str(run.budget),
+            "train_seconds": metrics.get("train_seconds"), "peak_mem_mb": metrics.get("peak_mem_mb"),
+            "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
+            "status": status, "run_dir": str(run.dir)}
+
+
+def format_summary(summary: dict) -> str:
+    lines = ["---"]
+    for key in SUMMARY_KEYS:
+        value = summary.get(key)
+        if isinstance(value, float):
+            value = f"{value:.4f}" if key == "value" else f"{value:.1f}"
+        lines.append(f"{key + ':':<16} {'n/a' if value is None else value}")
+    return "\n".join(lines)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _plot_curves(run: Run) -> None:
+    if not run.eval_rows:
+        return
+    from zoo.plots import plot_curves
+
+    try:
+        plot_curves(run.eval_rows, run.spec.metric, run.dir / "curves.png", title=f"{run.spec.name} on {run.benchmark}")
+    except Exception as exc:  # a plot must never turn a finished run into a crash
+        run.log(f"warning: could not draw curves.png: {exc}")
+
+
+def load_run_config(run_dir: Path) -> dict:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise ZooError(f"{run_dir}: not a run directory (no config.json)")
+    return json.loads(path.read_text())
+
+
+def parse_budget_arg(text: str) -> Budget:
+    try:
+        return parse_budget(text)
+    except ValueError as exc:
+        raise ZooError(str(exc)) from None
