@@ -48,7 +48,8 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
 
 def _measure_matmul_flops(n: int = 1024, trials: int = 5) -> float:
     """Best of several timed matmuls: a busy neighbour can only make a trial slower, never faster."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    g = torch.Generator().manual_seed(0)  # never draw from the global RNG: training reproducibility
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
     a @ b  # warm up
     best = float("inf")
     for _ in range(trials):

@@ -1,0 +1,161 @@
+"""The training loop: accumulation, exact resume, divergence, checkpoints."""
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from shared import checkpoint
+from shared.batches import TensorBatches
+from shared.budget import Budget
+from shared.loop import Diverged, Interrupted, LoopSettings, eval_thresholds, fit
+from shared.schedule import apply_schedules, make_schedule
+
+
+def make_problem(seed=0, n=96, dropout=0.0):
+    g = torch.Generator().manual_seed(123)
+    x = torch.randn(n, 5, generator=g)
+    y = (x @ torch.randn(5, 3, generator=g)).argmax(1)  # a learnable rule
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 3))
+    return model, x, y
+
+
+def noisy(batch, g):  # augmentation drawing from the batch's generator
+    x, y = batch
+    return x + 0.1 * torch.randn(x.shape, generator=g), y
+
+
+def loss_fn(model, batch):
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    batches = TensorBatches((x, y), batch_size, seed=7, transform=kw.pop("transform", None))
+    update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
+    settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
+                            ema_decay=kw.pop("ema_decay", 0.0))
+    rows = []
+    result = fit(model, opt, batches, loss_fn, budget, device=torch.device("cpu"),
+                 evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings,
+                 on_eval=rows.append, log=lambda s: None, **kw)
+    return result, rows
+
+
+def test_accumulation_equals_larger_batch():
+    model_a, x, y = make_problem()
+    model_b, _, _ = make_problem()
+    run_fit(model_a, x, y, Budget("steps", 3), batch_size=32, accum=1)
+    run_fit(model_b, x, y, Budget("steps", 3), batch_size=8, accum=4)
+    for a, b in zip(model_a.parameters(), model_b.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_resume_after_stop_equals_uninterrupted(tmp_path):
+    """Data order, augmentation, dropout RNG, optimizer, schedule and eval rows all continue exactly."""
+    budget = Budget("steps", 24)
+    ref_model, x, y = make_problem(dropout=0.2)
+    ref, ref_rows = run_fit(ref_model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25)
+
+    model, _, _ = make_problem(dropout=0.2)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def interrupt_at_10(o, p, step):
+        if step == 10:
+            os.kill(os.getpid(), signal.SIGINT)  # handled between steps: the loop checkpoints and stops
+        return apply_schedules(o, p, step, lr=make_schedule("cosine", warmup=0.1))
+
+    with pytest.raises(Interrupted) as info:
+        run_fit(model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25, update=interrupt_at_10,
+                checkpoint_path=ckpt)
+    assert info.value.step == 11 and info.value.signum == signal.SIGINT
+
+    # a fresh process would build everything again from scratch: do the same, then resume
+    model2, _, _ = make_problem(seed=99, dropout=0.2)
+    torch.manual_seed(12345)  # the RNG state must come from the checkpoint, not from here
+    res, rows = run_fit(model2, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25,
+                        checkpoint_path=ckpt, resume_from=ckpt)
+    assert res.steps == ref.steps == 24
+    for a, b in zip(ref_model.parameters(), model2.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(ref.eval_model.parameters(), res.eval_model.parameters()):
+        assert torch.equal(a, b)
+    assert [r["loss"] for r in rows] == [r["loss"] for r in ref_rows[-len(rows):]]
+    assert res.metrics == ref.metrics
+
+
+def test_nan_loss_diverges():
+    model, x, y = make_problem()
+    x = x.clone()
+    x[0, 0] = float("nan")
+    with pytest.raises(Diverged, match="non-finite.*lower the LR"):
+        run_fit(model, x, y, Budget("steps", 10), batch_size=96)
+
+
+def test_exploding_loss_diverges():
+    model, x, y = make_problem()
+    with pytest.raises(Diverged):
+        run_fit(model, x * 100, y, Budget("steps", 50), lr=50.0)
+
+
+def test_epoch_budget_and_eval_points():
+    model, x, y = make_problem()
+    res, rows = run_fit(model, x, y, Budget("epochs", 2), batch_size=16, eval_every=0.5)
+    assert res.steps == 12  # 96 samples / 16 = 6 steps per epoch
+    assert [r["step"] for r in rows] == [6, 12]
+    assert eval_thresholds(0.3) == pytest.approx([0.3, 0.6, 0.9, 1.0])
+    assert eval_thresholds(0) == [1.0]
+
+
+def test_time_budget_stops_near_budget():
+    model, x, y = make_problem()
+    res, rows = run_fit(model, x, y, Budget("seconds", 0.5))
+    assert 0.5 <= res.train_seconds < 1.5 and res.steps > 1
+    assert rows[-1]["progress"] == 1.0
+
+
+def test_loss_falls():
+    model, x, y = make_problem()
+    initial = loss_fn(model, (x, y)).item()
+    res, rows = run_fit(model, x, y, Budget("steps", 100), batch_size=32)
+    assert rows[-1]["loss"] < 0.8 * initial
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    checkpoint.save_atomic({"w": torch.ones(3)}, path)
+
+    def broken_save(obj, f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        checkpoint.save_atomic({"w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.equal(checkpoint.load(path)["w"], torch.ones(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temp file left behind
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_checkpoint_load_refuses_pickled_code(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"x": Evil()}, path)
+    with pytest.raises(Exception, match="[Ww]eights only"):
+        checkpoint.load(path)
+
+
+def test_safetensors_export(tmp_path):
+    from safetensors.torch import load_file
+
+    model, _, _ = make_problem()
+    checkpoint.export_safetensors(model, tmp_path / "m.safetensors")
+    loaded = load_file(tmp_path / "m.safetensors")
+    assert set(loaded) == set(model.state_dict())
