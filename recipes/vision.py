@@ -468,9 +468,12 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         raise ZooError("vision/finetune needs pretrained weights: weights=PATH (file or folder) or weights=hub")
     data = load_data(cfg, run)
     cfg = resolve_auto(cfg, data)
+    pretrained_timm = bool(cfg.weights) and cfg.model != "zoo-resnet"
+    if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
+        data.train_x, data.test_x = data.train_x.expand(-1, 3, -1, -1), data.test_x.expand(-1, 3, -1, -1)
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
     model, head = build_model(cfg, in_channels, num_classes, data.train_x.shape[-1])
-    if cfg.weights and cfg.model != "zoo-resnet" and not cfg.image_size:
+    if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         data.train_x, data.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
                                      .round().clamp(0, 255).byte() for t in (data.train_x, data.test_x))

@@ -154,7 +154,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     results.upsert(index, row)
     run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed} -> {run_dir}")
     seed_everything(seed)
-    metrics, status, code = {}, "crash", EXIT_CRASH
+    metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
     try:
         metrics = spec.train(cfg, run)
         status, code = "ok", EXIT_OK
@@ -162,7 +162,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
             raise RuntimeError(f"recipe returned no finite {spec.metric!r}")
     except ZooError as exc:
         run.log(f"error: {exc}")
-        status, code = "crash", EXIT_BAD_INPUT
+        status, code, input_error = "crash", EXIT_BAD_INPUT, exc
     except Diverged as exc:
         run.log(f"diverged: {exc}")
         status, code = "diverged", EXIT_DIVERGED
@@ -186,6 +186,8 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     for handler in run.logger.handlers:
         handler.close()
     run.logger.handlers.clear()
+    if input_error is not None:
+        raise input_error  # the CLI prints it as one line on stderr and exits 2
     return code
 
 

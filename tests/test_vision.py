@@ -1,0 +1,118 @@
+"""Vision recipe pieces: data loading, augmentation, models, the fine-tuning path."""
+import pytest
+import torch
+
+from conftest import summary_block, zoo
+from recipes import vision
+from zoo.errors import ZooError
+
+
+def test_digits_split_is_fixed_and_stratified():
+    a, b = vision.load_digits_splits(), vision.load_digits_splits()
+    assert torch.equal(a.test_y, b.test_y) and len(a.test_y) == 360 and len(a.train_y) == 1437
+    assert a.train_x.dtype == torch.uint8 and a.train_x.shape[1:] == (1, 8, 8)
+    assert torch.bincount(a.test_y).min() >= 35
+
+
+def test_translate_and_flip_are_deterministic_per_generator():
+    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.uint8).view(2, 3, 8, 8)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    a = vision.random_flip(vision.random_translate(x, 2, g1), g1)
+    b = vision.random_flip(vision.random_translate(x, 2, g2), g2)
+    assert torch.equal(a, b) and a.shape == x.shape and a.dtype == torch.uint8
+
+
+def test_zoo_resnet_shapes():
+    for size, channels in ((8, 1), (32, 3)):
+        model = vision.ZooResNet(channels, 10, 8, size)
+        assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
+
+
+def test_own_folder_split_by_seed(tmp_path):
+    from PIL import Image
+
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        for i in range(5):
+            Image.new("RGB", (10, 10), (i * 40, 0, 0)).save(tmp_path / cls / f"{i}.png")
+    splits = vision.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
+    assert len(splits.train_y) == 8 and len(splits.test_y) == 2 and splits.train_x.shape[1:] == (3, 16, 16)
+    again = vision.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
+    assert torch.equal(splits.test_x, again.test_x)
+
+
+def test_mixed_sizes_need_image_size(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (10, 10)).save(tmp_path / "a" / "0.png")
+    Image.new("RGB", (12, 12)).save(tmp_path / "a" / "1.png")
+    with pytest.raises(ZooError, match="different sizes.*image_size"):
+        vision.load_class_folder(tmp_path, None)
+
+
+def test_finetune_needs_weights(tmp_path):
+    proc = zoo("run", "vision/finetune", "--budget", "2steps", "--out", tmp_path)
+    assert proc.returncode == 2 and "needs pretrained weights" in proc.stderr
+
+
+def test_finetune_hub_offline_is_clear(tmp_path):
+    proc = zoo("run", "vision/finetune", "model=test_resnet", "weights=hub", "--budget", "2steps", "--out", tmp_path,
+               env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "weights=hub: cannot get pretrained test_resnet" in proc.stderr
+
+
+def test_finetune_from_local_timm_weights(tmp_path):
+    """A tiny real timm model saved locally stands in for downloaded pretrained weights."""
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    pretrained = timm.create_model("test_resnet", num_classes=1000)
+    weights = tmp_path / "test_resnet.safetensors"
+    save_file(pretrained.state_dict(), str(weights))
+    proc = zoo("run", "vision/finetune", "model=test_resnet", f"weights={weights}", "image_size=32",
+               "batch_size=32", "head_fraction=0.5", "eval_every=0.5", "log_every=0", "--budget", "8steps",
+               "--out", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert summary_block(proc.stdout)["status"] == "ok"
+    assert "largest relative weight change" in proc.stdout
+    stem_key = next(k for k in pretrained.state_dict() if k.startswith("conv1"))
+    from safetensors.torch import load_file
+
+    run_dir = next((tmp_path / "runs" / "vision" / "finetune").iterdir())
+    tuned = load_file(run_dir / "model.safetensors")
+    # stage 2 (last half) trained the backbone at the lower LR: it moved, but the stem kept its pretrained shape
+    assert tuned[stem_key].shape == pretrained.state_dict()[stem_key].shape
+    assert not torch.equal(tuned[stem_key], pretrained.state_dict()[stem_key])
+
+
+def test_stage_hook_freezes_backbone_in_stage_one():
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=3)
+    cfg = vision.VisionConfig(head_fraction=0.5, weights="x")
+    trainable = {n: True for n, _ in model.named_parameters()}
+    hook = vision.stage_hook(cfg, model, None, "fc", trainable)
+    hook(0.1, 0)
+    assert all(p.requires_grad == n.startswith("fc.") for n, p in model.named_parameters())
+    hook(0.6, 10)
+    assert all(p.requires_grad for p in model.parameters())
+    top = vision.VisionConfig(head_fraction=0.0, weights="x", unfreeze_top=1)
+    hook = vision.stage_hook(top, model, None, "fc", trainable)
+    hook(0.6, 10)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert frozen and not any(n.startswith("fc.") for n in frozen)
+    assert model.conv1[0].weight.requires_grad is False
+
+
+def test_layer_decay_lowers_lr_towards_input():
+    import timm
+
+    model = timm.create_model("test_resnet", num_classes=3)
+    cfg = vision.VisionConfig(weights="x", optimizer="adamw", lr=1e-3, layer_decay=0.5, finetune_lr_ratio=0.1)
+    opt = vision.build_optimizer(cfg, model, "fc")
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert lr_of[id(model.fc.weight)] == pytest.approx(1e-3)
+    last_block = next(model.layer4.parameters())
+    assert lr_of[id(model.conv1[0].weight)] < lr_of[id(last_block)] <= 1e-4 + 1e-12
