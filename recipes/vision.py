@@ -37,12 +37,12 @@ class VisionConfig(LoopSettings):
     model: str = "zoo-resnet"  # zoo-resnet (compact residual net sized for CPU budgets) or any timm model name
     width: int = 64  # zoo-resnet channels in the first stage (x2 per later stage, capped at 4x)
     weights: str = ""  # pretrained weights: a file or folder, 'hub' for the timm hub, '' for none
-    optimizer: str = "sgd"  # sgd (Nesterov) | adamw | muon (Muon on conv/linear filters, AdamW elsewhere)
-    lr: float = 0.2  # peak learning rate (SGD: for batch 256; scaled by sqrt(batch/256))
+    optimizer: Literal["sgd", "adamw", "muon"] = "sgd"  # sgd (Nesterov) | adamw | muon (filters; AdamW elsewhere)
+    lr: float = 0.0  # peak LR; 0 = the optimizer's default: sgd 0.2 x sqrt(batch/256), adamw 1e-3, muon 0.02
     momentum: float = 0.9  # SGD momentum
-    weight_decay: float = 5e-4  # on weights only, never on biases and norms
+    weight_decay: float = -1.0  # on weights only, never biases/norms; -1 = sgd 5e-4, adamw 0.05, muon 0.1
     batch_size: int = 256  # images per micro-batch
-    schedule: str = "cosine"  # cosine | wsd | linear | constant (by progress through the budget)
+    schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
     warmup: float = 0.05  # fraction of the budget spent warming up
     label_smoothing: float = 0.1  # cross-entropy label smoothing
     crop_pad: int = -1  # random translation by up to this many pixels (reflect padding); 0 = off, -1 = size/8
@@ -375,8 +375,15 @@ def layer_groups(model: nn.Module, head: str) -> dict[str, int]:
     return {n: ranks[s] for n, s in layer_of.items()}
 
 
+DEFAULT_LR = {"sgd": 0.2, "adamw": 1e-3, "muon": 0.02}  # sgd at batch 256
+DEFAULT_WD = {"sgd": 5e-4, "adamw": 0.05, "muon": 0.1}  # coupled (SGD) vs decoupled (AdamW, Muon) decay
+
+
 def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.optim.Optimizer:
-    lr = cfg.lr * (optim.batch_lr_scale(cfg.batch_size * cfg.accum_steps, 256) if cfg.optimizer == "sgd" else 1.0)
+    lr = cfg.lr or DEFAULT_LR[cfg.optimizer]
+    if cfg.optimizer == "sgd" and not cfg.lr:
+        lr *= optim.batch_lr_scale(cfg.batch_size * cfg.accum_steps, 256)
+    wd = cfg.weight_decay if cfg.weight_decay >= 0 else DEFAULT_WD[cfg.optimizer]
     finetuning = bool(cfg.weights)
     depth = layer_groups(model, head) if finetuning and cfg.layer_decay != 1.0 else {}
     top = max(depth.values(), default=0)
@@ -385,23 +392,22 @@ def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.opt
         is_head = name.startswith(head + ".")
         scale = 1.0 if is_head or not finetuning else cfg.finetune_lr_ratio
         scale *= cfg.layer_decay ** (top - depth[name]) if depth and not is_head else 1.0
-        decay = 0.0 if optim.no_decay(name, p) else cfg.weight_decay
         kind = "muon" if cfg.optimizer == "muon" and p.ndim >= 2 and not is_head else "adamw"
+        decay = 0.0 if optim.no_decay(name, p) else (wd if kind == "muon" or cfg.optimizer != "muon" else 0.0)
         groups.setdefault((scale, decay, kind, is_head), []).append(p)
-    param_groups = [{"params": ps, "lr": lr * scale, "weight_decay": wd, "is_head": is_head,
-                     **({"optimizer": kind} if cfg.optimizer == "muon" else {})}
-                    for (scale, wd, kind, is_head), ps in groups.items()]
+    param_groups = []
+    for (scale, decay, kind, is_head), params in groups.items():
+        base = DEFAULT_LR["adamw"] if cfg.optimizer == "muon" and kind == "adamw" else lr
+        group = {"params": params, "lr": base * scale, "weight_decay": decay, "is_head": is_head}
+        if cfg.optimizer == "muon":
+            group["optimizer"] = kind
+        param_groups.append(group)
     optim.assert_covers(model, [g["params"] for g in param_groups])
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(param_groups, lr=lr, momentum=cfg.momentum, nesterov=True)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(param_groups, lr=lr, betas=optim.ADAMW_BETAS, eps=optim.ADAMW_EPS)
-    if cfg.optimizer == "muon":
-        for g in param_groups:
-            if g["optimizer"] == "muon":
-                g["lr"] = g["lr"] / cfg.lr * 0.02 if cfg.lr else 0.02  # Muon's own LR scale
-        return optim.MuonAdamW(param_groups)
-    raise ZooError(f"optimizer={cfg.optimizer!r}: choose sgd, adamw or muon")
+    return optim.MuonAdamW(param_groups)
 
 
 def stage_hook(cfg: VisionConfig, model: nn.Module, optimizer, head: str, trainable: dict[str, bool]):
@@ -459,8 +465,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta:
         summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA")
 @recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
         summary="two-stage transfer: train the new head on a frozen backbone, then unfreeze at 10x lower LR",
-        defaults={"model": "resnet18", "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.05, "head_fraction": 0.2,
-                  "label_smoothing": 0.1, "warmup": 0.05, "ema_decay": 0.0})
+        defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2})
 def train(cfg: VisionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)

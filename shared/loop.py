@@ -26,7 +26,8 @@ from torch import nn
 from shared import checkpoint as ckpt
 from shared.budget import Budget
 from shared.flops import counting_flops, peak_flops
-from shared.precision import autocast, grad_scaler, maybe_compile, resolve_precision
+from shared.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
+                              resolve_precision)
 
 DIVERGENCE_HINT = ("lower the LR 3-10x; clip gradients at 1.0; check inputs for inf/NaN; "
                    "logit soft-capping or QK-norm for transformers; check initialisation "
@@ -56,6 +57,7 @@ class LoopSettings:
     diverge_factor: float = 10.0  # diverged when loss > factor x first loss (and on NaN/inf)
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     compile: bool = False  # torch.compile the model for training
+    activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: float = 10.0  # seconds of wall time between progress lines
 
 
@@ -187,6 +189,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     precision = resolve_precision(device, s.precision)
     scaler = grad_scaler(device, precision)
     ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
+    if s.activation_checkpointing:  # after the EMA copy: the copy must keep plain forwards
+        enable_activation_checkpointing(model)
     train_model = maybe_compile(model, s.compile)
     untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
     state = _State()

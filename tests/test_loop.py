@@ -159,3 +159,32 @@ def test_safetensors_export(tmp_path):
     checkpoint.export_safetensors(model, tmp_path / "m.safetensors")
     loaded = load_file(tmp_path / "m.safetensors")
     assert set(loaded) == set(model.state_dict())
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(5, 5), nn.Tanh()) for _ in range(3))
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    from shared.precision import enable_activation_checkpointing
+
+    torch.manual_seed(0)
+    plain = Blocks()
+    ckpt_model = Blocks()
+    ckpt_model.load_state_dict(plain.state_dict())
+    assert enable_activation_checkpointing(ckpt_model) == 3
+    x = torch.randn(4, 5)
+    for m in (plain, ckpt_model):
+        m(x).square().sum().backward()
+    for a, b in zip(plain.parameters(), ckpt_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    with pytest.raises(ValueError, match="expose .blocks"):
+        enable_activation_checkpointing(nn.Linear(2, 2))
