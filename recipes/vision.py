@@ -469,8 +469,9 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta:
 def train(cfg: VisionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
-    if run.spec.name == "vision/finetune" and not cfg.weights:
-        raise ZooError("vision/finetune needs pretrained weights: weights=PATH (file or folder) or weights=hub")
+    if cfg.head_fraction > 0 and not cfg.weights:
+        raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
+                       "(file or folder) or weights=hub")
     data = load_data(cfg, run)
     cfg = resolve_auto(cfg, data)
     pretrained_timm = bool(cfg.weights) and cfg.model != "zoo-resnet"

@@ -14,6 +14,7 @@ def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("ZOO_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path / "board"))  # never the committed leaderboard
 
 
 def zoo(*args, cwd=None, env=None, timeout=300):

@@ -53,7 +53,7 @@ def test_mixed_sizes_need_image_size(tmp_path):
 
 def test_finetune_needs_weights(tmp_path):
     proc = zoo("run", "vision/finetune", "--budget", "2steps", "--out", tmp_path)
-    assert proc.returncode == 2 and "needs pretrained weights" in proc.stderr
+    assert proc.returncode == 2 and "needs pretrained weights: weights=PATH" in proc.stderr
 
 
 def test_finetune_hub_offline_is_clear(tmp_path):

@@ -35,6 +35,26 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     runs.add_argument("--tsv", action="store_true", help="export as TSV: commit metric memory_gb status description ...")
 
+    bench = sub.add_parser("bench", help="run recipes on their benchmark for n seeds; append leaderboard rows")
+    bench.add_argument("targets", nargs="*", help="recipe names or files (default: every registered recipe)")
+    bench.add_argument("--seeds", type=int, default=3)
+    bench.add_argument("--budget", help="training budget per run (default: each recipe's)")
+    bench.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
+
+    board = sub.add_parser("board", help="the leaderboard: print, --write leaderboard.md, --plot, --data PATH")
+    board.add_argument("--write", action="store_true", help="render leaderboard.md from benchmarks/results.jsonl")
+    board.add_argument("--plot", action="store_true", help="a bar chart (mean ± std) per table, as PNG")
+    board.add_argument("--data", type=Path, help="rank every recipe you ran on this file or folder (local runs)")
+    board.add_argument("--out", type=Path, default=None, help="runs root for --data (default $ZOO_RUNS or ./runs)")
+
+    compare = sub.add_parser("compare", help="place runs against the leaderboard and against each other")
+    compare.add_argument("run_dirs", nargs="+", type=Path)
+
+    new = sub.add_parser("new", help="copy a recipe into a standalone file you own: zoo new NAME --from RECIPE")
+    new.add_argument("name")
+    new.add_argument("--from", dest="source", required=True, help="recipe to copy (see zoo list)")
+    new.add_argument("--out", type=Path, default=None, help="file to write (default ./NAME.py)")
+
     data = sub.add_parser("data", help="datasets: list, fetch")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     data_sub.add_parser("list", help="registered datasets and whether they are in the cache")
@@ -46,10 +66,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:
-        if args.command != "run" or any(e.startswith("-") or "=" not in e for e in extra):
+    if extra:  # key=value pairs given after options
+        if args.command not in ("run", "bench") or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.overrides = args.overrides + extra
+        if args.command == "run":
+            args.overrides = args.overrides + extra
+        else:
+            args.targets = args.targets + extra
     try:
         return COMMANDS[args.command](args)
     except ZooError as exc:
@@ -86,7 +109,17 @@ def cmd_show(args) -> int:
     for key, value in values.items():
         mark = "*" if key in spec.defaults else " "
         print(f"{mark} {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
-    print("\n* set by this variant; override any field with key=value")
+    print("\n* set by this variant; override any field with key=value\n")
+    from zoo import board
+
+    rows = [r for r in board.load_rows() if r["recipe"] == spec.name and not r.get("overrides")]
+    if not rows:
+        print(f"leaderboard: no measured rows yet (zoo bench {spec.name})")
+    for r in rows:
+        table = [t for t in board.load_rows() if board.table_key(t) == board.table_key(r)]
+        rank = [t is r or t == r for t in board.ranked(table)].index(True) + 1
+        print(f"leaderboard: {r['mean']:.4f} ± {r['std']:.4f} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
+              f"{r['budget']}, {r['hardware']}: rank {rank} of {len(table)}")
     return 0
 
 
@@ -116,7 +149,7 @@ def cmd_run(args) -> int:
         budget = runs.parse_budget_arg(saved["budget"])
         return runs.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
                             device=saved.get("device", "auto"), description=saved.get("description", ""),
-                            resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"))
+                            resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file")).code
     if not args.target:
         raise ZooError("zoo run needs a recipe name or file (see `zoo list`), or --resume RUN_DIR")
     spec = _resolve_spec(args.target)
@@ -125,7 +158,7 @@ def cmd_run(args) -> int:
     description = " ".join([spec.name, *args.overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
     return runs.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
-                        description=description, recipe_file=recipe_file)
+                        description=description, recipe_file=recipe_file).code
 
 
 def cmd_runs(args) -> int:
@@ -158,4 +191,100 @@ def cmd_data(args) -> int:
     return 0
 
 
-COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "data": cmd_data}
+def cmd_bench(args) -> int:
+    from zoo import bench, registry, runs
+
+    targets = args.targets or [r["name"] for r in registry.static_list()]
+    overrides = [t for t in targets if "=" in t]
+    specs = [_resolve_spec(t) for t in targets if "=" not in t]
+    names = {id(spec): t for spec, t in zip(specs, [t for t in targets if "=" not in t])}
+
+    def command_for(spec) -> str:
+        parts = ["zoo bench", names[id(spec)], f"--seeds {args.seeds}"]
+        parts += [f"--budget {args.budget}"] if args.budget else []
+        return " ".join(parts + overrides)
+
+    return bench.bench(specs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
+                       out_root=args.out or runs.default_out(), command_for=command_for)
+
+
+def cmd_board(args) -> int:
+    from zoo import board, runs
+
+    if args.data is not None:
+        from zoo.data import own_data_key
+
+        if not args.data.exists():
+            raise ZooError(f"{args.data}: file or folder not found")
+        key = own_data_key(args.data)
+        rows = runs.local_board_rows((args.out or runs.default_out()) / "index.sqlite", key)
+        print(f"runs on {args.data} ({key}):\n")
+        print(board.render(rows, []).split("\n", 4)[-1] if rows else "no finished runs on this data yet")
+        return 0
+    if args.write:
+        print(f"wrote {board.write_board()}")
+    if args.plot:
+        from zoo.plots import plot_board
+
+        for path in plot_board(board.load_rows(), board.board_dir() / "benchmarks" / "plots"):
+            print(f"wrote {path}")
+    if not (args.write or args.plot):
+        sys.stdout.write(board.render(board.load_rows(), board.load_rows(board.reported_file())))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    import json
+
+    from zoo import board, runs
+
+    entries = []
+    for run_dir in args.run_dirs:
+        summary_path = run_dir / "summary.json"
+        if not summary_path.is_file():
+            raise ZooError(f"{run_dir}: no summary.json (not a finished run directory)")
+        summary = json.loads(summary_path.read_text())
+        env = json.loads((run_dir / "env.json").read_text())
+        saved = runs.load_run_config(run_dir)
+        spec = _resolve_spec(saved.get("recipe_file") or saved["recipe"])
+        entries.append((run_dir, summary, env["hardware"], spec.higher_is_better))
+    for run_dir, summary, hardware, higher in entries:
+        if summary["status"] != "ok":
+            print(f"{run_dir}: status {summary['status']}, nothing to rank")
+            continue
+        index = run_dir.parents[len(Path(summary["recipe"]).parts)] / "index.sqlite"
+        print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
+              f"{runs.standing(summary, hardware, higher, index, run_dir.name)}")
+    groups: dict[tuple, list] = {}
+    for run_dir, summary, hardware, higher in entries:
+        if summary["status"] == "ok":
+            groups.setdefault((summary["benchmark"], summary["metric"], summary["budget"], hardware), []).append(
+                (run_dir, summary, higher))
+    for (bench, metric, budget, hardware), members in groups.items():
+        if len(members) < 2:
+            continue
+        higher = members[0][2]
+        members.sort(key=lambda m: -m[1]["value"] if higher else m[1]["value"])
+        best = members[0][1]["value"]
+        print(f"\n{bench} · {metric} · {budget} · {hardware}:")
+        for i, (run_dir, summary, _) in enumerate(members, 1):
+            print(f"  {i}. {summary['value']:.4f} ({summary['value'] - best:+.4f})  {summary['recipe']} seed "
+                  f"{summary['seed']}  {run_dir}")
+    if len(entries) > 1 and len(groups) > 1:
+        print("\nruns on different benchmarks, budgets or hardware are listed apart: they are not comparable")
+    return 0
+
+
+def cmd_new(args) -> int:
+    from shared.envinfo import git_state
+    from zoo import templates
+
+    spec = _resolve_spec(args.source)
+    commit, _ = git_state(Path(__file__).resolve().parent)
+    path = templates.write_template(spec, args.name, args.out, commit)
+    print(f"wrote {path}: run it with `zoo run {path}`")
+    return 0
+
+
+COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "bench": cmd_bench,
+            "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data}

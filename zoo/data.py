@@ -118,6 +118,13 @@ def tree_sha256(root: Path) -> str:
     return h.hexdigest()
 
 
+def own_data_key(path: Path) -> str:
+    """A user's data is its own benchmark, keyed by content alone: same files, same key, wherever
+    and under whatever folder name they live."""
+    digest = sha256_file(path) if path.is_file() else tree_sha256(path)
+    return f"own:{digest[:12]}"
+
+
 def download(url: str, dest: Path, sha256: str | None, timeout: float = 60) -> Path:
     """Stream ``url`` to ``dest`` and check its sha256 before it is used."""
     dest.parent.mkdir(parents=True, exist_ok=True)

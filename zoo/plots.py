@@ -23,3 +23,32 @@ def plot_curves(rows: list[dict], metric: str, path: Path, title: str = "") -> N
     fig.suptitle(title)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
+    """One bar chart per leaderboard table: mean ± std per recipe, best on top."""
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zoo.board import group, label, ranked
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (bench, _, metric, budget, hardware), table in group(rows).items():
+        table = ranked(table)[::-1]
+        fig, ax = plt.subplots(figsize=(8, 0.5 * len(table) + 1.5), constrained_layout=True)
+        ax.barh([label(r) for r in table], [r["mean"] for r in table], xerr=[r["std"] for r in table],
+                color="#4C72B0", capsize=4)
+        for y, r in enumerate(table):
+            ax.text(r["mean"], y, f" {r['mean']:.4f} (n={r['n']})", va="center", fontsize=8)
+        ax.set_xlabel(f"{metric} ({'higher' if table[0]['higher_is_better'] else 'lower'} is better)")
+        ax.set_title(f"{bench} · {budget} · {hardware}", fontsize=10)
+        path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}") + ".png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -35,7 +35,7 @@ class RecipeSpec:
 
     @property
     def domain(self) -> str:
-        return self.name.split("/", 1)[0]
+        return self.name.split("/", 1)[0] if "/" in self.name else "user"
 
 
 REGISTRY: dict[str, RecipeSpec] = {}
@@ -43,9 +43,8 @@ REGISTRY: dict[str, RecipeSpec] = {}
 
 def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_better: bool = True,
            budget: str = "60s", summary: str = "", defaults: dict | None = None):
-    """Register ``train`` under ``name``; stack several decorators for variants."""
-    if "/" not in name:
-        raise ValueError(f"recipe names are domain/variant, not {name!r}")
+    """Register ``train`` under ``name`` (domain/variant; a user's own file may use a plain name);
+    stack several decorators for variants."""
 
     def register(train: Callable) -> Callable:
         source = sys.modules[train.__module__].__file__ if train.__module__ in sys.modules else ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -22,7 +23,7 @@ from zoo.registry import RecipeSpec
 CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
-                "mfu_percent", "seed", "status", "run_dir")
+                "mfu_percent", "seed", "run_dir", "status", "rank")
 
 
 def default_out() -> Path:
@@ -51,10 +52,15 @@ class Run:
     def resume_from(self) -> Path | None:
         return self.checkpoint_path if self.resuming else None
 
-    @property
+    @functools.cached_property
     def benchmark(self) -> str:
-        data = getattr(self.cfg, "data", self.spec.benchmark)
-        return data if "/" not in str(data) and not Path(str(data)).exists() else f"own:{Path(str(data)).name}"
+        """The dataset name, or ``own:<name>-<content hash>`` for a user's file or folder."""
+        data = str(getattr(self.cfg, "data", self.spec.benchmark))
+        from zoo.data import DATASETS, own_data_key
+
+        if data in DATASETS or not Path(data).exists():
+            return data
+        return own_data_key(Path(data))
 
     def data_path(self, name: str) -> Path:
         from zoo.data import locate
@@ -124,9 +130,16 @@ def _number(text: str):
         return text
 
 
+@dataclass
+class Outcome:
+    code: int  # the process exit status
+    run_dir: Path
+    summary: dict
+
+
 def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path, device: str = "auto",
-            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None) -> int:
-    """Run ``spec`` with ``cfg`` and return the process exit status."""
+            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None) -> Outcome:
+    """Run ``spec`` with ``cfg``: the run directory, index row, summary block and exit status."""
     from shared import envinfo
     from shared.loop import Diverged, Interrupted
     from shared.precision import seed_everything
@@ -176,6 +189,8 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         run.log("crash:\n" + traceback.format_exc())
         status, code = "crash", EXIT_CRASH
     summary = _summary(run, metrics, status)
+    if status == "ok":
+        summary["rank"] = standing(summary, env["hardware"], spec.higher_is_better, index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics})
     _plot_curves(run)
     results.upsert(index, {**row, "status": status, "metric": summary["value"],
@@ -188,7 +203,37 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     run.logger.handlers.clear()
     if input_error is not None:
         raise input_error  # the CLI prints it as one line on stderr and exits 2
-    return code
+    return Outcome(code, run_dir, summary)
+
+
+def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
+    """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
+    from zoo import board
+
+    bench = summary["benchmark"]
+    rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else board.load_rows()
+    return board.rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
+                           metric=summary["metric"], higher=higher, rows=rows)
+
+
+def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:
+    """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config)."""
+    from zoo import board
+
+    pooled: dict[tuple, list[dict]] = {}
+    for r in results.all_rows(index):
+        if r["benchmark"] == benchmark and r["status"] == "ok" and r["run_id"] != exclude and r["metric"] is not None:
+            pooled.setdefault((r["description"], r["budget"], r["hardware"], r["metric_name"]), []).append(r)
+    rows = []
+    for (description, budget, hardware, metric), runs in pooled.items():
+        mean, std = board.mean_std([r["metric"] for r in runs])
+        rows.append({"benchmark": benchmark, "metric": metric, "budget": budget, "hardware": hardware,
+                     "recipe": description, "mean": mean, "std": std, "n": len(runs),
+                     "higher_is_better": bool(runs[0]["higher_is_better"]),
+                     "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),
+                     "params_M": runs[0]["params_M"], "commit": runs[-1]["commit_id"],
+                     "date": (runs[-1]["finished"] or "")[:10], "command": f"zoo run {description}"})
+    return rows
 
 
 def _summary(run: Run, metrics: dict, status: str) -> dict:

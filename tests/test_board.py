@@ -1,0 +1,146 @@
+"""Leaderboard rows, rendering, ranking, own-data boards, bench, compare and templates."""
+import multiprocessing
+import shutil
+
+import pytest
+
+from conftest import summary_block, zoo
+from zoo import board, registry
+from zoo.data import own_data_key
+
+CPU = "AMD EPYC (2 threads)"
+
+
+def row(recipe, mean, std=0.01, n=3, budget="5m", hardware=CPU, benchmark="cifar10-subset", **kw):
+    return {"benchmark": benchmark, "split": "test/", "metric": "accuracy", "higher_is_better": True,
+            "recipe": recipe, "mean": mean, "std": std, "n": n, "budget": budget, "hardware": hardware,
+            "train_seconds": 300.0, "params_M": 0.3, "peak_mem_mb": 900.0, "commit": "abc1234",
+            "date": "2026-11-29", "command": f"zoo bench {recipe} --seeds 3 --budget {budget}", **kw}
+
+
+def test_render_is_deterministic_and_separates_tables():
+    rows = [row("a", 0.70), row("b", 0.80), row("c", 0.90, hardware="NVIDIA H100 x1"), row("d", 0.5, budget="1m")]
+    reported = [{"benchmark": "cifar10-subset", "metric": "accuracy", "model": "ResNet18 (full CIFAR-10)",
+                 "value": "93.02%", "source": "kuangliu/pytorch-cifar README"}]
+    text = board.render(rows, reported)
+    assert text == board.render(list(rows), list(reported))
+    assert text.count("## cifar10-subset") == 3  # 5m on CPU, 5m on GPU, 1m on CPU: never ranked together
+    cpu_table = text.split("## cifar10-subset · accuracy · 5m · AMD EPYC")[1].split("##")[0]
+    assert cpu_table.index("| 1 | b |") < cpu_table.index("| 2 | a |")
+    assert "not measured here" in text and "0.8000 ± 0.0100" in text
+    assert "higher is better" in text
+
+
+def test_rank_line_and_noise():
+    rows = [row("a", 0.70, 0.02), row("b", 0.80, 0.02)]
+    kw = dict(benchmark="cifar10-subset", budget="5m", hardware=CPU, metric="accuracy", higher=True, rows=rows)
+    assert board.rank_line(0.81, **kw).startswith("1 of 3")
+    assert "within the best row's seed spread" in board.rank_line(0.79, **kw)
+    line = board.rank_line(0.75, **kw)
+    assert line.startswith("2 of 3") and "delta -0.0500" in line and "outside" in line
+    assert board.rank_line(0.95, **kw).endswith("better than the best row)")
+    assert board.rank_line(0.5, **{**kw, "hardware": "other"}).startswith("unranked")
+    lower = [dict(row("a", 0.5), higher_is_better=False), dict(row("b", 0.6), higher_is_better=False)]
+    assert board.rank_line(0.55, **{**kw, "higher": False, "rows": lower}).startswith("2 of 3")
+
+
+def _append_many(args):
+    path, worker = args
+    for i in range(20):
+        board.append_rows([row(f"w{worker}", i / 20)], path)
+
+
+def test_concurrent_bench_writers_lose_no_row(tmp_path):
+    path = tmp_path / "results.jsonl"
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        pool.map(_append_many, [(path, w) for w in range(6)])
+    rows = board.load_rows(path)
+    assert len(rows) == 120 and {r["recipe"] for r in rows} == {f"w{w}" for w in range(6)}
+
+
+def test_data_fingerprint_stable_across_order_and_changes_with_content(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, order in ((a, ["x", "y", "z"]), (b, ["z", "y", "x"])):
+        for name in order:  # created in a different order
+            (folder / "cls").mkdir(parents=True, exist_ok=True)
+            (folder / "cls" / f"{name}.png").write_bytes(name.encode() * 10)
+    assert own_data_key(a) == own_data_key(b)
+    (b / "cls" / "x.png").write_bytes(b"changed")
+    assert own_data_key(a) != own_data_key(b)
+    assert own_data_key(a).startswith("own:")
+
+
+def test_bench_appends_rows_and_renders(tmp_path):
+    out = tmp_path / "runs"
+    proc = zoo("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
+               "eval_every=0", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (r,) = board.load_rows()
+    assert r["n"] == 2 and r["benchmark"] == "digits" and r["seeds"] == [0, 1]
+    assert r["overrides"] == {"width": "8", "data": "digits", "eval_every": "0"}
+    assert r["command"] == "zoo bench vision/resnet --seeds 2 --budget 4steps width=8 data=digits eval_every=0"
+    assert r["mean"] == pytest.approx(sum(r["values"]) / 2)
+    text = (board.board_dir() / "leaderboard.md").read_text()
+    assert "## digits · accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
+    # a later run on the same benchmark, budget and hardware gets a rank line against the row
+    proc = zoo("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
+    assert summary_block(proc.stdout)["rank"].split(" of ")[1].startswith("2 on digits @ 4steps")
+    run_dirs = sorted((out / "vision" / "resnet").iterdir())
+    cmp = zoo("compare", *run_dirs[:2])
+    assert cmp.returncode == 0 and cmp.stdout.count(" of 2 on digits @ 4steps") == 2
+    assert "digits · accuracy · 4steps" in cmp.stdout and "  1. " in cmp.stdout and "  2. " in cmp.stdout
+    plot = zoo("board", "--plot")
+    assert plot.returncode == 0 and list((board.board_dir() / "benchmarks" / "plots").glob("digits-4steps*.png"))
+    shown = zoo("show", "vision/resnet")
+    assert "leaderboard: no measured rows yet" in shown.stdout  # the bench row carries overrides
+
+
+def test_board_for_own_data(tmp_path):
+    from PIL import Image
+
+    data = tmp_path / "shapes"
+    for cls, color in (("r", (255, 0, 0)), ("g", (0, 255, 0))):
+        (data / cls).mkdir(parents=True)
+        for i in range(5):
+            Image.new("RGB", (8, 8), color).save(data / cls / f"{i}.png")
+    out = tmp_path / "runs"
+    for width in (4, 8):
+        proc = zoo("run", "vision/resnet", f"data={data}", f"width={width}", "image_size=8", "eval_every=0",
+                   "--budget", "3steps", "--out", out)
+        assert proc.returncode == 0, proc.stderr
+    assert summary_block(proc.stdout)["rank"].endswith(")") and "of 2 on own:" in summary_block(proc.stdout)["rank"]
+    moved = tmp_path / "renamed"
+    shutil.copytree(data, moved)
+    listing = zoo("board", "--data", moved, "--out", out)
+    assert listing.returncode == 0
+    assert "width=4" in listing.stdout and "width=8" in listing.stdout
+    assert zoo("board", "--data", tmp_path / "nope").returncode == 2
+
+
+@pytest.mark.parametrize("name", sorted(r["name"] for r in registry.static_list()))
+def test_template_round_trip(tmp_path, name):
+    """zoo new writes a standalone file that runs after being moved elsewhere."""
+    proc = zoo("new", "mytask", "--from", name, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert zoo("new", "mytask", "--from", name, cwd=tmp_path).returncode == 2  # refuses to overwrite
+    moved = tmp_path / "elsewhere" / "mytask.py"
+    moved.parent.mkdir()
+    (tmp_path / "mytask.py").rename(moved)
+    text = moved.read_text()
+    assert text.startswith(f"# mytask: copied from {name}") and "@recipe('mytask'" in text
+    extra = []
+    if name == "vision/finetune":
+        import timm
+        from safetensors.torch import save_file
+
+        save_file(timm.create_model("test_resnet").state_dict(), str(tmp_path / "w.safetensors"))
+        extra = ["model=test_resnet", f"weights={tmp_path / 'w.safetensors'}", "image_size=16"]
+    run = zoo("run", moved, "width=8", "eval_every=0", *extra, "--budget", "2steps", "--out", tmp_path / "runs",
+              cwd=moved.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert summary_block(run.stdout)["recipe"] == "mytask"
+
+
+def test_new_rejects_bad_names(tmp_path):
+    proc = zoo("new", "../evil", "--from", "vision/resnet", cwd=tmp_path)
+    assert proc.returncode == 2 and "recipe name" in proc.stderr

@@ -1,0 +1,66 @@
+"""``zoo bench``: run recipes on their benchmark for n seeds and append one leaderboard row each."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from zoo import board, config, runs
+from zoo.errors import ZooError
+
+
+def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
+              command: str, log=print) -> dict | None:
+    """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written)."""
+    from zoo.data import DATASETS
+
+    data = [f"data={spec.benchmark}"] if "data" in {f for f in spec.config.__dataclass_fields__} else []
+    cfg = config.build(spec.config, spec.defaults, None, data + overrides, spec.name)
+    budget = runs.parse_budget_arg(budget_text or spec.budget)
+    outcomes = []
+    for seed in range(seeds):
+        outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
+                               description=" ".join([spec.name, *overrides]))
+        outcomes.append(outcome)
+        if outcome.summary["status"] != "ok":
+            log(f"{spec.name} seed {seed} ended {outcome.summary['status']}: no leaderboard row written")
+            return None
+    env = json.loads((outcomes[0].run_dir / "env.json").read_text())
+    values = [o.summary["value"] for o in outcomes]
+    mean, std = board.mean_std(values)
+    summaries = [o.summary for o in outcomes]
+    benchmark = summaries[0]["benchmark"]
+    info = DATASETS.get(benchmark)
+    row = {
+        "benchmark": benchmark, "split": info.split if info else "", "metric": spec.metric,
+        "higher_is_better": spec.higher_is_better, "recipe": spec.name,
+        "overrides": config.parse_overrides(overrides), "mean": mean, "std": std, "n": len(values),
+        "values": values, "seeds": list(range(seeds)), "budget": str(budget),
+        "train_seconds": sum(s["train_seconds"] for s in summaries) / len(summaries),
+        "params_M": summaries[0]["params_M"], "peak_mem_mb": max(s["peak_mem_mb"] for s in summaries),
+        "hardware": env["hardware"], "commit": env["commit"] + ("-dirty" if env["dirty"] else ""),
+        "date": time.strftime("%Y-%m-%d"), "command": command,
+    }
+    board.append_rows([row])
+    return row
+
+
+def bench(specs: list, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
+          command_for) -> int:
+    if seeds < 1:
+        raise ZooError("--seeds must be at least 1")
+    failed = 0
+    written = []
+    for spec in specs:
+        row = bench_one(spec, seeds=seeds, budget_text=budget_text, overrides=overrides, out_root=out_root,
+                        command=command_for(spec))
+        if row is None:
+            failed += 1
+        else:
+            written.append(row)
+    board.write_board()
+    print("\nbench results (appended to benchmarks/results.jsonl, leaderboard.md rewritten):")
+    for r in written:
+        print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {r['mean']:.4f} ± {r['std']:.4f} "
+              f"(n={r['n']}, {r['budget']}, {r['hardware']})")
+    return 1 if failed else 0
