@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its checkpoint")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    run.add_argument("--track", action="append", default=[], choices=["tensorboard", "mlflow"],
+                     help="also log to TensorBoard (event files in the run dir) or MLflow (MLFLOW_TRACKING_URI)")
 
     runs = sub.add_parser("runs", help="list local runs from the results index")
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
@@ -149,7 +151,8 @@ def cmd_run(args) -> int:
         budget = runs.parse_budget_arg(saved["budget"])
         return runs.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
                             device=saved.get("device", "auto"), description=saved.get("description", ""),
-                            resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file")).code
+                            resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"),
+                            track=saved.get("track", [])).code
     if not args.target:
         raise ZooError("zoo run needs a recipe name or file (see `zoo list`), or --resume RUN_DIR")
     spec = _resolve_spec(args.target)
@@ -158,7 +161,7 @@ def cmd_run(args) -> int:
     description = " ".join([spec.name, *args.overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
     return runs.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
-                        description=description, recipe_file=recipe_file).code
+                        description=description, recipe_file=recipe_file, track=args.track).code
 
 
 def cmd_runs(args) -> int:

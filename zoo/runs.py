@@ -43,6 +43,7 @@ class Run:
     resuming: bool = False
     eval_rows: list[dict] = field(default_factory=list)
     logger: logging.Logger | None = None
+    trackers: list = field(default_factory=list)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -80,6 +81,8 @@ class Run:
             writer.writeheader()
             writer.writerows(self.eval_rows)
         os.replace(tmp, self.dir / "metrics.csv")
+        for tracker in self.trackers:
+            tracker.log_metrics(row)
         shown = {k: v for k, v in row.items() if k not in ("epoch", "progress", "lr", "grad_norm")}
         self.log("eval " + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
 
@@ -138,7 +141,8 @@ class Outcome:
 
 
 def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path, device: str = "auto",
-            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None) -> Outcome:
+            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None,
+            track: list[str] | tuple = ()) -> Outcome:
     """Run ``spec`` with ``cfg``: the run directory, index row, summary block and exit status."""
     from shared import envinfo
     from shared.loop import Diverged, Interrupted
@@ -157,7 +161,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         _write_json(run_dir / "config.json", {
             "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
             "budget": str(budget), "seed": seed, "device": device, "description": description,
-            "argv": sys.argv[1:]})
+            "track": list(track), "argv": sys.argv[1:]})
     _write_json(run_dir / "env.json", env)
     row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
            "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
@@ -165,6 +169,10 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
            "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
            "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     results.upsert(index, row)
+    if track:
+        from zoo.track import open_trackers
+
+        run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
     run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed} -> {run_dir}")
     seed_everything(seed)
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
@@ -193,6 +201,8 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         summary["rank"] = standing(summary, env["hardware"], spec.higher_is_better, index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics})
     _plot_curves(run)
+    for tracker in run.trackers:
+        tracker.finish(summary, run_dir)
     results.upsert(index, {**row, "status": status, "metric": summary["value"],
                            "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
                            "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
