@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -87,6 +88,35 @@ def load_digits_splits() -> ImageSplits:
     y = torch.from_numpy(digits.target).long()
     tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=digits.target)
     return ImageSplits(x[tr], y[tr], x[te], y[te], [str(c) for c in digits.target_names], "digits")
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An MNIST idx file (gzipped or not): magic, dims, then uint8 data."""
+    import gzip
+    import struct
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
+        dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+        if zero != 0 or dtype != 0x08 or len(raw) != 4 + 4 * ndim + math.prod(dims):
+            raise ValueError("not a uint8 idx file")
+    except (OSError, ValueError, struct.error) as exc:
+        raise ZooError(f"{path}: cannot read idx data ({exc})") from None
+    return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).view(*dims)
+
+
+def load_mnist_test_splits(root: Path) -> ImageSplits:
+    from sklearn.model_selection import train_test_split
+
+    x = read_idx(root / "t10k-images-idx3-ubyte.gz").unsqueeze(1)  # (10000, 1, 28, 28)
+    y = read_idx(root / "t10k-labels-idx1-ubyte.gz").long()
+    if len(x) != len(y):
+        raise ZooError(f"{root}: {len(x)} images but {len(y)} labels")
+    tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=y.numpy())
+    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], "mnist-test")
 
 
 def _decode(path: Path, size: int | None):
@@ -170,12 +200,14 @@ def load_data(cfg: VisionConfig, run) -> ImageSplits:
         splits = load_digits_splits()
     elif cfg.data == "cifar10-subset":
         splits = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, run.log)
+    elif cfg.data == "mnist-test":
+        splits = load_mnist_test_splits(run.data_path("mnist-test"))
     elif cfg.data == "cifar10":
         splits = load_torchvision_cifar10(run.data_path("cifar10"))
     elif Path(cfg.data).exists():
         splits = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, run.log)
     else:
-        raise ZooError(f"data={cfg.data!r}: not a vision dataset (digits, cifar10-subset, cifar10) nor an "
+        raise ZooError(f"data={cfg.data!r}: not a vision dataset (digits, mnist-test, cifar10-subset, cifar10) nor an "
                        "existing folder")
     if size and splits.train_x.shape[-1] != size:
         splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear",
@@ -185,9 +217,9 @@ def load_data(cfg: VisionConfig, run) -> ImageSplits:
 
 
 def resolve_auto(cfg: VisionConfig, data: ImageSplits) -> VisionConfig:
-    """Augmentations that depend on the data: no flips for digits (a flipped digit is another
-    symbol), translation by an eighth of the image side."""
-    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name == "digits" else "on")
+    """Augmentations that depend on the data: no flips for handwritten digits (a flipped digit is
+    another symbol), translation by an eighth of the image side."""
+    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist-test") else "on")
     pad = cfg.crop_pad if cfg.crop_pad >= 0 else max(1, data.train_x.shape[-1] // 8)
     return dataclasses.replace(cfg, flip=flip, crop_pad=pad, tta=cfg.tta and flip == "on")
 

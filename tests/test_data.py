@@ -67,8 +67,9 @@ def test_fetch_archive_selects_and_verifies_tree(server, fake_dataset, tmp_path)
             (expected / split / cls).mkdir(parents=True, exist_ok=True)
             (expected / split / cls / fname).write_bytes(content)
     fake_dataset(name="tiny-cifar", path="vision/tiny", tree_sha256=data.tree_sha256(expected),
-                 download=data.Download(url=f"{url}/a.tar.gz", sha256=hashlib.sha256((www / "a.tar.gz").read_bytes()).hexdigest(),
-                                        archive_root="repo-abc", select=(("train/*", 3), ("test/*", 2))))
+                 downloads=(data.Download(url=f"{url}/a.tar.gz",
+                                          sha256=hashlib.sha256((www / "a.tar.gz").read_bytes()).hexdigest(),
+                                          archive_root="repo-abc", select=(("train/*", 3), ("test/*", 2))),))
     cache = tmp_path / "cache"
     target = data.fetch("tiny-cifar", root=cache)
     assert target == cache / "vision/tiny"
@@ -76,19 +77,22 @@ def test_fetch_archive_selects_and_verifies_tree(server, fake_dataset, tmp_path)
     assert data.tree_sha256(target) == data.tree_sha256(expected)
 
 
-def test_fetch_through_cli(server, fake_dataset, tmp_path, monkeypatch):
+def test_fetch_several_plain_files_through_cli(server, fake_dataset, tmp_path):
     www, url = server
     (www / "f.csv").write_text("a,b\n1,2\n")
+    (www / "labels.gz").write_bytes(b"\x1f\x8b not unpacked")
     digest = hashlib.sha256(b"a,b\n1,2\n").hexdigest()
-    fake_dataset(name="tiny-csv", path="tabular/tiny", download=data.Download(url=f"{url}/f.csv", sha256=digest))
+    gz_digest = hashlib.sha256(b"\x1f\x8b not unpacked").hexdigest()
+    fake_dataset(name="tiny-csv", path="tabular/tiny", downloads=(data.Download(url=f"{url}/f.csv", sha256=digest),
+                                                                  data.Download(url=f"{url}/labels.gz", sha256=gz_digest)))
     target = data.fetch("tiny-csv", root=tmp_path / "c")
-    assert (target / "f.csv").read_text() == "a,b\n1,2\n"
+    assert (target / "f.csv").read_text() == "a,b\n1,2\n" and (target / "labels.gz").is_file()
 
 
 def test_sha256_mismatch_discards_file(server, fake_dataset, tmp_path):
     www, url = server
     (www / "f.csv").write_text("tampered")
-    fake_dataset(name="bad-sum", path="x/bad", download=data.Download(url=f"{url}/f.csv", sha256="0" * 64))
+    fake_dataset(name="bad-sum", path="x/bad", downloads=(data.Download(url=f"{url}/f.csv", sha256="0" * 64),))
     with pytest.raises(ZooError, match="sha256 mismatch"):
         data.fetch("bad-sum", root=tmp_path / "c")
     assert not (tmp_path / "c" / "x" / "bad").exists()
@@ -98,7 +102,7 @@ def test_tree_mismatch_places_nothing(server, fake_dataset, tmp_path):
     www, url = server
     _tar(www / "a.tar.gz", {"r/train/cat/0.jpg": b"x"})
     fake_dataset(name="bad-tree", path="x/tree", tree_sha256="f" * 64,
-                 download=data.Download(url=f"{url}/a.tar.gz", sha256=None, archive_root="r"))
+                 downloads=(data.Download(url=f"{url}/a.tar.gz", sha256=None, archive_root="r"),))
     with pytest.raises(ZooError, match="does not match the registry"):
         data.fetch("bad-tree", root=tmp_path / "c")
     assert not (tmp_path / "c" / "x" / "tree").exists()
@@ -132,7 +136,7 @@ def test_safe_extract_refuses_zip_slip_and_bombs(tmp_path):
 
 
 def test_fetch_unreachable_address_is_a_clear_error(fake_dataset, tmp_path):
-    fake_dataset(name="offline", path="x/off", download=data.Download(url="http://127.0.0.1:9/none.csv", sha256=None))
+    fake_dataset(name="offline", path="x/off", downloads=(data.Download(url="http://127.0.0.1:9/none.csv", sha256=None),))
     with pytest.raises(ZooError, match="cannot download http://127.0.0.1:9/none.csv"):
         data.fetch("offline", root=tmp_path / "c")
 
@@ -150,3 +154,15 @@ def test_cli_data_list_and_errors(tmp_path):
 def test_registered_cifar_subset_matches_the_cache_layout():
     info = data.get("cifar10-subset")
     assert info.path == "vision/cifar10_subset" and len(info.tree_sha256) == 64
+
+
+def test_cli_fetch_through_a_mirror_verifies_checksums(server, tmp_path):
+    """The registered MNIST files, served by a local mirror with wrong content, are refused."""
+    www, url = server
+    raw = www / "raw.githubusercontent.com/lijie2020/vae/6aa58aba724f46dba967fc7058945941d171d433/data/MNIST/MNIST/raw"
+    raw.mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (raw / name).write_bytes(b"not mnist")
+    proc = zoo("data", "fetch", "mnist-test", env={"ZOO_DATA": str(tmp_path / "cache"), "ZOO_MIRROR": url})
+    assert proc.returncode == 2 and "sha256 mismatch" in proc.stderr and "t10k-images" in proc.stderr
+    assert not (tmp_path / "cache" / "vision" / "mnist_test").exists()

@@ -116,3 +116,19 @@ def test_layer_decay_lowers_lr_towards_input():
     assert lr_of[id(model.fc.weight)] == pytest.approx(1e-3)
     last_block = next(model.layer4.parameters())
     assert lr_of[id(model.conv1[0].weight)] < lr_of[id(last_block)] <= 1e-4 + 1e-12
+
+
+def test_read_idx_round_trip_and_errors(tmp_path):
+    import gzip
+    import struct
+
+    images = torch.randint(0, 256, (3, 4, 5), dtype=torch.uint8)
+    path = tmp_path / "x-idx3-ubyte.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">HBB3I", 0, 8, 3, 3, 4, 5) + images.numpy().tobytes())
+    assert torch.equal(vision.read_idx(path), images)
+    bad = tmp_path / "bad.gz"
+    with gzip.open(bad, "wb") as f:
+        f.write(struct.pack(">HBB1I", 0, 8, 1, 10) + b"short")
+    with pytest.raises(ZooError, match="bad.gz: cannot read idx data"):
+        vision.read_idx(bad)
