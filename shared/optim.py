@@ -52,13 +52,14 @@ def split_param_groups(model: nn.Module, head: Iterable[str] = ()) -> dict[str, 
 
 
 def assert_covers(model: nn.Module, param_lists: Iterable[Iterable[torch.Tensor]]) -> None:
-    """Every trainable parameter of ``model`` is in exactly one list, and nothing else is."""
+    """Every trainable parameter of ``model`` is in exactly one list, and nothing from elsewhere is
+    (frozen parameters may be listed: fine-tuning stages unfreeze them later)."""
     seen: dict[int, int] = {}
     for params in param_lists:
         for p in params:
             seen[id(p)] = seen.get(id(p), 0) + 1
-    names = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
-    missing = [n for i, n in names.items() if i not in seen]
+    names = {id(p): n for n, p in model.named_parameters()}
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
     twice = [names.get(i, "?") for i, c in seen.items() if c > 1]
     foreign = [i for i in seen if i not in names]
     if missing or twice or foreign:

@@ -14,36 +14,38 @@ import torch
 Schedule = Callable[[float], float]
 
 
-def _warmup(progress: float, warmup: float) -> float | None:
+def _warmup(progress: float, warmup: float, start: float = 0.0) -> float | None:
+    """Linear from ``start`` to 1 over the first ``warmup`` fraction; None after it."""
     if warmup > 0 and progress < warmup:
-        return progress / warmup
+        return start + (1 - start) * progress / warmup
     return None
 
 
-def constant(progress: float, warmup: float = 0.0) -> float:
-    w = _warmup(progress, warmup)
+def constant(progress: float, warmup: float = 0.0, start: float = 0.0) -> float:
+    w = _warmup(progress, warmup, start)
     return 1.0 if w is None else w
 
 
-def linear(progress: float, warmup: float = 0.0, final: float = 0.0) -> float:
-    w = _warmup(progress, warmup)
+def linear(progress: float, warmup: float = 0.0, final: float = 0.0, start: float = 0.0) -> float:
+    """Warmup, then a straight line down to ``final`` (a one-cycle when ``start`` > 0)."""
+    w = _warmup(progress, warmup, start)
     if w is not None:
         return w
     t = (progress - warmup) / max(1e-12, 1 - warmup)
     return 1.0 - (1.0 - final) * min(1.0, t)
 
 
-def warmup_cosine(progress: float, warmup: float = 0.05, final: float = 0.0) -> float:
-    w = _warmup(progress, warmup)
+def warmup_cosine(progress: float, warmup: float = 0.05, final: float = 0.0, start: float = 0.0) -> float:
+    w = _warmup(progress, warmup, start)
     if w is not None:
         return w
     t = min(1.0, (progress - warmup) / max(1e-12, 1 - warmup))
     return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def wsd(progress: float, warmup: float = 0.0, decay: float = 0.4, final: float = 0.0) -> float:
+def wsd(progress: float, warmup: float = 0.0, decay: float = 0.4, final: float = 0.0, start: float = 0.0) -> float:
     """Warmup-stable-decay: flat at 1, then linear to ``final`` over the last ``decay`` fraction."""
-    w = _warmup(progress, warmup)
+    w = _warmup(progress, warmup, start)
     if w is not None:
         return w
     start = 1.0 - decay
@@ -58,15 +60,17 @@ SCHEDULES: dict[str, Callable[..., float]] = {
 }
 
 
-def make_schedule(name: str, warmup: float = 0.0, decay: float = 0.4, final: float = 0.0) -> Schedule:
-    """LR multiplier by name; ``decay`` only matters for WSD, ``final`` not for constant."""
+def make_schedule(name: str, warmup: float = 0.0, decay: float = 0.4, final: float = 0.0,
+                  start: float = 0.0) -> Schedule:
+    """LR multiplier by name; ``decay`` only matters for WSD, ``final`` not for constant;
+    warmup rises linearly from ``start`` (a fraction of the peak) to 1."""
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
     if name == "constant":
-        return partial(constant, warmup=warmup)
+        return partial(constant, warmup=warmup, start=start)
     if name == "wsd":
-        return partial(wsd, warmup=warmup, decay=decay, final=final)
-    return partial(SCHEDULES[name], warmup=warmup, final=final)
+        return partial(wsd, warmup=warmup, decay=decay, final=final, start=start)
+    return partial(SCHEDULES[name], warmup=warmup, final=final, start=start)
 
 
 def weight_decay_linear(progress: float) -> float:

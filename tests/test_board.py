@@ -96,13 +96,16 @@ def test_bench_appends_rows_and_renders(tmp_path):
 
 
 def test_board_for_own_data(tmp_path):
+    import numpy as np
     from PIL import Image
 
     data = tmp_path / "shapes"
-    for cls, color in (("r", (255, 0, 0)), ("g", (0, 255, 0))):
+    rng = np.random.default_rng(0)
+    for cls, color in (("r", (200, 0, 0)), ("g", (0, 200, 0))):
         (data / cls).mkdir(parents=True)
         for i in range(5):
-            Image.new("RGB", (8, 8), color).save(data / cls / f"{i}.png")
+            pixels = np.clip(rng.normal(color, 40, (8, 8, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(data / cls / f"{i}.png")
     out = tmp_path / "runs"
     for width in (4, 8):
         proc = zoo("run", "vision/resnet", f"data={data}", f"width={width}", "image_size=8", "eval_every=0",

@@ -1,5 +1,6 @@
 """The zoo command end to end, as a user calls it (real subprocesses, tiny budgets)."""
 import json
+import zlib
 import multiprocessing
 import signal
 import sqlite3
@@ -65,10 +66,14 @@ def test_vision_smoke_run_writes_everything(tmp_path):
 
 
 def _write_png(path, color=(200, 10, 10), size=12):
+    """A noisy image around ``color``: real photos are never flat, and flat ones make whitening degenerate."""
+    import numpy as np
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (size, size), color).save(path)
+    rng = np.random.default_rng(zlib.crc32(str(path).encode()))
+    pixels = np.clip(rng.normal(color, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
 
 
 def test_own_folder_run(tmp_path):

@@ -22,6 +22,14 @@ def test_wsd_breakpoints():
     assert f(1.0) == pytest.approx(0.0)
 
 
+def test_one_cycle_from_a_start_fraction():
+    f = schedule.make_schedule("linear", warmup=0.25, final=0.1, start=0.2)
+    assert f(0.0) == pytest.approx(0.2)
+    assert f(0.125) == pytest.approx(0.6)
+    assert f(0.25) == pytest.approx(1.0)
+    assert f(1.0) == pytest.approx(0.1)
+
+
 def test_linear_and_constant():
     assert schedule.make_schedule("linear", final=0.2)(0.5) == pytest.approx(0.6)
     assert schedule.make_schedule("constant", warmup=0.5)(0.25) == pytest.approx(0.5)

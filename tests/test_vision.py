@@ -23,9 +23,23 @@ def test_translate_and_flip_are_deterministic_per_generator():
 
 
 def test_zoo_resnet_shapes():
-    for size, channels in ((8, 1), (32, 3)):
-        model = vision.ZooResNet(channels, 10, 8, size)
-        assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
+    for net in (vision.ZooNet, vision.ZooResNet):
+        for size, channels in ((8, 1), (32, 3)):
+            model = net(channels, 10, 8, size)
+            assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
+
+
+def test_whitening_stem_whitens_patches():
+    torch.manual_seed(0)
+    mix = torch.randn(3, 3)
+    x = torch.einsum("ij,njhw->nihw", mix, torch.randn(64, 3, 16, 16))  # correlated channels
+    model = vision.ZooNet(3, 10, 8, 16)
+    model.init_whitening(x, eps=0.0)
+    out = model.whiten(x) - model.whiten.bias.view(1, -1, 1, 1)
+    half = out[:, :12].permute(0, 2, 3, 1).reshape(-1, 12)
+    cov = half.T @ half / len(half)
+    torch.testing.assert_close(cov, torch.eye(12), atol=0.05, rtol=0)
+    assert not model.whiten.weight.requires_grad
 
 
 def test_own_folder_split_by_seed(tmp_path):
@@ -92,14 +106,13 @@ def test_stage_hook_freezes_backbone_in_stage_one():
 
     model = timm.create_model("test_resnet", num_classes=3)
     cfg = vision.VisionConfig(head_fraction=0.5, weights="x")
-    trainable = {n: True for n, _ in model.named_parameters()}
-    hook = vision.stage_hook(cfg, model, None, "fc", trainable)
+    hook = vision.stage_hook(cfg, model, "fc")
     hook(0.1, 0)
     assert all(p.requires_grad == n.startswith("fc.") for n, p in model.named_parameters())
     hook(0.6, 10)
     assert all(p.requires_grad for p in model.parameters())
     top = vision.VisionConfig(head_fraction=0.0, weights="x", unfreeze_top=1)
-    hook = vision.stage_hook(top, model, None, "fc", trainable)
+    hook = vision.stage_hook(top, model, "fc")
     hook(0.6, 10)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     assert frozen and not any(n.startswith("fc.") for n in frozen)
