@@ -52,6 +52,7 @@ class LoopSettings:
     accum_steps: int = 1  # micro-batches per optimizer step
     clip_grad: float = 0.0  # max global grad norm (0 = no clipping)
     ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
+    lookahead: float = 0.0  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
     eval_every: float = 0.25  # fraction of the budget between evaluations (0 = only at the end)
     checkpoint_every: float = 120.0  # seconds of wall time between checkpoints
     diverge_factor: float = 10.0  # diverged when loss > factor x first loss (and on NaN/inf)
@@ -90,14 +91,19 @@ class EMA:
         self.decay, self.updates = decay, 0
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, decay: float | None = None) -> None:
         self.updates += 1
-        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates)) if decay is None else decay
         for e, m in zip(self.module.state_dict().values(), model.state_dict().values()):
             if e.dtype.is_floating_point:
                 e.lerp_(m, 1 - d)
             else:
                 e.copy_(m)
+
+    @torch.no_grad()
+    def copy_to(self, model: nn.Module) -> None:
+        for e, m in zip(self.module.state_dict().values(), model.state_dict().values()):
+            m.copy_(e)
 
     def state_dict(self) -> dict:
         return {"module": self.module.state_dict(), "updates": self.updates}
@@ -189,13 +195,15 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     precision = resolve_precision(device, s.precision)
     scaler = grad_scaler(device, precision)
     ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
+    # Lookahead in airbench's form: the slow weights are an EMA the fast weights are reset to.
+    slow = EMA(model, s.lookahead) if s.lookahead > 0 else None
     if s.activation_checkpointing:  # after the EMA copy: the copy must keep plain forwards
         enable_activation_checkpointing(model)
     train_model = maybe_compile(model, s.compile)
     untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
     state = _State()
     if resume_from is not None:
-        _restore(resume_from, model, optimizer, scaler, ema, batches, state)
+        _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state)
         log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
     thresholds = eval_thresholds(s.eval_every)
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
@@ -211,7 +219,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
 
     def save():
         if checkpoint_path is not None:
-            _save(checkpoint_path, model, optimizer, scaler, ema, batches, state)
+            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state)
 
     def progress_now() -> float:
         return budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
@@ -248,6 +256,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 if counter is not None:
                     counter.__exit__(None, None, None)
                     flops_per_step = float(counter.get_total_flops())
+                if slow is not None and (state.step + 1) % 5 == 0:
+                    slow.update(model, decay=s.lookahead ** 5 * progress ** 3)
+                    slow.copy_to(model)
                 if ema is not None:
                     ema.update(model)
                 loss_value = loss.item()  # one sync per step: needed for the divergence check
@@ -326,21 +337,24 @@ def _eval_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm, me
             "grad_norm": float(grad_norm), **metrics}
 
 
-def _save(path, model, optimizer, scaler, ema, batches, state: _State) -> None:
+def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State) -> None:
     ckpt.save_atomic({
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
         "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
+        "lookahead": slow.state_dict() if slow is not None else None,
         "loop": dict(vars(state)), "rng": rng_state(),
     }, path)
 
 
-def _restore(path, model, optimizer, scaler, ema, batches, state: _State) -> None:
+def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State) -> None:
     blob = ckpt.load(path)
     model.load_state_dict(blob["model"])
     optimizer.load_state_dict(blob["optimizer"])
     scaler.load_state_dict(blob["scaler"])
     if ema is not None and blob["ema"] is not None:
         ema.load_state_dict(blob["ema"])
+    if slow is not None and blob.get("lookahead") is not None:
+        slow.load_state_dict(blob["lookahead"])
     batches.load_state_dict(blob["batches"])
     for k, v in blob["loop"].items():
         setattr(state, k, v)

@@ -37,7 +37,7 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
     batches = TensorBatches((x, y), batch_size, seed=7, transform=kw.pop("transform", None))
     update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
     settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
-                            ema_decay=kw.pop("ema_decay", 0.0))
+                            ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0))
     rows = []
     result = fit(model, opt, batches, loss_fn, budget, device=torch.device("cpu"),
                  evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings,
@@ -55,10 +55,11 @@ def test_accumulation_equals_larger_batch():
 
 
 def test_resume_after_stop_equals_uninterrupted(tmp_path):
-    """Data order, augmentation, dropout RNG, optimizer, schedule and eval rows all continue exactly."""
+    """Data order, augmentation, dropout RNG, optimizer, schedule, EMA, Lookahead and eval rows all
+    continue exactly."""
     budget = Budget("steps", 24)
     ref_model, x, y = make_problem(dropout=0.2)
-    ref, ref_rows = run_fit(ref_model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25)
+    ref, ref_rows = run_fit(ref_model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25, lookahead=0.95)
 
     model, _, _ = make_problem(dropout=0.2)
     ckpt = tmp_path / "ckpt.pt"
@@ -70,14 +71,14 @@ def test_resume_after_stop_equals_uninterrupted(tmp_path):
 
     with pytest.raises(Interrupted) as info:
         run_fit(model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25, update=interrupt_at_10,
-                checkpoint_path=ckpt)
+                checkpoint_path=ckpt, lookahead=0.95)
     assert info.value.step == 11 and info.value.signum == signal.SIGINT
 
     # a fresh process would build everything again from scratch: do the same, then resume
     model2, _, _ = make_problem(seed=99, dropout=0.2)
     torch.manual_seed(12345)  # the RNG state must come from the checkpoint, not from here
     res, rows = run_fit(model2, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25,
-                        checkpoint_path=ckpt, resume_from=ckpt)
+                        checkpoint_path=ckpt, resume_from=ckpt, lookahead=0.95)
     assert res.steps == ref.steps == 24
     for a, b in zip(ref_model.parameters(), model2.parameters()):
         assert torch.equal(a, b)
@@ -188,3 +189,11 @@ def test_activation_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(a.grad, b.grad)
     with pytest.raises(ValueError, match="expose .blocks"):
         enable_activation_checkpointing(nn.Linear(2, 2))
+
+
+def test_lookahead_pulls_weights_towards_their_average():
+    model, x, y = make_problem()
+    plain, _, _ = make_problem()
+    run_fit(model, x, y, Budget("steps", 20), lookahead=0.95)
+    run_fit(plain, x, y, Budget("steps", 20))
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters()))
