@@ -54,7 +54,7 @@ class VisionConfig(LoopSettings):
     randaugment: int = 0  # RandAugment ops per image (0 = off); slow on CPU for large images
     mixup: float = 0.0  # MixUp alpha (0 = off)
     cutmix: float = 0.0  # CutMix alpha (0 = off)
-    tta: bool = True  # average logits over the image and its flip at evaluation (only when flipping)
+    tta: int = 2  # test-time views: 0 none, 1 + mirror image (when flipping), 2 + 1-pixel shifts
     channels_last: bool = True  # NHWC memory format for convolutions
     head_fraction: float = 0.0  # finetune stage 1: fraction of the budget training only the new head
     finetune_lr_ratio: float = 0.1  # finetune stage 2: backbone LR as a fraction of lr
@@ -224,7 +224,7 @@ def resolve_auto(cfg: VisionConfig, data: ImageSplits) -> VisionConfig:
     another symbol), translation by a sixteenth of the image side (2 px at 32 px)."""
     flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist-test") else "on")
     pad = cfg.crop_pad if cfg.crop_pad >= 0 else max(1, data.train_x.shape[-1] // 16)
-    return dataclasses.replace(cfg, flip=flip, crop_pad=pad, tta=cfg.tta and flip == "on")
+    return dataclasses.replace(cfg, flip=flip, crop_pad=pad)
 
 
 # =============================================================================================
@@ -547,22 +547,34 @@ def stage_hook(cfg: VisionConfig, model: nn.Module, head: str):
 # Evaluation
 # =============================================================================================
 
-def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: bool, batch: int = 1024) -> torch.Tensor:
+def _mirror(model: nn.Module, x: torch.Tensor, flip: bool) -> torch.Tensor:
+    return 0.5 * (model(x).float() + model(x.flip(-1)).float()) if flip else model(x).float()
+
+
+def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024):
+    """Logits averaged over test-time views: 1 adds the mirror image (when training flips), 2 also
+    the image shifted by one pixel both ways (half the weight on the centred views)."""
     logits = []
     for i in range(0, len(x_uint8), batch):
         x = normalize(x_uint8[i:i + batch])
-        out = model(x).float()
-        if tta:
-            out = out + model(x.flip(-1)).float()
+        out = _mirror(model, x, flip and tta >= 1)
+        if tta >= 2:
+            h, w = x.shape[-2:]
+            layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+            padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
+            shifted = (padded[..., :h, :w].contiguous(memory_format=layout),
+                       padded[..., 2:, 2:].contiguous(memory_format=layout))
+            out = 0.5 * out + 0.25 * sum(_mirror(model, v, flip) for v in shifted)
         logits.append(out)
     return torch.cat(logits)
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: bool, num_classes: int) -> dict:
-    logits = predict(model, x, normalize, tta)
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
+             num_classes: int) -> dict:
+    logits = predict(model, x, normalize, tta, flip)
     y = y.to(logits.device)
     return {"accuracy": metrics.accuracy(logits, y), "macro_f1": metrics.macro_f1(logits, y, num_classes),
-            "test_loss": F.cross_entropy(logits / (2 if tta else 1), y).item()}
+            "test_loss": F.cross_entropy(logits, y).item()}
 
 
 # =============================================================================================
@@ -624,7 +636,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         on_step = stage_hook(cfg, model, head)
         initial = snapshot(model)
     result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
-                 evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, num_classes),
+                 evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
+                                             num_classes),
                  update_hparams=update, settings=_loop_settings(cfg), checkpoint_path=run.checkpoint_path,
                  resume_from=run.resume_from, on_eval=run.record_eval, log=run.log, on_step=on_step)
     if initial is not None:
