@@ -41,7 +41,7 @@ class VisionConfig(LoopSettings):
     optimizer: Literal["sgd", "adamw", "muon"] = "sgd"  # sgd (Nesterov) | adamw | muon (filters; AdamW elsewhere)
     lr: float = 0.0  # peak LR; 0 = the optimizer's default: sgd 0.2 x sqrt(batch/256), adamw 1e-3, muon 0.02
     momentum: float = 0.85  # SGD Nesterov momentum
-    norm_lr_scale: float = -1.0  # LR x this for BatchNorm shifts (their decay / this); -1 = 64 for zoo-net, else 1
+    norm_lr_scale: float = -1.0  # LR x this for BatchNorm shifts; -1 = 64 for zoo-net under SGD, else 1
     weight_decay: float = -1.0  # on weights only, never biases/norms; -1 = sgd 5e-4, adamw 0.05, muon 0.1
     batch_size: int = 256  # images per micro-batch
     schedule: Literal["cosine", "wsd", "linear", "constant"] = "linear"  # LR shape over budget progress
@@ -486,7 +486,8 @@ def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.opt
     finetuning = bool(cfg.weights)
     depth = layer_groups(model, head) if finetuning and cfg.layer_decay != 1.0 else {}
     top = max(depth.values(), default=0)
-    norm_scale = cfg.norm_lr_scale if cfg.norm_lr_scale > 0 else (64.0 if cfg.model == "zoo-net" else 1.0)
+    auto_scale = 64.0 if cfg.model == "zoo-net" and cfg.optimizer == "sgd" else 1.0  # airbench's SGD setting
+    norm_scale = cfg.norm_lr_scale if cfg.norm_lr_scale > 0 else auto_scale
     norm_shifts = {id(m.bias) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
     groups: dict[tuple, list] = {}
     for name, p in model.named_parameters():
