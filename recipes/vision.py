@@ -646,7 +646,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
                  evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
                                              num_classes),
                  update_hparams=update, settings=_loop_settings(cfg), checkpoint_path=run.checkpoint_path,
-                 resume_from=run.resume_from, on_eval=run.record_eval, log=run.log, on_step=on_step)
+                 resume_from=run.resume_from, on_eval=run.record_eval, on_train_log=run.record_train, log=run.log,
+                 on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
     export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})

@@ -27,22 +27,27 @@ def hardware() -> str:
     return f"{cpu_model()} ({torch.get_num_threads()} threads)"
 
 
-def git_state(path: Path) -> tuple[str, bool]:
-    """(commit, dirty) of the git checkout holding ``path``; ("unknown", False) outside git."""
+def git_state(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """(commit, dirty) of the git checkout holding ``path``; ("unknown", False) outside git.
+
+    ``ignore``: paths (from the checkout's root) whose changes do not make the code dirty, such as
+    result files the tool itself writes.
+    """
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=path, capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        excluded = [f":(top,exclude){p}" for p in ignore]
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *excluded],
+                                    cwd=path, capture_output=True, text=True, timeout=10).stdout.strip())
         return commit, dirty
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
 
 
-def fingerprint(code_dir: Path) -> dict:
+def fingerprint(code_dir: Path, ignore: tuple[str, ...] = ()) -> dict:
     import torch
 
-    commit, dirty = git_state(code_dir)
+    commit, dirty = git_state(code_dir, ignore)
     packages = sorted((d.metadata["Name"] or "?", d.version) for d in metadata.distributions())
     info = {
         "hardware": hardware(),

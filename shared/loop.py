@@ -7,6 +7,7 @@ when EMA is on); atomic checkpoints and exact resume; throughput, MFU and peak m
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import math
@@ -159,6 +160,9 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+TRAIN_LOG_EVERY = 0.01  # a train-loss row per 1% of the budget: smooth curves, deterministic under step budgets
+
+
 def eval_thresholds(every: float) -> list[float]:
     if every <= 0:
         return [1.0]
@@ -176,6 +180,9 @@ class _State:
     window_loss: float = 0.0
     window_steps: int = 0
     last_loss: float = float("nan")
+    next_train_log: int = 1  # train rows are logged at every TRAIN_LOG_EVERY of progress
+    train_window_loss: float = 0.0
+    train_window_steps: int = 0
 
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Callable, budget: Budget, *,
@@ -183,13 +190,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         update_hparams: Callable[[torch.optim.Optimizer, float, int], float],
         settings: LoopSettings | None = None, checkpoint_path: Path | None = None,
         resume_from: Path | None = None, on_eval: Callable[[dict], None] | None = None,
-        log: Callable[[str], None] = print,
+        on_train_log: Callable[[dict], None] | None = None, log: Callable[[str], None] = print,
         on_step: Callable[[float, int], None] | None = None) -> FitResult:
     """Train ``model`` until ``budget`` is spent; returns the stats and the final evaluation.
 
     ``loss_fn(model, batch) -> scalar loss`` (moves the batch to the device itself);
     ``update_hparams(optimizer, progress, step) -> lr multiplier`` applies the schedules;
-    ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary).
+    ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary);
+    ``on_eval(row)`` gets each evaluation, ``on_train_log(row)`` the training loss every 1% of the budget.
     """
     s = settings or LoopSettings()
     precision = resolve_precision(device, s.precision)
@@ -209,7 +217,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
     params = [p for p in model.parameters() if p.requires_grad]
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
-    flops_per_step, peak = 0.0, peak_flops(device)
+    flops_per_step, peak = None, peak_flops(device)
     timed_steps = timed_seconds = 0.0
     last_ckpt = last_log = time.time()
     last_metrics: dict[str, float] = {}
@@ -248,13 +256,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     on_step(progress, state.step)
                 lr_mult = update_hparams(optimizer, progress, state.step)
                 t0 = time.perf_counter()
-                counter = counting_flops() if flops_per_step == 0 else None
+                # FLOPs are counted once, on this process's first step (which is then not timed).
+                with counting_flops() if flops_per_step is None else contextlib.nullcontext() as counter:
+                    loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
+                                                  device, precision)
                 if counter is not None:
-                    counter.__enter__()
-                loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
-                                              device, precision)
-                if counter is not None:
-                    counter.__exit__(None, None, None)
                     flops_per_step = float(counter.get_total_flops())
                 if slow is not None and (state.step + 1) % 5 == 0:
                     slow.update(model, decay=s.lookahead ** 5 * progress ** 3)
@@ -279,7 +285,16 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 state.samples += batches.batch_size * s.accum_steps
                 state.window_loss += loss_value
                 state.window_steps += 1
+                state.train_window_loss += loss_value
+                state.train_window_steps += 1
                 state.last_loss = loss_value
+                progress = progress_now()
+                if progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
+                    row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
+                    while progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
+                        state.next_train_log += 1
+                    if on_train_log:
+                        on_train_log(row)
                 if time.time() - last_log > s.log_every:
                     last_log = time.time()
                     rate = batches.batch_size * s.accum_steps * timed_steps / max(timed_seconds, 1e-9)
@@ -289,6 +304,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     finally:
         gc.enable()
         gc.unfreeze()
+    flops_per_step = flops_per_step or 0.0
     mfu = 100 * flops_per_step * timed_steps / timed_seconds / peak if peak and timed_seconds > 0 else float("nan")
     return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
@@ -335,6 +351,15 @@ def _eval_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm, me
     return {"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), "progress": round(progress, 4),
             "train_seconds": round(state.train_seconds, 3), "train_loss": train_loss, "lr": optimizer.param_groups[0]["lr"],
             "grad_norm": float(grad_norm), **metrics}
+
+
+def _train_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm) -> dict:
+    row = {"step": state.step, "epoch": round(state.step / steps_per_epoch, 4), "progress": round(progress, 4),
+           "train_seconds": round(state.train_seconds, 3),
+           "train_loss": state.train_window_loss / max(1, state.train_window_steps),
+           "lr": optimizer.param_groups[0]["lr"], "grad_norm": float(grad_norm)}
+    state.train_window_loss, state.train_window_steps = 0.0, 0
+    return row
 
 
 def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State) -> None:

@@ -1,12 +1,13 @@
 """The zoo command end to end, as a user calls it (real subprocesses, tiny budgets)."""
+import csv
 import json
-import zlib
 import multiprocessing
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -49,8 +50,8 @@ def test_vision_smoke_run_writes_everything(tmp_path):
     assert block["recipe"] == "vision/resnet" and block["benchmark"] == "digits" and block["status"] == "ok"
     assert block["metric"] == "accuracy" and 0.0 <= float(block["value"]) <= 1.0 and block["seed"] == "3"
     run_dir = next((out / "vision" / "resnet").iterdir())
-    for name in ("config.json", "env.json", "metrics.csv", "log.txt", "checkpoint.pt", "summary.json",
-                 "curves.png", "model.safetensors"):
+    for name in ("config.json", "env.json", "metrics.csv", "train.csv", "log.txt", "checkpoint.pt",
+                 "summary.json", "curves.png", "model.safetensors"):
         assert (run_dir / name).is_file(), name
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["config"]["width"] == 8 and saved["budget"] == "12steps"
@@ -165,9 +166,12 @@ def test_interrupt_then_resume_equals_uninterrupted(tmp_path):
     a, b = load_file(ref_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
     assert [r["status"] for r in index_rows(out)] == ["ok"]  # the same row, updated
-    ref_rows = (ref_dir / "metrics.csv").read_text().splitlines()
-    got_rows = (run_dir / "metrics.csv").read_text().splitlines()
-    assert [r.split(",")[0] for r in got_rows] == [r.split(",")[0] for r in ref_rows]
+    for name in ("metrics.csv", "train.csv"):  # same steps, same losses and metrics; only timings differ
+        ref_rows, got_rows = (list(csv.DictReader(open(d / name))) for d in (ref_dir, run_dir))
+        timing = {"train_seconds"}
+        assert [{k: v for k, v in r.items() if k not in timing} for r in got_rows] == \
+            [{k: v for k, v in r.items() if k not in timing} for r in ref_rows]
+    assert len(list(csv.DictReader(open(run_dir / "train.csv")))) == 100
 
 
 def test_resume_without_checkpoint_is_an_input_error(tmp_path):

@@ -145,3 +145,28 @@ def test_read_idx_round_trip_and_errors(tmp_path):
         f.write(struct.pack(">HBB1I", 0, 8, 1, 10) + b"short")
     with pytest.raises(ZooError, match="bad.gz: cannot read idx data"):
         vision.read_idx(bad)
+
+
+def test_randaugment_mixup_cutmix_options():
+    cfg = vision.VisionConfig(randaugment=2, crop_pad=1, flip="on", mixup=0.2, cutmix=1.0)
+    x = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
+    y = torch.arange(6) % 3
+    a = vision.augment((x, y), torch.Generator().manual_seed(1), cfg)
+    b = vision.augment((x, y), torch.Generator().manual_seed(1), cfg)
+    assert torch.equal(a[0], b[0]) and a[0].dtype == torch.uint8 and a[0].shape == x.shape
+    mixed_x, soft_y = vision.mix(x.float(), y, 3, cfg)
+    assert soft_y.shape == (6, 3) and torch.allclose(soft_y.sum(1), torch.ones(6))
+
+
+def test_tta_levels_average_views():
+    model = vision.ZooNet(3, 4, 8, 16).eval()
+    x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
+    normalize = lambda t: t.float() / 255  # noqa: E731
+    with torch.no_grad():
+        plain = vision.predict(model, x, normalize, 0, True)
+        mirrored = vision.predict(model, x, normalize, 1, True)
+        no_flip = vision.predict(model, x, normalize, 1, False)
+        expected = 0.5 * (model(x.float() / 255) + model(x.float().flip(-1) / 255))
+    torch.testing.assert_close(mirrored, expected)
+    torch.testing.assert_close(no_flip, plain)
+    assert vision.predict(model, x, normalize, 2, True).shape == (5, 4)

@@ -45,22 +45,19 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     return row
 
 
-def bench(specs: list, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
-          command_for) -> int:
+def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path) -> int:
+    """``jobs``: (recipe spec, the command line that reproduces its row)."""
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")
-    failed = 0
     written = []
-    for spec in specs:
+    for spec, command in jobs:
         row = bench_one(spec, seeds=seeds, budget_text=budget_text, overrides=overrides, out_root=out_root,
-                        command=command_for(spec))
-        if row is None:
-            failed += 1
-        else:
+                        command=command)
+        if row is not None:
             written.append(row)
     board.write_board()
     print("\nbench results (appended to benchmarks/results.jsonl, leaderboard.md rewritten):")
     for r in written:
         print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {r['mean']:.4f} ± {r['std']:.4f} "
               f"(n={r['n']}, {r['budget']}, {r['hardware']})")
-    return 1 if failed else 0
+    return 0 if len(written) == len(jobs) else 1

@@ -199,16 +199,11 @@ def cmd_bench(args) -> int:
 
     targets = args.targets or [r["name"] for r in registry.static_list()]
     overrides = [t for t in targets if "=" in t]
-    specs = [_resolve_spec(t) for t in targets if "=" not in t]
-    names = {id(spec): t for spec, t in zip(specs, [t for t in targets if "=" not in t])}
-
-    def command_for(spec) -> str:
-        parts = ["zoo bench", names[id(spec)], f"--seeds {args.seeds}"]
-        parts += [f"--budget {args.budget}"] if args.budget else []
-        return " ".join(parts + overrides)
-
-    return bench.bench(specs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
-                       out_root=args.out or runs.default_out(), command_for=command_for)
+    budget = [f"--budget {args.budget}"] if args.budget else []
+    jobs = [(_resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *overrides]))
+            for t in targets if "=" not in t]
+    return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
+                       out_root=args.out or runs.default_out())
 
 
 def cmd_board(args) -> int:
@@ -239,7 +234,7 @@ def cmd_board(args) -> int:
 def cmd_compare(args) -> int:
     import json
 
-    from zoo import board, runs
+    from zoo import runs
 
     entries = []
     for run_dir in args.run_dirs:

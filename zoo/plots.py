@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def plot_curves(rows: list[dict], metric: str, path: Path, title: str = "") -> None:
+def plot_curves(train_rows: list[dict], eval_rows: list[dict], metric: str, path: Path, title: str = "") -> None:
+    """Training loss (every 1% of the budget) and the metric (each evaluation) against step and time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -12,11 +13,10 @@ def plot_curves(rows: list[dict], metric: str, path: Path, title: str = "") -> N
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for col, x_key, x_label in ((0, "step", "step"), (1, "train_seconds", "training time (s)")):
-        x = [r[x_key] for r in rows]
-        for row_i, (y_key, y_label) in enumerate((("train_loss", "train loss"), (metric, metric))):
+        for row_i, (rows, y_key, y_label) in enumerate(((train_rows, "train_loss", "train loss"),
+                                                         (eval_rows, metric, metric))):
             ax = axes[row_i][col]
-            y = [r.get(y_key, float("nan")) for r in rows]
-            ax.plot(x, y, marker="o", markersize=3)
+            ax.plot([r[x_key] for r in rows], [r.get(y_key, float("nan")) for r in rows], marker="o", markersize=3)
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
             ax.grid(alpha=0.3)

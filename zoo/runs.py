@@ -22,6 +22,8 @@ from zoo.registry import RecipeSpec
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+# Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
+RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/plots")
 SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
                 "mfu_percent", "seed", "run_dir", "status", "rank")
 
@@ -42,6 +44,7 @@ class Run:
     device: str = "auto"
     resuming: bool = False
     eval_rows: list[dict] = field(default_factory=list)
+    train_rows: list[dict] = field(default_factory=list)
     logger: logging.Logger | None = None
     trackers: list = field(default_factory=list)
 
@@ -55,7 +58,7 @@ class Run:
 
     @functools.cached_property
     def benchmark(self) -> str:
-        """The dataset name, or ``own:<name>-<content hash>`` for a user's file or folder."""
+        """The dataset name, or ``own:<content hash>`` for a user's file or folder."""
         data = str(getattr(self.cfg, "data", self.spec.benchmark))
         from zoo.data import DATASETS, own_data_key
 
@@ -72,19 +75,32 @@ class Run:
         self.logger.info(message)
 
     def record_eval(self, row: dict) -> None:
-        """Append one evaluation row; ``metrics.csv`` is rewritten whole so new columns fit."""
+        """One evaluation: a row of ``metrics.csv`` and a log line."""
         self.eval_rows.append(row)
-        keys = list(dict.fromkeys(k for r in self.eval_rows for k in r))
-        tmp = self.dir / ".metrics.csv.tmp"
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(self.eval_rows)
-        os.replace(tmp, self.dir / "metrics.csv")
-        for tracker in self.trackers:
-            tracker.log_metrics(row)
+        _write_csv(self.dir / "metrics.csv", self.eval_rows)
+        for tracker in self.trackers:  # the training columns reach trackers from record_train
+            tracker.log_metrics({k: v for k, v in row.items() if k not in ("train_loss", "lr", "grad_norm")})
         shown = {k: v for k, v in row.items() if k not in ("epoch", "progress", "lr", "grad_norm")}
         self.log("eval " + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+
+    def record_train(self, row: dict) -> None:
+        """The training loss every 1% of the budget: a row of ``train.csv``."""
+        self.train_rows.append(row)
+        _write_csv(self.dir / "train.csv", self.train_rows)
+        for tracker in self.trackers:
+            tracker.log_metrics(row)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    """Rewritten whole (rows are few) through a temp file, so a new column fits and a reader never
+    sees half a file."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def _fmt(v) -> str:
@@ -113,16 +129,16 @@ def _make_logger(run_dir: Path) -> logging.Logger:
 
 
 def _trim_metrics(run: Run) -> None:
-    """On resume keep only the evaluations the checkpoint already contains."""
+    """On resume keep only the rows the checkpoint already contains."""
     import torch
 
-    path = run.dir / "metrics.csv"
-    if not path.exists():
-        return
     step = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)["loop"]["step"]
-    with open(path, newline="") as f:
-        rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
-    run.eval_rows = [r for r in rows if r["step"] <= step]
+    for name, attr in (("metrics.csv", "eval_rows"), ("train.csv", "train_rows")):
+        path = run.dir / name
+        if path.exists():
+            with open(path, newline="") as f:
+                rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+            setattr(run, attr, [r for r in rows if r["step"] <= step])
 
 
 def _number(text: str):
@@ -152,7 +168,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     index = (resume_dir.parents[len(Path(spec.name).parts)] if resume_dir else out_root) / "index.sqlite"
     run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
               resuming=resume_dir is not None, logger=_make_logger(run_dir))
-    env = envinfo.fingerprint(CODE_DIR)
+    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)
     if run.resuming:
         if not run.checkpoint_path.exists():
             raise ZooError(f"{run_dir}: no checkpoint.pt to resume from")
@@ -277,7 +293,8 @@ def _plot_curves(run: Run) -> None:
     from zoo.plots import plot_curves
 
     try:
-        plot_curves(run.eval_rows, run.spec.metric, run.dir / "curves.png", title=f"{run.spec.name} on {run.benchmark}")
+        plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.spec.metric, run.dir / "curves.png",
+                    title=f"{run.spec.name} on {run.benchmark}")
     except Exception as exc:  # a plot must never turn a finished run into a crash
         run.log(f"warning: could not draw curves.png: {exc}")
 
