@@ -28,6 +28,7 @@ def plot_curves(train_rows: list[dict], eval_rows: list[dict], metric: str, path
 def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
     """One bar chart per leaderboard table: mean ± std per recipe, best on top."""
     import re
+    import textwrap
 
     import matplotlib
 
@@ -40,9 +41,11 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
     paths = []
     for (bench, _, metric, budget, hardware), table in group(rows).items():
         table = ranked(table)[::-1]
-        fig, ax = plt.subplots(figsize=(8, 0.5 * len(table) + 1.5), constrained_layout=True)
-        ax.barh([label(r) for r in table], [r["mean"] for r in table], xerr=[r["std"] for r in table],
-                color="#4C72B0", capsize=4)
+        names = [textwrap.fill(label(r), 48) for r in table]
+        lines = sum(n.count("\n") + 1 for n in names)
+        fig, ax = plt.subplots(figsize=(12, 0.35 * lines + 0.4 * len(table) + 1.5), constrained_layout=True)
+        ax.barh(names, [r["mean"] for r in table], xerr=[r["std"] for r in table], color="#4C72B0", capsize=4)
+        ax.tick_params(axis="y", labelsize=8)
         for y, r in enumerate(table):
             ax.text(r["mean"], y, f" {r['mean']:.4f} (n={r['n']})", va="center", fontsize=8)
         ax.set_xlabel(f"{metric} ({'higher' if table[0]['higher_is_better'] else 'lower'} is better)")
