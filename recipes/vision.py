@@ -510,9 +510,9 @@ def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.opt
         param_groups.append(group)
     optim.assert_covers(model, [g["params"] for g in param_groups])
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(param_groups, lr=lr, momentum=cfg.momentum, nesterov=True)
+        return optim.sgd_nesterov(param_groups, lr, cfg.momentum)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(param_groups, lr=lr, betas=optim.ADAMW_BETAS, eps=optim.ADAMW_EPS)
+        return optim.adamw(param_groups, lr)
     return optim.MuonAdamW(param_groups)
 
 

@@ -98,14 +98,14 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
                         {"params": skip, "weight_decay": 0.0}) if g["params"]]
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=ADAMW_BETAS, eps=ADAMW_EPS):
-    groups = decay_groups(model, weight_decay)
-    fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+def adamw(groups: list[dict], lr: float, betas=ADAMW_BETAS, eps=ADAMW_EPS) -> torch.optim.AdamW:
+    """AdamW with the recipe defaults over explicit groups (each may set its own lr/weight_decay)."""
+    fused = all(p.is_cuda for g in groups for p in g["params"])
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
 
 
-def sgd_nesterov(model: nn.Module, lr: float, weight_decay: float = 5e-4, momentum: float = 0.9):
-    return torch.optim.SGD(decay_groups(model, weight_decay), lr=lr, momentum=momentum, nesterov=True)
+def sgd_nesterov(groups: list[dict], lr: float, momentum: float = 0.9) -> torch.optim.SGD:
+    return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True)
 
 
 # ---------------------------------------------------------------------------------------------

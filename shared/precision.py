@@ -75,10 +75,6 @@ def maybe_compile(model: torch.nn.Module, enabled: bool) -> torch.nn.Module:
         return model
 
 
-def channels_last(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    return model.to(device=device, memory_format=torch.channels_last)
-
-
 def enable_activation_checkpointing(model: torch.nn.Module, attr: str = "blocks") -> int:
     """Recompute each block's activations in backward; the model must expose ``model.<attr>``."""
     from torch.utils.checkpoint import checkpoint

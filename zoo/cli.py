@@ -114,12 +114,13 @@ def cmd_show(args) -> int:
     print("\n* set by this variant; override any field with key=value\n")
     from zoo import board
 
-    rows = [r for r in board.load_rows() if r["recipe"] == spec.name and not r.get("overrides")]
+    all_rows = board.load_rows()
+    rows = [r for r in all_rows if r["recipe"] == spec.name and not r.get("overrides")]
     if not rows:
         print(f"leaderboard: no measured rows yet (zoo bench {spec.name})")
     for r in rows:
-        table = [t for t in board.load_rows() if board.table_key(t) == board.table_key(r)]
-        rank = [t is r or t == r for t in board.ranked(table)].index(True) + 1
+        table = [t for t in all_rows if board.table_key(t) == board.table_key(r)]
+        rank = [t is r for t in board.ranked(table)].index(True) + 1
         print(f"leaderboard: {r['mean']:.4f} ± {r['std']:.4f} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
               f"{r['budget']}, {r['hardware']}: rank {rank} of {len(table)}")
     return 0

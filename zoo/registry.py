@@ -33,10 +33,6 @@ class RecipeSpec:
     defaults: dict = field(default_factory=dict)  # the variant's config values
     source: str = ""  # file that registered it
 
-    @property
-    def domain(self) -> str:
-        return self.name.split("/", 1)[0] if "/" in self.name else "user"
-
 
 REGISTRY: dict[str, RecipeSpec] = {}
 
