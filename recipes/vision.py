@@ -198,6 +198,12 @@ def load_torchvision_cifar10(root: Path) -> ImageSplits:
     return ImageSplits(xs[0], ys[0], xs[1], ys[1], list(sets[0].classes), "cifar10")
 
 
+def resize_splits(splits: ImageSplits, size: int) -> None:
+    """Resize both splits' uint8 images to size x size (antialiased bilinear)."""
+    splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
+                                     .round().clamp(0, 255).byte() for t in (splits.train_x, splits.test_x))
+
+
 def load_data(cfg: VisionConfig, run) -> ImageSplits:
     size = cfg.image_size or None
     if cfg.data == "digits":
@@ -214,9 +220,7 @@ def load_data(cfg: VisionConfig, run) -> ImageSplits:
         raise ZooError(f"data={cfg.data!r}: not a vision dataset (digits, mnist-test, cifar10-subset, cifar10) nor an "
                        "existing folder")
     if size and splits.train_x.shape[-1] != size:
-        splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear",
-                                                       antialias=True).round().clamp(0, 255).byte()
-                                         for t in (splits.train_x, splits.test_x))
+        resize_splits(splits, size)
     return splits
 
 
@@ -605,8 +609,7 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     model, head = build_model(cfg, in_channels, num_classes, data.train_x.shape[-1])
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
-        data.train_x, data.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
-                                     .round().clamp(0, 255).byte() for t in (data.train_x, data.test_x))
+        resize_splits(data, size)
     mean, std = (t.view(1, -1, 1, 1).to(device) for t in input_stats(cfg, model, data.train_x))
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)

@@ -14,7 +14,7 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written)."""
     from zoo.data import DATASETS
 
-    data = [f"data={spec.benchmark}"] if "data" in {f for f in spec.config.__dataclass_fields__} else []
+    data = [f"data={spec.benchmark}"] if "data" in spec.config.__dataclass_fields__ else []
     cfg = config.build(spec.config, spec.defaults, None, data + overrides, spec.name)
     budget = runs.parse_budget_arg(budget_text or spec.budget)
     outcomes = []

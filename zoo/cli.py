@@ -168,7 +168,7 @@ def cmd_run(args) -> int:
 def cmd_runs(args) -> int:
     from zoo import results, runs
 
-    rows = results.all_rows((args.out or runs.default_out()) / "index.sqlite")
+    rows = results.all_rows(runs.index_path(args.out or runs.default_out()))
     if args.tsv:
         sys.stdout.write(results.to_tsv(rows))
         return 0
@@ -216,7 +216,7 @@ def cmd_board(args) -> int:
         if not args.data.exists():
             raise ZooError(f"{args.data}: file or folder not found")
         key = own_data_key(args.data)
-        rows = runs.local_board_rows((args.out or runs.default_out()) / "index.sqlite", key)
+        rows = runs.local_board_rows(runs.index_path(args.out or runs.default_out()), key)
         print(f"runs on {args.data} ({key}):\n")
         print(board.render(rows, []).split("\n", 4)[-1] if rows else "no finished runs on this data yet")
         return 0
@@ -251,7 +251,7 @@ def cmd_compare(args) -> int:
         if summary["status"] != "ok":
             print(f"{run_dir}: status {summary['status']}, nothing to rank")
             continue
-        index = run_dir.parents[len(Path(summary["recipe"]).parts)] / "index.sqlite"
+        index = runs.index_path(runs.runs_root(run_dir, summary["recipe"]))
         print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
               f"{runs.standing(summary, hardware, higher, index, run_dir.name)}")
     groups: dict[tuple, list] = {}

@@ -32,6 +32,15 @@ def default_out() -> Path:
     return Path(os.environ.get("ZOO_RUNS", "runs"))
 
 
+def index_path(out_root: Path) -> Path:
+    return out_root / "index.sqlite"
+
+
+def runs_root(run_dir: Path, recipe: str) -> Path:
+    """The runs root a run directory ``<root>/<recipe>/<time>-<id>`` lives under."""
+    return run_dir.parents[len(Path(recipe).parts)]
+
+
 @dataclass
 class Run:
     """The handle a recipe's ``train(cfg, run)`` receives."""
@@ -165,7 +174,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     from shared.precision import seed_everything
 
     run_dir = resume_dir or new_run_dir(out_root, spec.name)
-    index = (resume_dir.parents[len(Path(spec.name).parts)] if resume_dir else out_root) / "index.sqlite"
+    index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
     run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
               resuming=resume_dir is not None, logger=_make_logger(run_dir))
     env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)
