@@ -28,3 +28,21 @@ def summary_block(stdout: str) -> dict:
     """The key: value lines after the final ``---``."""
     block = stdout.rsplit("---\n", 1)[1]
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in block.strip().splitlines())}
+
+
+def make_tiny_llama(path: Path) -> Path:
+    """A 2-layer random Llama with a 300-token BPE tokenizer, saved with ``save_pretrained``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from recipes import llm
+
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 20
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=llm.train_bpe([text], 300), bos_token=llm.BOS,
+                                        eos_token=llm.BOS, pad_token=llm.BOS)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

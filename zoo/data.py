@@ -75,6 +75,13 @@ register(DatasetInfo(
                Download(_MNIST + "t10k-labels-idx1-ubyte.gz",
                         "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"))))
 register(DatasetInfo(
+    name="tinyshakespeare", domain="text", source="cache", path="text/tinyshakespeare",
+    description="Tiny Shakespeare (char-rnn): 1,115,394 ASCII characters of the plays, one file",
+    split="first 90% of the characters train, last 10% validation", metric="validation bits per byte",
+    downloads=(Download("https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/"
+                        "data/tinyshakespeare/input.txt",
+                        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),)))
+register(DatasetInfo(
     name="cifar10", domain="vision", source="torchvision", path="vision/cifar10",
     description="full CIFAR-10 (50k train / 10k test) through torchvision's downloader (online users)",
     split="official train/test", metric="top-1 accuracy on test"))

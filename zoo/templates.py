@@ -26,8 +26,15 @@ def render_template(spec, new_name: str, commit: str) -> str:
     to ``zoo run RECIPE`` and every later change is the user's.
     """
     source = Path(spec.source).read_text()
-    func, decos = _recipe_decorators(ast.parse(source), spec.name)
+    tree = ast.parse(source)
+    func, decos = _recipe_decorators(tree, spec.name)
     lines = source.splitlines(keepends=True)
+    # Other recipes in the same module stay as plain functions: the copy registers only new_name.
+    for other in (d for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node is not func
+                  for d in node.decorator_list
+                  if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "recipe"):
+        for i in range(other.lineno - 1, other.end_lineno):
+            lines[i] = ""
     start, end = min(d.lineno for d in decos) - 1, max(d.end_lineno for d in decos)
     decorator = (f"@recipe({new_name!r}, config={spec.config.__name__}, benchmark={spec.benchmark!r}, "
                  f"metric={spec.metric!r},\n        higher_is_better={spec.higher_is_better!r}, "

@@ -1,0 +1,240 @@
+"""LLM recipes: tokenizer and bits per byte, the GPT, the optimizer table, text data and its bad
+inputs, and LoRA on a tiny transformers Llama built locally."""
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import make_tiny_llama, summary_block, zoo
+from recipes import llm
+from shared.budget import parse_budget
+from zoo.errors import ZooError
+
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+        "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
+
+
+def small_cfg(**kw) -> llm.GPTConfig:
+    return llm.GPTConfig(**{"aspect": 32, "head_dim": 16, "seq_len": 32, "vocab_size": 300, **kw})
+
+
+def test_bpe_round_trips_any_text_and_byte_table_counts_utf8():
+    tok = llm.train_bpe([TEXT], 320)
+    lengths = llm.token_bytes(tok)
+    assert lengths[tok.token_to_id(llm.BOS)] == 0
+    for text in (TEXT[:200], "naïve café — 😀 日本語\r\n\tend", "\x01\x7f"):
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert tok.decode(ids) == text
+        assert int(lengths[torch.tensor(ids)].sum()) == len(text.encode())
+    assert tok.get_vocab_size() == 320
+    byte_tok = llm.train_bpe([TEXT], 0, byte_only=True)
+    assert byte_tok.get_vocab_size() == 257 and len(byte_tok.encode("héllo").ids) == 6
+    with pytest.raises(ZooError, match="vocab_size=100"):
+        llm.train_bpe([TEXT], 100)
+
+
+def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
+    vocab, seq = 50, 8
+    tokens = torch.randint(vocab, (1 + 37,))  # 37 targets: 4 full windows and a short one
+    per_target = torch.randint(1, 4, (37,))
+    uniform = lambda x: torch.zeros(*x.shape, vocab)  # noqa: E731
+    for batch in (1, 3, 16):
+        bpb = llm.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
+        assert bpb == pytest.approx(37 * math.log2(vocab) / int(per_target.sum()), rel=1e-6)
+
+
+def test_token_windows_cover_each_epoch_once_and_resume_exactly():
+    tokens = torch.arange(1000, dtype=torch.int32)
+    a = llm.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    seen = torch.cat([a.next_batch()[0] for _ in range(a.batches_per_epoch)])
+    starts = seen[:, 0]
+    assert len(set(starts.tolist())) == len(starts) and bool(((starts - starts[0]) % 10 == 0).all())
+    x, y = a.next_batch()
+    assert torch.equal(y[:, :-1], x[:, 1:]) and a.epoch == 1
+    b = llm.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.next_batch()[0], b.next_batch()[0])
+    with pytest.raises(ZooError, match="fewer than one batch"):
+        llm.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
+
+
+@pytest.mark.parametrize("mlp,kv_heads", [("relu2", 0), ("swiglu", 1)])
+def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
+    torch.manual_seed(0)
+    shape = llm.GPTShape.from_depth(2, small_cfg(mlp=mlp, kv_heads=kv_heads, softcap=5.0), vocab=64)
+    model = llm.GPT(shape)
+    assert model.scaling_params() == llm.param_estimate(shape)
+    x = torch.randint(64, (2, 16))
+    # zero-initialised output projections: at init the blocks add nothing to the residual stream
+    expected = model.lm_head(llm.rms_norm(model.embed(x)))
+    assert torch.allclose(model(x), 5.0 * torch.tanh(expected / 5.0), atol=1e-5)
+    for p in model.parameters():  # break the identity so causality is tested on a real network
+        p.data.add_(0.1 * torch.randn_like(p))
+    logits = model(x)
+    assert logits.abs().max() <= 5.0
+    y = x.clone()
+    y[:, 10:] = (y[:, 10:] + 1) % 64
+    assert torch.allclose(model(y)[:, :10], logits[:, :10], atol=1e-5)
+    assert not torch.allclose(model(y)[:, 10:], logits[:, 10:])
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_optimizer_follows_the_recipe_table():
+    cfg = llm.GPTConfig(aspect=48)  # depth 4: width 192, s = (192/768)^-0.5 = 2
+    model = llm.GPT(llm.GPTShape.from_depth(4, cfg, vocab=100))
+    opt = llm.build_optimizer(cfg, model)
+    by_kind = {g["kind"]: g for g in opt.param_groups}
+    assert by_kind["matrix"]["optimizer"] == "muon" and by_kind["matrix"]["lr"] == 0.04
+    assert by_kind["matrix"]["weight_decay"] == 0.2
+    assert by_kind["embedding"]["lr"] == pytest.approx(1.2) and by_kind["embedding"]["weight_decay"] == 0
+    assert by_kind["head"]["lr"] == pytest.approx(0.008) and by_kind["scalar"]["lr"] == pytest.approx(0.01)
+    assert len(by_kind["scalar"]["params"]) == 2  # the per-block residual and x0 scales
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+
+
+def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
+    monkeypatch.setattr(llm, "peak_flops", lambda device: 1e11)  # a fixed machine, not this one's measurement
+    cfg = llm.GPTConfig()
+
+    def depth(budget: str, train_tokens: int) -> int:
+        return llm.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), torch.device("cpu"), log=print)
+
+    assert depth("10s", 10**9) <= depth("5m", 10**9) < depth("1h", 10**9) < depth("24h", 10**9)
+    assert depth("1h", 10**5) > depth("1h", 10**9)  # a small corpus caps the epochs: spend compute on size
+    assert depth("100steps", 10**5) == 4
+
+
+def test_text_sources_and_bad_inputs(tmp_path):
+    f = tmp_path / "book.txt"
+    f.write_text("abcdefghij" * 10)
+    s = llm.load_text(str(f), 0.1, None)
+    assert "".join(s.train) + "".join(s.val) == "abcdefghij" * 10 and len("".join(s.val)) == 10
+    (tmp_path / "book.val.txt").write_text("held out")
+    assert llm.load_text(str(f), 0.1, None).val == ["held out"]
+    folder = tmp_path / "docs"
+    (folder / "val").mkdir(parents=True)
+    (folder / "a.md").write_text("doc a")
+    (folder / "b.txt").write_text("doc b")
+    (folder / "val" / "c.txt").write_text("doc c")
+    (folder / "notes.pdf").write_bytes(b"%PDF")
+    logged = []
+    s = llm.load_text(str(folder), 0.1, None, log=logged.append)
+    assert s.train == ["doc a", "doc b"] and s.val == ["doc c"] and "1 files" in logged[0]
+    with pytest.raises(ZooError, match="validation split has 8 bytes, fewer than eval_bytes=100"):
+        llm.eval_text(llm.TextSplits("x", ["a"], ["held out"]), 100)
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "bin.txt").write_bytes(b"abc\0def")
+    (tmp_path / "latin1.txt").write_bytes("caf".encode() + b"\xe9 au lait")
+    (tmp_path / "nothing").mkdir()
+    for name, message in (("empty.txt", "empty file"), ("bin.txt", "NUL byte at offset 3"),
+                          ("latin1.txt", "not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
+                          ("nothing", "no .txt or .md files"), ("missing.txt", "no such file")):
+        with pytest.raises(ZooError, match=message):
+            llm.load_text(str(tmp_path / name), 0.1, None)
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(ZooError, match="needs the Hugging Face `datasets` package"):
+            llm.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, None)
+
+
+def test_zoo_run_gpt_end_to_end(tmp_path):
+    data = tmp_path / "corpus.txt"
+    data.write_text(TEXT * 3)
+    r = zoo("run", "llm/gpt", "--budget", "6steps", f"data={data}", "depth=1", "aspect=32", "head_dim=16",
+            "seq_len=32", "micro_batch=4", "batch_tokens=256", "eval_bytes=1500", "vocab_size=300",
+            "samples=2", "sample_tokens=20", "prompt=First", "compile=false")
+    assert r.returncode == 0, r.stderr + r.stdout
+    s = summary_block(r.stdout)
+    assert s["status"] == "ok" and s["benchmark"].startswith("own:") and 1.0 < float(s["value"]) < 9.0
+    run_dir = tmp_path / "runs" / "llm" / "gpt"
+    run_dir = next(run_dir.iterdir())
+    assert (run_dir / "tokenizer.json").is_file() and (run_dir / "model.safetensors").is_file()
+    samples = (run_dir / "samples.txt").read_text()
+    assert samples.startswith("First") and samples.count("----------") == 1
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert metrics["tokens"] == 6 * 256 and metrics["depth"] == 1 and metrics["vocab_size"] == 300
+    assert metrics["tokens_per_param"] > 0 and metrics["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["eval_bytes=10000000"], "fewer than eval_bytes=10,000,000"),
+    (["kv_heads=3"], "kv_heads=3: must divide"),
+    (["vocab_size=99"], "vocab_size=99: must be at least 257"),
+])
+def test_zoo_run_gpt_bad_config_is_one_line_exit_2(tmp_path, args, message):
+    data = tmp_path / "corpus.txt"
+    data.write_text(TEXT)
+    r = zoo("run", "llm/gpt", "--budget", "1steps", f"data={data}", "depth=2", "eval_bytes=500", *args)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_zoo_run_gpt_non_utf8_names_file_and_offset(tmp_path):
+    data = tmp_path / "bad.txt"
+    data.write_bytes(TEXT.encode() + b"\xff\xfe")
+    r = zoo("run", "llm/gpt", "--budget", "1steps", f"data={data}")
+    assert r.returncode == 2 and f"{data}: not UTF-8 text (byte 0xff at offset {len(TEXT)})" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA on a tiny random Llama saved locally
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def test_lora_fine_tunes_text_and_saves_adapter_and_merged_model(tiny_llama, tmp_path):
+    data = tmp_path / "corpus.txt"
+    data.write_text(TEXT * 2)
+    r = zoo("run", "llm/lora", "--budget", "12steps", f"model={tiny_llama}", f"data={data}", "seq_len=32",
+            "micro_batch=4", "eval_bytes=1000", "lr=0.01", "merge=true")
+    assert r.returncode == 0, r.stderr + r.stdout
+    run_dir = next((tmp_path / "runs" / "llm" / "lora").iterdir())
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert metrics["val_bpb"] < metrics["val_bpb_before"]  # a random model learns the repeated text
+    assert (run_dir / "adapter" / "adapter_config.json").is_file()
+    assert (run_dir / "merged" / "config.json").is_file()
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(run_dir / "merged")
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+
+
+def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."})
+                              for i in range(20)) + "\n" + json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
+    logged = []
+    examples = llm.load_jsonl(path, tokenizer, 32, log=logged.append)
+    assert len(examples) == 20 and "1 of 21 examples are longer" in logged[0]
+    e = examples[0]
+    n_prompt = len(tokenizer("Q0: speak?").input_ids)
+    assert e.labels[:n_prompt] == [-100] * n_prompt and e.labels[n_prompt:] == e.ids[n_prompt:]
+    ids, labels, mask = llm.pad_examples(examples[:3], pad_id=0)
+    assert ids.shape == labels.shape == mask.shape and int(mask.sum()) == sum(len(x.ids) for x in examples[:3])
+    r = zoo("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
+            "micro_batch=4", "val_fraction=0.2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert math.isfinite(float(summary_block(r.stdout)["value"]))
+
+
+def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n{not json\n")
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({"prompt": "a"}) + "\n")
+    for args, message in (([f"data={bad}"], "bad.jsonl line 2: not valid JSON"),
+                          ([f"data={missing}"], "missing.jsonl line 1: missing string field 'response'"),
+                          (["seq_len=128"], "over the model's context limit of 64"),
+                          ([f"model={tmp_path}"], "not a transformers model folder")):
+        r = zoo("run", "llm/lora", "--budget", "1steps", f"model={tiny_llama}", "seq_len=32", *args)
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = zoo("run", "llm/lora", "--budget", "1steps")
+    assert r.returncode == 2 and "llm/lora needs model=PATH" in r.stderr
