@@ -626,6 +626,9 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
              "tokens_per_param": tokens / model.scaling_params(), "chinchilla_tokens_per_param": 20.0,
              "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent, "depth": depth,
              "vocab_size": vocab}
+    run.report("tokens_per_s", f"{tokens_per_s:,.0f}")
+    run.report("tokens_seen", f"{tokens:,} ({tokens / len(train_tokens):.1f} epochs)")
+    run.report("tokens_per_param", f"{stats['tokens_per_param']:.2f} (Chinchilla: 20)")
     run.log(f"{tokens:,} tokens at {tokens_per_s:,.0f} tokens/s; {stats['tokens_per_param']:.2f} tokens/param "
             f"(Chinchilla: 20); MFU {mfu:.1f}% of {peak / 1e9 if peak else float('nan'):.0f} GFLOP/s "
             f"(model FLOPs; {result.mfu_percent:.1f}% counting the optimizer)")
@@ -863,5 +866,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         merged.save_pretrained(str(run.dir / "merged"))
         tokenizer.save_pretrained(str(run.dir / "merged"))
     after = result.metrics["val_bpb"]
+    run.report("val_bpb_before", f"{before:.4f}")
+    run.report("trainable_M", f"{trainable / 1e6:.3f}")
     run.log(f"val_bpb {before:.4f} -> {after:.4f} ({after - before:+.4f}); adapter saved to {run.dir / 'adapter'}")
     return {**result.stats(), **result.metrics, "val_bpb_before": before, "trainable_M": trainable / 1e6}

@@ -1,9 +1,11 @@
 """FLOPs per step (counted once by torch's FLOP counter) and MFU against the device's peak."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -70,8 +72,14 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
+@contextlib.contextmanager
 def counting_flops():
-    """Context manager counting FLOPs of the ops run inside it (forward and backward)."""
+    """Context manager counting FLOPs of the ops run inside it (forward and backward); yields the counter."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    return FlopCounterMode(display=False)
+    with warnings.catch_warnings():
+        # The counter's global module hooks make torch.compile warn that hooks fire twice; the
+        # counter itself counts ops, not hook calls, so the figure is unaffected.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+        with FlopCounterMode(display=False) as counter:
+            yield counter

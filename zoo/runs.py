@@ -56,6 +56,7 @@ class Run:
     train_rows: list[dict] = field(default_factory=list)
     logger: logging.Logger | None = None
     trackers: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # recipe-specific summary lines, printed after mfu_percent
 
     @property
     def checkpoint_path(self) -> Path:
@@ -82,6 +83,10 @@ class Run:
 
     def log(self, message: str) -> None:
         self.logger.info(message)
+
+    def report(self, key: str, value) -> None:
+        """An extra line of the summary block (e.g. ``tokens_per_s``); the fixed keys stay as they are."""
+        self.extra[key] = value
 
     def record_eval(self, row: dict) -> None:
         """One evaluation: a row of ``metrics.csv`` and a log line."""
@@ -277,7 +282,7 @@ def _summary(run: Run, metrics: dict, status: str) -> dict:
             "value": value if status == "ok" else None, "budget": str(run.budget),
             "train_seconds": metrics.get("train_seconds"), "peak_mem_mb": metrics.get("peak_mem_mb"),
             "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
-            "status": status, "run_dir": str(run.dir)}
+            "status": status, "run_dir": str(run.dir), "extra": dict(run.extra) if status == "ok" else {}}
 
 
 def format_summary(summary: dict) -> str:
@@ -287,6 +292,8 @@ def format_summary(summary: dict) -> str:
         if isinstance(value, float):
             value = f"{value:.4f}" if key == "value" else f"{value:.1f}"
         lines.append(f"{key + ':':<16} {'n/a' if value is None else value}")
+        if key == "mfu_percent":
+            lines += [f"{k + ':':<16} {v}" for k, v in summary.get("extra", {}).items()]
     return "\n".join(lines)
 
 
