@@ -149,6 +149,8 @@ def test_zoo_run_gpt_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["status"] == "ok" and s["benchmark"].startswith("own:") and 1.0 < float(s["value"]) < 9.0
+    assert s["tokens_seen"].startswith("1,536 (") and "(Chinchilla: 20)" in s["tokens_per_param"]
+    assert float(s["tokens_per_s"].replace(",", "")) > 0
     run_dir = tmp_path / "runs" / "llm" / "gpt"
     run_dir = next(run_dir.iterdir())
     assert (run_dir / "tokenizer.json").is_file() and (run_dir / "model.safetensors").is_file()
@@ -196,6 +198,7 @@ def test_lora_fine_tunes_text_and_saves_adapter_and_merged_model(tiny_llama, tmp
     run_dir = next((tmp_path / "runs" / "llm" / "lora").iterdir())
     metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
     assert metrics["val_bpb"] < metrics["val_bpb_before"]  # a random model learns the repeated text
+    assert float(summary_block(r.stdout)["val_bpb_before"]) == pytest.approx(metrics["val_bpb_before"], abs=1e-4)
     assert (run_dir / "adapter" / "adapter_config.json").is_file()
     assert (run_dir / "merged" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
