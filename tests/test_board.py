@@ -138,6 +138,10 @@ def small_run_args(name: str, tmp_path) -> list[str]:
             return common + [f"model={make_tiny_llama(tmp_path / 'llama')}"]
         return common + ["depth=1", "aspect=32", "head_dim=16", "batch_tokens=128", "vocab_size=300", "samples=0",
                          "compile=false"]
+    if name.startswith("molecules/"):
+        data = tmp_path / "mols.csv"
+        data.write_text("smiles,y\n" + "".join(f"{'C' * n}O,{n}\n" for n in range(1, 30)))
+        return [f"data={data}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
     raise AssertionError(f"add tiny-run overrides for {name}")
 
 

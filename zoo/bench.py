@@ -30,10 +30,10 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     mean, std = board.mean_std(values)
     summaries = [o.summary for o in outcomes]
     benchmark = summaries[0]["benchmark"]
-    info = DATASETS.get(benchmark)
+    info = DATASETS.get(benchmark.split(":")[0])
     row = {
-        "benchmark": benchmark, "split": info.split if info else "", "metric": spec.metric,
-        "higher_is_better": spec.higher_is_better, "recipe": spec.name,
+        "benchmark": benchmark, "split": info.split if info else "", "metric": summaries[0]["metric"],
+        "higher_is_better": summaries[0]["higher_is_better"], "recipe": spec.name,
         "overrides": config.parse_overrides(overrides), "mean": mean, "std": std, "n": len(values),
         "values": values, "seeds": list(range(seeds)), "budget": str(budget),
         "train_seconds": sum(s["train_seconds"] for s in summaries) / len(summaries),

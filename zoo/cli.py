@@ -246,7 +246,7 @@ def cmd_compare(args) -> int:
         env = json.loads((run_dir / "env.json").read_text())
         saved = runs.load_run_config(run_dir)
         spec = _resolve_spec(saved.get("recipe_file") or saved["recipe"])
-        entries.append((run_dir, summary, env["hardware"], spec.higher_is_better))
+        entries.append((run_dir, summary, env["hardware"], summary.get("higher_is_better", spec.higher_is_better)))
     for run_dir, summary, hardware, higher in entries:
         if summary["status"] != "ok":
             print(f"{run_dir}: status {summary['status']}, nothing to rank")

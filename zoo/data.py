@@ -81,6 +81,20 @@ register(DatasetInfo(
     downloads=(Download("https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/"
                         "data/tinyshakespeare/input.txt",
                         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),)))
+_MOLNET = "https://raw.githubusercontent.com/GLambard/Molecules_Dataset_Collection/beb35cd0b76db5adef6cb1fa55807e4cd309aaed/originals/"
+_MOL_SPLIT = "seeded 80/10/10, random (or Bemis-Murcko scaffold: the benchmark key then ends in :scaffold)"
+for _name, _file, _sha, _what, _metric in (
+        ("esol", "ESOL_delaney-processed.csv", "8c06a76f0c6487d29ab0f903e6a7a7139f189ab3c1178f159c8be8964602f189",
+         "MoleculeNet ESOL: measured aqueous log solubility of 1,128 molecules", "RMSE (log mol/L)"),
+        ("lipophilicity", "Lipophilicity.csv", "aed41590cb30609d51d8e08ad3ff06495a76e80e211358801f596b10da69bacd",
+         "MoleculeNet Lipophilicity: octanol/water logD at pH 7.4 of 4,200 ChEMBL molecules", "RMSE"),
+        ("freesolv", "FreeSolv_SAMPL.csv", "ab5895d914ee87cb563bd7b9611e869527bba45bec6b014d34dc495a0f9dcb72",
+         "MoleculeNet FreeSolv: hydration free energy of 642 molecules (kcal/mol)", "RMSE (kcal/mol)"),
+        ("bbbp", "BBBP.csv", "d07a38487aeac5cee5508413e468043ef3097451d2a112701c2d60be9ec6b662",
+         "MoleculeNet BBBP: blood-brain barrier penetration, 2,050 rows (11 SMILES do not parse)", "ROC-AUC")):
+    register(DatasetInfo(name=_name, domain="molecules", source="cache", path=f"molecules/moleculenet/{_file}",
+                         description=_what, split=_MOL_SPLIT, metric=_metric,
+                         downloads=(Download(_MOLNET + _file, _sha),)))
 register(DatasetInfo(
     name="cifar10", domain="vision", source="torchvision", path="vision/cifar10",
     description="full CIFAR-10 (50k train / 10k test) through torchvision's downloader (online users)",
@@ -238,7 +252,11 @@ def fetch(name: str, root: Path | None = None) -> Path:
                 raise ZooError(f"dataset {name!r}: content sha256 {got} does not match the registry "
                                f"({info.tree_sha256}); nothing was placed in the cache")
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(staged, target)
+        files = list(staged.iterdir())
+        if PurePosixPath(info.path).suffix and len(files) == 1 and files[0].is_file():
+            shutil.move(files[0], target)  # a one-file dataset is that file, beside its siblings
+        else:
+            shutil.move(staged, target)
     return target
 
 

@@ -57,6 +57,17 @@ class Run:
     logger: logging.Logger | None = None
     trackers: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # recipe-specific summary lines, printed after mfu_percent
+    metric: str = ""  # the primary metric: the recipe's own unless set_metric chose one for this data
+    higher_is_better: bool | None = None
+
+    def __post_init__(self):
+        self.metric = self.metric or self.spec.metric
+        if self.higher_is_better is None:
+            self.higher_is_better = self.spec.higher_is_better
+
+    def set_metric(self, name: str, higher_is_better: bool) -> None:
+        """For recipes whose metric follows the data (RMSE for a regression target, ROC-AUC for a class)."""
+        self.metric, self.higher_is_better = name, higher_is_better
 
     @property
     def checkpoint_path(self) -> Path:
@@ -72,9 +83,9 @@ class Run:
         data = str(getattr(self.cfg, "data", self.spec.benchmark))
         from zoo.data import DATASETS, own_data_key
 
-        if data in DATASETS or not Path(data).exists():
-            return data
-        return own_data_key(Path(data))
+        key = data if data in DATASETS or not Path(data).exists() else own_data_key(Path(data))
+        # A config may qualify the key: a scaffold split of esol is another benchmark than a random one.
+        return self.cfg.benchmark_key(key) if hasattr(self.cfg, "benchmark_key") else key
 
     def data_path(self, name: str) -> Path:
         from zoo.data import locate
@@ -209,8 +220,8 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     try:
         metrics = spec.train(cfg, run)
         status, code = "ok", EXIT_OK
-        if not math.isfinite(metrics.get(spec.metric, float("nan"))):
-            raise RuntimeError(f"recipe returned no finite {spec.metric!r}")
+        if not math.isfinite(metrics.get(run.metric, float("nan"))):
+            raise RuntimeError(f"recipe returned no finite {run.metric!r}")
     except ZooError as exc:
         run.log(f"error: {exc}")
         status, code, input_error = "crash", EXIT_BAD_INPUT, exc
@@ -228,12 +239,13 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         status, code = "crash", EXIT_CRASH
     summary = _summary(run, metrics, status)
     if status == "ok":
-        summary["rank"] = standing(summary, env["hardware"], spec.higher_is_better, index, run_dir.name)
+        summary["rank"] = standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics})
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)
-    results.upsert(index, {**row, "status": status, "metric": summary["value"],
+    results.upsert(index, {**row, "status": status, "metric": summary["value"], "metric_name": run.metric,
+                           "higher_is_better": int(run.higher_is_better),
                            "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
                            "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
                            "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
@@ -277,8 +289,9 @@ def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) ->
 
 
 def _summary(run: Run, metrics: dict, status: str) -> dict:
-    value = metrics.get(run.spec.metric)
-    return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.spec.metric,
+    value = metrics.get(run.metric)
+    return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.metric,
+            "higher_is_better": run.higher_is_better,
             "value": value if status == "ok" else None, "budget": str(run.budget),
             "train_seconds": metrics.get("train_seconds"), "peak_mem_mb": metrics.get("peak_mem_mb"),
             "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
@@ -309,7 +322,7 @@ def _plot_curves(run: Run) -> None:
     from zoo.plots import plot_curves
 
     try:
-        plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.spec.metric, run.dir / "curves.png",
+        plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.metric, run.dir / "curves.png",
                     title=f"{run.spec.name} on {run.benchmark}")
     except Exception as exc:  # a plot must never turn a finished run into a crash
         run.log(f"warning: could not draw curves.png: {exc}")

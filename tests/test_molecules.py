@@ -1,0 +1,165 @@
+"""Molecules: RDKit reading and featurisation, splits, the D-MPNN, metrics, bad inputs, both recipes
+end to end on a small synthetic table (targets computed by RDKit, so they are learnable)."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import summary_block, zoo
+from recipes import molecules as mol
+from zoo.errors import ZooError
+
+RINGS = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1", "c1ccc2ccccc2c1", "C1CC1"]
+HEADS = ["", "C", "CC", "O", "N", "Cl", "CCC", "FC(F)(F)", "OC(=O)"]
+TAILS = ["", "C", "CC", "O", "CO", "C(=O)O", "N", "Cl", "CCC", "C(F)(F)F"]
+
+
+def smiles_set() -> list[str]:
+    """540 small molecules: a substituent, a ring, a substituent (plus a few alcohols)."""
+    return [head + ring + tail for ring in RINGS for head in HEADS for tail in TAILS] + \
+        ["C" * n + "O" for n in range(1, 9)]
+
+
+def write_table(path, rows, header=("smiles", "y")):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def logp_csv(tmp_path):
+    from rdkit import Chem
+    from rdkit.Chem import Descriptors
+
+    rows = [(s, round(Descriptors.MolLogP(Chem.MolFromSmiles(s)), 3)) for s in smiles_set()]
+    return write_table(tmp_path / "logp.csv", rows)
+
+
+def cfg(**kw) -> mol.MolConfig:
+    return mol.MolConfig(**{"target": "y", **kw})
+
+
+def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
+    from rdkit import Chem
+
+    mols = [Chem.MolFromSmiles(s) for s in ("CCO", "C", "c1ccccc1", "CC(=O)N")]
+    g = mol.featurize(mols)
+    assert g.x.shape[0] == 3 + 1 + 6 + 4 and g.edge_attr.shape == (2 * (2 + 0 + 6 + 3), mol.bond_dim())
+    b = mol.collate(g, torch.tensor([3, 1, 0]), None)
+    assert torch.equal(b.src[b.rev], b.dst) and torch.equal(b.dst[b.rev], b.src)
+    assert torch.equal(b.mol_of_atom[b.src], b.mol_of_atom[b.dst])  # no bond crosses molecules
+    assert b.x.shape[0] == 4 + 1 + 3
+    torch.manual_seed(0)
+    model = mol.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, mol.MolConfig(hidden=16, ffn_hidden=8)).eval()
+    together = model(b)
+    alone = torch.cat([model(mol.collate(g, torch.tensor([i]), None)) for i in (3, 1, 0)])
+    assert torch.allclose(together, alone, atol=1e-5)  # permutation- and batch-invariant
+
+
+def test_standardisation_strips_salts_and_charges():
+    from rdkit import Chem
+
+    parent = mol.standardize(Chem.MolFromSmiles("[Na+].CC(=O)[O-]"))
+    assert Chem.MolToSmiles(parent) == "CC(=O)O"
+
+
+def test_splits_are_seeded_disjoint_and_scaffolds_stay_whole():
+    from rdkit import Chem
+
+    mols = [Chem.MolFromSmiles(s) for s in smiles_set()]
+    scaffold = mol.scaffolds(mols)
+    for kind in ("random", "scaffold"):
+        a = mol.split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
+        b = mol.split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert sorted(np.concatenate(a).tolist()) == list(range(len(mols)))
+        assert len(a[0]) >= (0.75 if kind == "random" else 0.6) * len(mols)  # 7 scaffolds only: coarse
+    train, val, test = mol.split_indices(mols, "scaffold", (0.8, 0.1, 0.1), seed=1)
+    parts = [{scaffold[i] for i in part} for part in (train, val, test)]
+    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+    folds = list(mol.fold_indices(mols, "scaffold", 4, seed=0))
+    tested = np.concatenate([f[2] for f in folds])
+    assert sorted(tested.tolist()) == list(range(len(mols)))  # every molecule is tested exactly once
+    for train, val, test in folds:
+        assert not ({scaffold[i] for i in train} & {scaffold[i] for i in test})
+    with pytest.raises(ZooError, match="at least 3 folds"):
+        list(mol.fold_indices(mols, "random", 2, seed=0))
+    with pytest.raises(ZooError, match="split_sizes"):
+        mol.parse_sizes("0.8,0.1")
+
+
+def test_metrics_match_their_definitions():
+    y = np.array([[1.0], [2.0], [3.0], [np.nan]])
+    p = np.array([[1.5], [2.0], [2.0], [9.0]])
+    s = mol.score(y, p, "regression")
+    assert s["rmse"] == pytest.approx(np.sqrt((0.25 + 0 + 1) / 3)) and s["mae"] == pytest.approx(0.5)
+    c = mol.score(np.array([[0.0], [1.0], [1.0], [0.0]]), np.array([[0.1], [0.8], [0.2], [0.3]]), "classification")
+    assert c["roc_auc"] == pytest.approx(0.75) and 0 < c["macro_f1"] <= 1
+
+
+def test_reading_bad_tables(tmp_path, logp_csv):
+    t = mol.read_table(cfg(data=str(logp_csv)), None)
+    assert t.task == "regression" and len(t.mols) == len(smiles_set()) and t.y.shape == (len(smiles_set()), 1)
+    bad = write_table(tmp_path / "bad.csv", [("CCO", 1), ("C1CC", 2), ("CC", 3), ("xyz", 4)])
+    with pytest.raises(ZooError, match=r"bad.csv: 2 SMILES do not parse \(rows 3, 5\)"):
+        mol.read_table(cfg(data=str(bad)), None)
+    t = mol.read_table(cfg(data=str(bad), on_invalid="skip"), None)
+    assert t.skipped == 2 and len(t.mols) == 2
+    with pytest.raises(ZooError, match="no column 'activity'"):
+        mol.read_table(cfg(data=str(bad), target="activity"), None)
+    text = write_table(tmp_path / "text.csv", [("CCO", 1), ("CC", "high")])
+    with pytest.raises(ZooError, match="text.csv row 3: target 'y' is 'high', not a number"):
+        mol.read_table(cfg(data=str(text)), None)
+    empty = write_table(tmp_path / "empty.csv", [("CCO", 1), ("CC", "")])
+    with pytest.raises(ZooError, match="1 rows have no target value \\(first: row 3\\)"):
+        mol.read_table(cfg(data=str(empty)), None)
+    multi = write_table(tmp_path / "multi.csv", [("CCO", 1, ""), ("CC", "", 0), ("CCC", 0, 1)],
+                        header=("smiles", "a", "b"))
+    t = mol.read_table(cfg(data=str(multi), target="a,b"), None)
+    assert t.task == "classification" and np.isnan(t.y).sum() == 2
+    with pytest.raises(ZooError, match="no such CSV"):
+        mol.read_table(cfg(data=str(tmp_path / "nope.csv")), None)
+
+
+def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
+    r = zoo("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "200steps", "hidden=64",
+            "ffn_hidden=64", "batch_size=32", "eval_every=0.1",
+            "descriptors=false")  # RDKit's descriptors include logP itself: learn it from the graph
+    assert r.returncode == 0, r.stderr + r.stdout
+    s = summary_block(r.stdout)
+    assert s["metric"] == "test_rmse" and s["benchmark"].startswith("own:")
+    metrics = json.loads((next((tmp_path / "runs" / "molecules" / "dmpnn").iterdir()) / "summary.json")
+                         .read_text())["metrics"]
+    y = np.loadtxt(logp_csv, delimiter=",", skiprows=1, usecols=1)
+    assert metrics["test_rmse"] < 0.4 * y.std() and metrics["test_r2"] > 0.8  # far better than the mean
+    r = zoo("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "6steps", "hidden=16",
+            "ffn_hidden=16", "split=scaffold", "folds=3", "ensemble=2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    s = summary_block(r.stdout)
+    assert s["benchmark"].endswith(":scaffold:3fold")
+    metrics = json.loads((tmp_path / "runs" / "molecules" / "dmpnn" / sorted(
+        p.name for p in (tmp_path / "runs" / "molecules" / "dmpnn").iterdir())[-1] / "summary.json").read_text())
+    assert "test_rmse_std" in metrics["metrics"]
+
+
+def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
+    rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
+    data = write_table(tmp_path / "cls.csv", rows)
+    r = zoo("run", "molecules/dmpnn", f"data={data}", "target=y", "--budget", "5steps", "hidden=16", "ffn_hidden=16")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert summary_block(r.stdout)["metric"] == "test_roc_auc"
+    r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y", "n_estimators=50", "bits=256")
+    assert r.returncode == 0, r.stderr + r.stdout
+    s = summary_block(r.stdout)
+    assert s["metric"] == "test_roc_auc" and 0.0 <= float(s["value"]) <= 1.0 and s["features"].endswith("(256 Morgan r2 counts + RDKit descriptors)")
+
+
+def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
+    data = write_table(tmp_path / "bad.csv", [("CCO", 1), ("C1CC", 2)] + [("C" * n, n) for n in range(1, 12)])
+    r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y")
+    assert r.returncode == 2 and "1 SMILES do not parse (rows 3)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
