@@ -25,7 +25,7 @@ from torch import nn
 
 from shared import optim, schedule
 from shared.budget import Budget
-from shared.loop import LoopSettings, fit
+from shared.loop import LoopSettings, fit, peak_memory_mb
 from shared.precision import choose_device
 from zoo.errors import ZooError
 from zoo.registry import recipe
@@ -346,7 +346,10 @@ def split_indices(mols: list, kind: str, sizes: tuple[float, float, float], seed
             val += g
         else:
             test += g
-    return np.array(train), np.array(val), np.array(test)
+    if not val or not test:
+        raise ZooError(f"the scaffold split left the {'validation' if not val else 'test'} set empty: {len(sets)} "
+                       "scaffolds are too few to split by; use split=random or more molecules")
+    return np.array(train, dtype=np.int64), np.array(val, dtype=np.int64), np.array(test, dtype=np.int64)
 
 
 def fold_indices(mols: list, kind: str, folds: int, seed: int):
@@ -369,7 +372,7 @@ def fold_indices(mols: list, kind: str, folds: int, seed: int):
     for k in range(folds):
         test, val = assigned[k], assigned[(k + 1) % folds]
         train = [i for j, f in enumerate(assigned) if j not in (k, (k + 1) % folds) for i in f]
-        yield np.array(train), np.array(val), np.array(test)
+        yield np.array(train, dtype=np.int64), np.array(val, dtype=np.int64), np.array(test, dtype=np.int64)
 
 
 # =============================================================================================
@@ -705,4 +708,5 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
     metrics = summarize_folds(results, run)
     run.report("features", f"{X.shape[1]} ({cfg.bits} Morgan r{cfg.radius}{' counts' if cfg.counts else ''}"
                            f"{' + RDKit descriptors' if cfg.descriptors else ''})")
-    return {**metrics, "train_seconds": total, "trees": float(np.mean(trees)), "molecules": len(table.mols)}
+    return {**metrics, "train_seconds": total, "trees": float(np.mean(trees)), "molecules": len(table.mols),
+            "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}

@@ -37,7 +37,8 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
         "overrides": config.parse_overrides(overrides), "mean": mean, "std": std, "n": len(values),
         "values": values, "seeds": list(range(seeds)), "budget": str(budget),
         "train_seconds": sum(s["train_seconds"] for s in summaries) / len(summaries),
-        "params_M": summaries[0]["params_M"], "peak_mem_mb": max(s["peak_mem_mb"] for s in summaries),
+        "params_M": summaries[0]["params_M"],
+        "peak_mem_mb": max((s["peak_mem_mb"] for s in summaries if s["peak_mem_mb"] is not None), default=None),
         "hardware": env["hardware"], "commit": env["commit"] + ("-dirty" if env["dirty"] else ""),
         "date": time.strftime("%Y-%m-%d"), "command": command,
     }

@@ -134,6 +134,7 @@ def write_board() -> Path:
     board = board_dir() / "leaderboard.md"
     text = render(load_rows(rows_file()), load_rows(reported_file()))
     tmp = board.with_suffix(".md.tmp")
+    board.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(text)
     os.replace(tmp, board)  # atomic: readers never see half a leaderboard
     return board
