@@ -190,7 +190,7 @@ ELEMENTS = list(range(1, 101))  # atomic numbers, one-hot, plus "other"
 DEGREES = [0, 1, 2, 3, 4, 5]
 CHARGES = [-2, -1, 0, 1, 2]
 HYDROGENS = [0, 1, 2, 3, 4]
-FEATURE_VERSION = "1"  # bump when features change: invalidates the cache
+FEATURE_VERSION = "2"  # bump when features change: invalidates the cache
 
 
 def _one_hot(value, choices) -> list[float]:
@@ -289,7 +289,7 @@ def rdkit_descriptors(mols: list) -> np.ndarray:
     for i, mol in enumerate(mols):
         values = Descriptors.CalcMolDescriptors(mol, missingVal=float("nan"))
         out[i] = [values[n] for n in names]
-    out[~np.isfinite(out)] = np.nan
+    out[~np.isfinite(out) | (np.abs(out) > 1e30)] = np.nan  # also what would overflow float32 (e.g. Ipc)
     return out.astype(np.float32)
 
 

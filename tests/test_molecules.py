@@ -178,3 +178,12 @@ def test_bench_row_takes_the_metric_the_data_chose(tmp_path):
     row = json.loads((tmp_path / "board" / "benchmarks" / "results.jsonl").read_text().splitlines()[-1])
     assert row["metric"] == "test_roc_auc" and row["higher_is_better"] is True and row["n"] == 2
     assert row["benchmark"].startswith("own:") and row["benchmark"].endswith(":3fold") and row["peak_mem_mb"] > 0
+
+
+def test_descriptors_are_finite_float32_or_nan():
+    from rdkit import Chem
+
+    big = Chem.MolFromSmiles("C" * 40 + "".join(f"C(c{i}ccccc{i})" for i in range(1, 9)) + "O" * 4 +
+                             "C" * 40)  # large, branched: RDKit's Ipc overflows float32
+    d = mol.rdkit_descriptors([big, Chem.MolFromSmiles("CCO")])
+    assert d.dtype == np.float32 and not np.isinf(d).any()
