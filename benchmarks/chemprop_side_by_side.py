@@ -37,7 +37,6 @@ def main() -> int:
     args = p.parse_args()
     cfg = mol.MolConfig(data=args.data, split=args.split)
     table = mol.read_table(cfg, locate)
-    target = table.targets[0]
     task = "regression" if table.task == "regression" else "classification"
     scores = []
     for seed in args.seeds:
@@ -71,7 +70,8 @@ def main() -> int:
         scores.append(result[metric])
         print(f"seed {seed}: test {metric} {result[metric]:.4f} in {seconds:.0f} s wall "
               f"({len(train)}/{len(val)}/{len(test)} molecules)", flush=True)
-    print(f"chemprop {args.data} {args.split}: {np.mean(scores):.4f} ± {np.std(scores, ddof=1) if len(scores) > 1 else 0:.4f}")
+    spread = np.std(scores, ddof=1) if len(scores) > 1 else 0.0
+    print(f"chemprop {args.data} {args.split}: {np.mean(scores):.4f} ± {spread:.4f}")
     return 0
 
 

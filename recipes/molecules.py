@@ -73,7 +73,8 @@ class MolConfig(LoopSettings):
 
     def benchmark_key(self, data_key: str) -> str:
         """Scaffold and random splits (and k-fold CV) are different benchmarks."""
-        return data_key + (f":{self.split}" if self.split != "random" else "") + (f":{self.folds}fold" if self.folds else "")
+        return (data_key + (f":{self.split}" if self.split != "random" else "")
+                + (f":{self.folds}fold" if self.folds else ""))
 
 
 # =============================================================================================
@@ -430,7 +431,8 @@ def collate(g: Graphs, idx: torch.Tensor, extra: torch.Tensor | None) -> GraphBa
     e0, e1 = g.edge_ptr[idx], g.edge_ptr[idx + 1]
     n_atoms, n_edges = a1 - a0, e1 - e0
     atoms = torch.cat([torch.arange(s, e) for s, e in zip(a0.tolist(), a1.tolist())])
-    edges = torch.cat([torch.arange(s, e) for s, e in zip(e0.tolist(), e1.tolist())] + [torch.zeros(0, dtype=torch.long)])
+    edges = torch.cat([torch.arange(s, e) for s, e in zip(e0.tolist(), e1.tolist())]
+                      + [torch.zeros(0, dtype=torch.long)])
     offset = torch.repeat_interleave(torch.cumsum(n_atoms, 0) - n_atoms, n_edges)  # stored indices are per molecule
     rev = torch.arange(len(edges)) ^ 1  # bonds are stored as (i->j, j->i) pairs, each molecule's count even
     return GraphBatch(g.x[atoms], g.edge_attr[edges], g.src[edges] + offset, g.dst[edges] + offset, rev,

@@ -27,7 +27,7 @@ def test_render_is_deterministic_and_separates_tables():
     assert text.count("## cifar10-subset") == 3  # 5m on CPU, 5m on GPU, 1m on CPU: never ranked together
     cpu_table = text.split("## cifar10-subset · accuracy · 5m · AMD EPYC")[1].split("##")[0]
     assert cpu_table.index("| 1 | b |") < cpu_table.index("| 2 | a |")
-    assert "not measured here" in text and "0.8000 ± 0.0100" in text
+    assert "not measured by `zoo bench`" in text and "0.8000 ± 0.0100" in text
     assert "higher is better" in text
 
 

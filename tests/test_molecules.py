@@ -159,7 +159,8 @@ def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
     r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y", "n_estimators=50", "bits=256")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
-    assert s["metric"] == "test_roc_auc" and 0.0 <= float(s["value"]) <= 1.0 and s["features"].endswith("(256 Morgan r2 counts + RDKit descriptors)")
+    assert s["metric"] == "test_roc_auc" and 0.0 <= float(s["value"]) <= 1.0
+    assert s["features"].endswith("(256 Morgan r2 counts + RDKit descriptors)")
 
 
 def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):

@@ -123,7 +123,7 @@ def render(rows: list[dict], reported: list[dict]) -> str:
 
 
 def _reported_table(rows: list[dict]) -> list[str]:
-    out = ["Reported elsewhere, **not measured here** (other splits, hardware and budgets; context only):", "",
+    out = ["Reported elsewhere or run with other tools, **not measured by `zoo bench`** (context only):", "",
            "| model | value | source |", "|---|---|---|"]
     for r in rows:
         out.append(f"| {r['model']} | {r['value']} | {r['source']} |")
