@@ -593,7 +593,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     if accum * per_micro != cfg.batch_tokens:
         run.log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len = {per_micro}: "
                 f"using {accum * per_micro}")
-    settings = LoopSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LoopSettings)})
+    settings = LoopSettings.of(cfg)
     settings.accum_steps = accum
     batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed)
     optimizer = build_optimizer(cfg, model)
@@ -854,7 +854,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     groups = [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": cfg.weight_decay}]
     optimizer = optim.adamw(groups, lr=cfg.lr)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final)
-    settings = LoopSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LoopSettings)})
+    settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
                  checkpoint_path=run.checkpoint_path, resume_from=run.resume_from, on_eval=run.record_eval,

@@ -578,7 +578,7 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
         b, target = batch
         return masked_loss(m(b.to(device)), target.to(device), task)
 
-    settings = LoopSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LoopSettings)})
+    settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, budget, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
                  checkpoint_path=None, resume_from=None, on_eval=run.record_eval if label == "" else None,

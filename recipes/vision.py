@@ -648,17 +648,13 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
                  evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
                                              num_classes),
-                 update_hparams=update, settings=_loop_settings(cfg), checkpoint_path=run.checkpoint_path,
+                 update_hparams=update, settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path,
                  resume_from=run.resume_from, on_eval=run.record_eval, on_train_log=run.record_train, log=run.log,
                  on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
     export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
     return {**result.stats(), **result.metrics}
-
-
-def _loop_settings(cfg: VisionConfig) -> LoopSettings:
-    return LoopSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(LoopSettings)})
 
 
 def _report_weight_change(model: nn.Module, initial: dict, head: str, run) -> None:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,11 @@ class LoopSettings:
     compile: bool = False  # torch.compile the model for training
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: float = 10.0  # seconds of wall time between progress lines
+
+    @classmethod
+    def of(cls, cfg) -> LoopSettings:
+        """The loop's own fields out of a recipe config that extends LoopSettings."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
 
 
 @dataclass
