@@ -188,10 +188,10 @@ def cmd_data(args) -> int:
         print(f"{args.name}: {path}")
         return 0
     print(f"cache: {data.cache_root()}")
-    print(f"{'dataset':<16} {'domain':<8} {'source':<12} {'here':<5} description")
+    print(f"{'dataset':<16} {'domain':<10} {'source':<12} {'here':<5} description")
     for info in data.DATASETS.values():
         here = "yes" if data.is_present(info) else "no"
-        print(f"{info.name:<16} {info.domain:<8} {info.source:<12} {here:<5} {info.description}")
+        print(f"{info.name:<16} {info.domain:<10} {info.source:<12} {here:<5} {info.description}")
     return 0
 
 
