@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared import optim, schedule
+from shared.batches import TensorBatches
 from shared.checkpoint import export_safetensors
 from shared.flops import peak_flops
 from shared.loop import LoopSettings, fit
@@ -720,35 +721,6 @@ def load_jsonl(path: Path, tokenizer, seq_len: int, log=print) -> list[Example]:
     return examples
 
 
-class ExampleBatches:
-    """Shuffled micro-batches of examples, right-padded; state is (epoch, index)."""
-
-    def __init__(self, examples: list[Example], batch_size: int, pad_id: int, seed: int):
-        self.examples, self.pad_id, self.seed = examples, pad_id, seed
-        self.batch_size = min(batch_size, len(examples))
-        self.epoch, self.index, self._order = 0, 0, None
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return len(self.examples) // self.batch_size
-
-    def next_batch(self):
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index, self._order = self.epoch + 1, 0, None
-        if self._order is None:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            self._order = torch.randperm(len(self.examples), generator=g).tolist()
-        chosen = self._order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
-        self.index += 1
-        return pad_examples([self.examples[i] for i in chosen], self.pad_id)
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.index, self._order = int(state["epoch"]), int(state["index"]), None
-
-
 def pad_examples(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, ...]:
     width = max(len(e.ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
@@ -813,7 +785,9 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         if len(examples) - n_val < 1:
             raise ZooError(f"{cfg.data}: {len(examples)} examples leave none to train on after holding out {n_val}")
         train_examples, val_examples = examples[:-n_val], examples[-n_val:]
-        batches = ExampleBatches(train_examples, cfg.micro_batch, pad_id, seed=run.seed)
+        batches = TensorBatches((torch.arange(len(train_examples)),), cfg.micro_batch, seed=run.seed,
+                                transform=lambda batch, g: pad_examples([train_examples[i] for i in batch[0]],
+                                                                        pad_id))
         val_bytes = sum(e.response_bytes for e in val_examples)
         run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation examples "
                 f"({val_bytes:,} response bytes scored)")

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared import optim, schedule
+from shared.batches import TensorBatches
 from shared.budget import Budget
 from shared.loop import LoopSettings, fit, peak_memory_mb
 from shared.precision import choose_device
@@ -322,6 +323,14 @@ def scaffolds(mols: list) -> list[str]:
     return [MurckoScaffold.MurckoScaffoldSmiles(mol=m, includeChirality=False) for m in mols]
 
 
+def scaffold_groups(mols: list) -> list[list[int]]:
+    """Molecule indices grouped by Bemis-Murcko scaffold, in first-seen order."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(scaffolds(mols)):
+        groups.setdefault(s, []).append(i)
+    return list(groups.values())
+
+
 def split_indices(mols: list, kind: str, sizes: tuple[float, float, float], seed: int):
     """Train/validation/test indices. Scaffold: whole Bemis-Murcko groups go to one part; groups larger
     than half the test size go to train first, the rest in seeded random order (balanced scaffold split)."""
@@ -331,10 +340,7 @@ def split_indices(mols: list, kind: str, sizes: tuple[float, float, float], seed
     if kind == "random":
         order = rng.permutation(n)
         return order[:n_train], order[n_train:n_train + n_val], order[n_train + n_val:]
-    groups: dict[str, list[int]] = {}
-    for i, s in enumerate(scaffolds(mols)):
-        groups.setdefault(s, []).append(i)
-    sets = list(groups.values())
+    sets = scaffold_groups(mols)
     big = [g for g in sets if len(g) > sizes[2] * n / 2]
     small = [g for g in sets if len(g) <= sizes[2] * n / 2]
     rng.shuffle(big)
@@ -361,10 +367,7 @@ def fold_indices(mols: list, kind: str, folds: int, seed: int):
     if kind == "random":
         units = [[i] for i in rng.permutation(len(mols))]
     else:
-        groups: dict[str, list[int]] = {}
-        for i, s in enumerate(scaffolds(mols)):
-            groups.setdefault(s, []).append(i)
-        units = list(groups.values())
+        units = scaffold_groups(mols)
         rng.shuffle(units)
         units.sort(key=len, reverse=True)  # largest groups first, each to the currently smallest fold
     assigned: list[list[int]] = [[] for _ in range(folds)]
@@ -479,35 +482,6 @@ class DMPNN(nn.Module):
         return self.head(mol)
 
 
-class MolBatches:
-    """Shuffled molecule batches; state is (epoch, index) so resume replays the same order."""
-
-    def __init__(self, graphs: Graphs, idx: np.ndarray, y: torch.Tensor, extra, batch_size: int, seed: int):
-        self.graphs, self.idx, self.y, self.extra, self.seed = graphs, torch.as_tensor(idx), y, extra, seed
-        self.batch_size = min(batch_size, len(idx))
-        self.epoch, self.index, self._order = 0, 0, None
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return max(1, len(self.idx) // self.batch_size)
-
-    def next_batch(self):
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index, self._order = self.epoch + 1, 0, None
-        if self._order is None:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            self._order = self.idx[torch.randperm(len(self.idx), generator=g)]
-        chosen = self._order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
-        self.index += 1
-        return collate(self.graphs, chosen, self.extra), self.y[chosen]
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.index, self._order = int(state["epoch"]), int(state["index"]), None
-
-
 @torch.no_grad()
 def predict(model: nn.Module, graphs: Graphs, idx: np.ndarray, extra, device, task: str, batch: int = 256):
     model.eval()
@@ -557,7 +531,10 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
     torch.manual_seed(member_seed)
     model = DMPNN(graphs.x.size(1), graphs.edge_attr.size(1), 0 if extra is None else extra.size(1),
                   y.shape[1], cfg).to(device)
-    batches = MolBatches(graphs, train_idx, torch.from_numpy(y).float(), extra, cfg.batch_size, seed=member_seed)
+    targets = torch.from_numpy(y).float()
+    # Batches of molecule indices (the shared batcher keeps resume exact), each collated into one graph.
+    batches = TensorBatches((torch.as_tensor(train_idx),), cfg.batch_size, seed=member_seed,
+                            transform=lambda batch, g: (collate(graphs, batch[0], extra), targets[batch[0]]))
     groups = optim.decay_groups(model, cfg.weight_decay)
     optimizer = optim.adamw(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=cfg.lr_final, start=0.1)
@@ -656,21 +633,19 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
 # Fingerprints + XGBoost
 # =============================================================================================
 
-class _TimeLimit:
+def time_limit(seconds: float):
     """An XGBoost callback that stops training when the budget's seconds are spent."""
+    import xgboost as xgb
 
-    def __new__(cls, seconds: float):
-        import xgboost as xgb
+    class TimeLimit(xgb.callback.TrainingCallback):
+        def before_training(self, model):
+            self.start = time.perf_counter()
+            return model
 
-        class Limit(xgb.callback.TrainingCallback):
-            def before_training(self, model):
-                self.start = time.perf_counter()
-                return model
+        def after_iteration(self, model, epoch, evals_log):
+            return time.perf_counter() - self.start > seconds
 
-            def after_iteration(self, model, epoch, evals_log):
-                return time.perf_counter() - self.start > seconds
-
-        return Limit()
+    return TimeLimit()
 
 
 @recipe("molecules/fp-xgb", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
@@ -695,7 +670,7 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
             params = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
                           subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
                           early_stopping_rounds=cfg.early_stopping, random_state=run.seed, n_jobs=os.cpu_count(),
-                          callbacks=[_TimeLimit(seconds)] if seconds else None)
+                          callbacks=[time_limit(seconds)] if seconds else None)
             model = xgb.XGBClassifier(**params) if table.task == "classification" else xgb.XGBRegressor(**params)
             start = time.perf_counter()
             model.fit(X[tr], table.y[tr, t], eval_set=[(X[va], table.y[va, t])], verbose=False)
