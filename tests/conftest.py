@@ -15,6 +15,7 @@ def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("ZOO_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path / "board"))  # never the committed leaderboard
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # the hub cache ESM weights are looked up in
 
 
 def zoo(*args, cwd=None, env=None, timeout=300):
@@ -45,4 +46,23 @@ def make_tiny_llama(path: Path) -> Path:
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+def make_tiny_esm(path: Path, layers: int = 2, width: int = 32, heads: int = 4, seed: int = 0) -> Path:
+    """A random ESM-2 saved in fair-esm's checkpoint layout ({'cfg': {'model': Namespace}, 'model': state}
+    with the 'encoder.sentence_encoder.' prefixes), the file users download or keep locally."""
+    import argparse
+
+    import esm
+    import torch
+
+    torch.manual_seed(seed)
+    model = esm.model.esm2.ESM2(num_layers=layers, embed_dim=width, attention_heads=heads, alphabet="ESM-1b")
+    cfg = argparse.Namespace(encoder_layers=layers, encoder_embed_dim=width, encoder_attention_heads=heads,
+                             token_dropout=True)
+    state = {f"encoder.sentence_encoder.{k}": v for k, v in model.state_dict().items()
+             if not k.startswith("contact_head.regression")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"cfg": {"model": cfg}, "model": state}, path)
     return path

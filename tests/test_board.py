@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import make_tiny_llama, summary_block, zoo
+from conftest import make_tiny_esm, make_tiny_llama, summary_block, zoo
 from zoo import board, registry
 from zoo.data import own_data_key
 
@@ -142,6 +142,15 @@ def small_run_args(name: str, tmp_path) -> list[str]:
         data = tmp_path / "mols.csv"
         data.write_text("smiles,y\n" + "".join(f"{'C' * n}O,{n}\n" for n in range(1, 30)))
         return [f"data={data}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
+    if name.startswith("protein/"):
+        weights = make_tiny_esm(tmp_path / "esm2_tiny.pt")
+        if name == "protein/esm-zeroshot":
+            data = tmp_path / "muts.csv"
+            data.write_text("mutant,y\nM1A,0.1\nK2A,0.5\nT3W,0.2\nM1C:K2D,0.9\n")
+            return [f"data={data}", "target=y", "wt=MKTAYIAKQR", f"esm_weights={weights}"]
+        data = tmp_path / "prot.fasta"
+        data.write_text("".join(f">v{i}|{i % 7 / 7:.3f}\nMKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR\n" for i in range(40)))
+        return [f"data={data}", f"esm_weights={weights}", "hidden=16", "batch_size=8"]
     raise AssertionError(f"add tiny-run overrides for {name}")
 
 

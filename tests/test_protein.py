@@ -1,0 +1,403 @@
+"""Protein: reading FASTA/CSV/NPZ/FLIP data and its bad inputs, encodings, the closed-form and MLP
+heads, ESM-2 weights through the local-file path users take (a tiny random ESM-2 saved in fair-esm's
+layout), the embedding cache, LoRA fine-tuning, and masked-marginal zero-shot scores checked by hand."""
+import json
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_tiny_esm, summary_block, zoo
+from recipes import protein as prot
+from zoo.errors import ZooError
+
+WT = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRV"  # 40 residues
+
+
+def variants(n_single: int = 300, n_double: int = 100, seed: int = 0):
+    """Single and double mutants of WT with an additive fitness: a position's tolerance plus a smaller
+    residue term (as in deep mutational scans, where the site explains most of the effect)."""
+    rng = np.random.default_rng(seed)
+    pos_weight = rng.normal(size=len(WT))
+    aa_value = {a: v for a, v in zip(prot.AMINO, rng.normal(size=20))}
+    seqs, fitness, names = [], [], []
+    for k in range(n_single + n_double):
+        s = list(WT)
+        muts = []
+        for p in rng.choice(len(WT), size=1 if k < n_single else 2, replace=False):
+            a = rng.choice([x for x in prot.AMINO if x != WT[p]])
+            s[p] = a
+            muts.append(f"{WT[p]}{p + 1}{a}")
+        seqs.append("".join(s))
+        fitness.append(sum(pos_weight[int(m[1:-1]) - 1] + 0.3 * aa_value[m[-1]] for m in muts) + rng.normal(0, 0.1))
+        names.append(":".join(muts))
+    return seqs, np.array(fitness), names
+
+
+def write_fasta(path, seqs, labels):
+    path.write_text("".join(f">v{i}|variant|{lab}\n{s}\n" for i, (s, lab) in enumerate(zip(seqs, labels))))
+    return path
+
+
+@pytest.fixture
+def variant_fasta(tmp_path):
+    seqs, y, _ = variants()
+    return write_fasta(tmp_path / "variants.fasta", seqs, [f"{v:.4f}" for v in y])
+
+
+@pytest.fixture
+def tiny_esm(tmp_path):
+    return make_tiny_esm(tmp_path / "weights" / "esm2_t2_tiny.pt")
+
+
+def run_ok(*args, budget="40steps"):
+    r = zoo("run", *args, "--budget", budget)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return summary_block(r.stdout), r
+
+
+def run_bad(*args) -> str:
+    r = zoo("run", *args, "--budget", "5steps")
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    return r.stderr.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and encodings
+# ---------------------------------------------------------------------------------------------
+
+def test_onehot_and_blosum_encodings():
+    X = prot.encode(["ACD", "AX"], "onehot")
+    assert X.shape == (2, 3 * 21)
+    assert X[0].reshape(3, 21).argmax(1).tolist() == [0, 1, 2]
+    assert X[1].reshape(3, 21)[1, 20] == 1 and X[1].reshape(3, 21)[2].sum() == 0  # X shares a column; padding 0
+    B = prot.encode(["AW"], "blosum").reshape(2, 20)
+    assert B[0, prot.AMINO.index("A")] == 4 / 4 and B[1, prot.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
+
+
+@pytest.mark.parametrize("text, message", [
+    ("ACDJK", "unknown amino-acid letter 'J' at position 4"),
+    ("AC*", "unknown amino-acid letter '*'"),
+    ("", "empty sequence"),
+])
+def test_bad_sequences_name_the_record(text, message):
+    with pytest.raises(ZooError, match=message.replace("*", r"\*")):
+        prot.check_sequence(text, "f.fasta record 'x' (line 3)", prot.ProteinConfig())
+
+
+def test_too_long_sequences_error_or_crop():
+    cfg = prot.ProteinConfig(max_len=5)
+    with pytest.raises(ZooError, match="longer than max_len=5"):
+        prot.check_sequence("ACDEFG", "r", cfg)
+    assert prot.check_sequence("acdefg", "r", prot.ProteinConfig(max_len=5, too_long="crop")) == "ACDEF"
+
+
+def test_labels_regression_classes_and_nan():
+    y, task, classes = prot.parse_labels(["1.5", "2", "-0.25"], ["a", "b", "c"], "auto")
+    assert task == "regression" and y.tolist() == [1.5, 2.0, -0.25] and classes is None
+    y, task, classes = prot.parse_labels(["cyto", "membrane", "cyto"], ["a", "b", "c"], "auto")
+    assert task == "classification" and classes == ["cyto", "membrane"] and y.tolist() == [0, 1, 0]
+    with pytest.raises(ZooError, match="row 3: target 'nan'"):
+        prot.parse_labels(["1", "2", "nan"], ["row 1", "row 2", "row 3"], "auto")
+
+
+def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
+    seqs, y, _ = variants(60, 0)
+    rows = ["sequence,target,set,validation"] + [
+        f"{s},{v:.3f},{'test' if i % 3 == 0 else 'train'},{'True' if i % 3 == 1 and i < 20 else ''}"
+        for i, (s, v) in enumerate(zip(seqs, y))]
+    folder = tmp_path / "data" / "protein" / "flip_gb1"
+    folder.mkdir(parents=True)
+    with zipfile.ZipFile(folder / "splits.zip", "w") as zf:
+        zf.writestr("splits/three_vs_rest.csv", "\n".join(rows) + "\n")
+    data = prot.load_flip(prot.ProteinConfig(), folder)
+    train, val, test = data.split
+    assert len(test) == 20 and len(val) == 7 and len(train) == 33 and data.name == "flip-gb1:three_vs_rest"
+    assert prot.ProteinConfig().benchmark_key("flip-gb1") == "flip-gb1:three_vs_rest"
+    assert prot.ProteinConfig(split="low_vs_high").benchmark_key("flip-gb1") == "flip-gb1:low_vs_high"
+    with pytest.raises(ZooError, match="cannot read splits/low_vs_high.csv"):
+        prot.load_flip(prot.ProteinConfig(split="low_vs_high"), folder)
+    with pytest.raises(ZooError, match="split='three': FLIP GB1 has"):
+        prot.load_flip(prot.ProteinConfig(split="three"), folder)
+
+
+def test_esm_example_split_is_sklearns_with_a_validation_carve_out():
+    from sklearn.model_selection import train_test_split
+
+    train, val, test = prot.esm_example_split(5397, seed=3)
+    assert len(test) == 1080 and len(train) + len(val) == 4317 and len(val) == 432
+    assert set(test) == set(train_test_split(np.arange(5397), train_size=0.8, random_state=42)[1])
+    assert set(prot.esm_example_split(5397, seed=4)[2]) == set(test)  # the test set never moves
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------------------------
+
+def test_closed_form_ridge_matches_scikit_learn():
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 30)).astype(np.float32)
+    y = X @ rng.normal(size=30) + rng.normal(0, 0.5, size=120)
+    data = prot.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
+    pred = prot.refit_closed_form(data, X, True, {"head": "ridge", "alpha": 3.0})
+    fit = np.arange(100)
+    Xs = (X - X[fit].mean(0)) / X[fit].std(0)
+    ys = (y - y[fit].mean()) / y[fit].std()
+    ref = Ridge(alpha=3.0).fit(Xs[fit], ys[fit]).predict(Xs[100:]) * y[fit].std() + y[fit].mean()
+    assert np.allclose(pred.ravel(), ref, atol=1e-4)  # float32 features
+    # the SVD path used for selection agrees with the solve used for the refit
+    cands = prot.select_closed_form(data, X, True, ["ridge"])
+    assert len(cands) == len(prot.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
+
+
+def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 2)).astype(np.float32)
+    y = np.sin(2 * X[:, 0]) * np.cos(2 * X[:, 1]) + rng.normal(0, 0.05, 400)
+    data = prot.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
+    cands = prot.select_closed_form(data, X, True, ["ridge", "krr"])
+    best = {k: max(c["val"]["spearman"] for c in cands if c["head"] == k) for k in ("ridge", "krr")}
+    assert best["krr"] > 0.8 and best["ridge"] < 0.5
+
+
+def test_onehot_recipe_learns_additive_variant_effects(variant_fasta):
+    s, r = run_ok("protein/onehot", f"data={variant_fasta}")
+    assert float(s["value"]) > 0.8 and s["metric"] == "test_spearman"
+    assert "head chosen on validation" in r.stdout + r.stderr
+    s, _ = run_ok("protein/onehot", f"data={variant_fasta}", "encoding=blosum", "head=ridge")
+    assert float(s["value"]) > 0.5 and s["features"].startswith("800 (blosum")
+
+
+def test_mlp_head_on_precomputed_embeddings(tmp_path):
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(500, 16)).astype(np.float32)
+    fitness = np.tanh(emb[:, 0] + 0.5 * emb[:, 1]) + rng.normal(0, 0.05, 500)
+    path = tmp_path / "mine.npz"
+    np.savez(path, emb=emb, fitness=fitness)
+    s, _ = run_ok("protein/esm-embed", f"data={path}", "target=fitness", "head=mlp", "hidden=32",
+                  budget="600steps")
+    assert float(s["value"]) > 0.8 and s["head"].startswith("mlp (16 -> 32 -> 1)")
+    assert s["embeddings"].startswith("precomputed, 16 wide")
+
+
+def test_classification_labels_from_fasta_headers(tmp_path):
+    seqs, y, _ = variants(200, 0)
+    labels = ["high" if v > np.median(y) else "low" for v in y]
+    s, _ = run_ok("protein/onehot", f"data={write_fasta(tmp_path / 'c.fasta', seqs, labels)}")
+    assert s["metric"] == "test_accuracy" and float(s["value"]) > 0.7
+
+
+# ---------------------------------------------------------------------------------------------
+# ESM-2 weights, embeddings and the cache
+# ---------------------------------------------------------------------------------------------
+
+def test_local_esm_file_loads_the_same_model(tiny_esm):
+    model, alphabet, what = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    saved = torch.load(tiny_esm, weights_only=False)["model"]
+    for k, v in model.state_dict().items():
+        if not k.startswith("contact_head.regression"):
+            assert torch.equal(v, saved[f"encoder.sentence_encoder.{k}"])
+    assert "2 layers, width 32" in what
+
+
+def test_a_pickle_carrying_code_is_refused(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"cfg": Evil(), "model": {}}, f, protocol=2)
+    with pytest.raises(ZooError, match="refused to load"):
+        prot.read_esm_file(path)
+    r = zoo("run", "protein/esm-embed", "data=x.fasta", f"esm_weights={path}")
+    assert r.returncode == 2 and "pwned" not in r.stdout + r.stderr
+
+
+def test_missing_weights_say_where_to_put_them(variant_fasta, tmp_path):
+    msg = run_bad("protein/esm-embed", f"data={variant_fasta}", f"esm_weights={tmp_path / 'nope.pt'}")
+    assert "nope.pt: no such file" in msg
+    r = zoo("run", "protein/esm-embed", f"data={variant_fasta}", env={"ZOO_MIRROR": "http://127.0.0.1:9"})
+    assert r.returncode == 2
+    assert "put esm2_t6_8M_UR50D.pt in" in r.stderr and "or pass esm_weights=PATH.pt" in r.stderr
+    assert "esm_model='gpt2'" in run_bad("protein/esm-embed", f"data={variant_fasta}", "esm_model=gpt2")
+
+
+def test_embeddings_match_a_direct_forward_and_are_cached(tiny_esm, tmp_path):
+    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    seqs = [WT, WT[:25], WT[5:], WT]  # different lengths share padded batches
+    logs = []
+    emb = prot.embed(model, alphabet, seqs, 2, "mean", torch.device("cpu"), "fp32", 100, logs.append)
+    with torch.no_grad():
+        for s, e in zip(seqs, emb):
+            tokens = prot.tokenize(alphabet, [s])
+            rep = model(tokens, repr_layers=[2])["representations"][2][0, 1:len(s) + 1].mean(0)
+            assert np.allclose(e, rep.numpy(), atol=1e-5)
+    assert "embedded 3 new sequences" in logs[0]  # the duplicate is embedded once
+    again = prot.embed(model, alphabet, seqs + ["ACDEFGHIK"], 2, "mean", torch.device("cpu"), "fp32", 100,
+                       logs.append)
+    assert np.array_equal(again[:4], emb) and "embedded 1 new sequences" in logs[1]
+    assert "(4 from the cache" in logs[1]
+    bos = prot.embed(model, alphabet, seqs[:1], 2, "bos", torch.device("cpu"), "fp32", 100, logs.append)
+    assert "embedded 1 new" in logs[2] and not np.allclose(bos[0], emb[0])  # pooling is part of the key
+
+
+def test_esm_embed_recipe_end_to_end(variant_fasta, tiny_esm):
+    s, r = run_ok("protein/esm-embed", f"data={variant_fasta}", f"esm_weights={tiny_esm}")
+    assert s["status"] == "ok" and "layer 2, mean pooled, 32 wide" in s["embeddings"]
+    s2, r2 = run_ok("protein/esm-embed", f"data={variant_fasta}", f"esm_weights={tiny_esm}")
+    assert "all 400 embeddings from the cache" in r2.stdout + r2.stderr and s2["value"] == s["value"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning
+# ---------------------------------------------------------------------------------------------
+
+def test_lora_trains_adapters_and_head_only(variant_fasta, tiny_esm, tmp_path):
+    s, r = run_ok("protein/esm-finetune", f"data={variant_fasta}", f"esm_weights={tiny_esm}", "hidden=16",
+                  "batch_size=8", "lora_r=4")
+    assert s["status"] == "ok" and "lora r=4" in s["model"]
+    run_dir = s["run_dir"]
+    config = json.loads(open(f"{run_dir}/adapter/adapter_config.json").read())
+    assert config["r"] == 4 and set(config["target_modules"]) == set(prot.LORA_TARGETS)
+    from safetensors.torch import load_file
+
+    adapter = load_file(f"{run_dir}/adapter/adapter_model.safetensors")
+    assert adapter and all("lora_" in k for k in adapter)
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # B starts at zero: it trained
+    assert set(torch.load(f"{run_dir}/head.pt", weights_only=True)) >= {"head.net.1.weight", "head.net.4.weight"}
+
+
+def test_layer_decay_groups():
+    import esm
+
+    backbone = esm.model.esm2.ESM2(num_layers=3, embed_dim=16, attention_heads=2)
+    model = prot.ESMRegressor(backbone, backbone.alphabet, 3, "mean", 1, 8, 0.0)
+    groups = prot.finetune_groups(model, 3, 1e-3, prot.ProteinConfig(layer_decay=0.5, head_lr=5e-3))
+    lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
+    assert lr_of[id(model.head.net[1].weight)] == 5e-3
+    assert lr_of[id(backbone.layers[2].fc1.weight)] == pytest.approx(1e-3 * 0.5)  # top block: one step down
+    assert lr_of[id(backbone.layers[0].fc1.weight)] == pytest.approx(1e-3 * 0.5 ** 3)
+    assert lr_of[id(backbone.embed_tokens.weight)] == pytest.approx(1e-3 * 0.5 ** 4)
+    decay_of = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    assert decay_of[id(backbone.layers[0].fc1.bias)] == 0 and decay_of[id(backbone.embed_tokens.weight)] == 0
+    assert sum(len(g["params"]) for g in groups) == sum(1 for p in model.parameters() if p.requires_grad)
+
+
+def test_scratch_model_trains_end_to_end(variant_fasta):
+    s, r = run_ok("protein/esm-finetune", f"data={variant_fasta}", "esm_model=scratch", "scratch_dim=16",
+                  "scratch_layers=1", "hidden=16", "batch_size=16")
+    assert "from scratch" in s["model"] and ", full," in s["model"]
+    losses = [float(line.split("train_loss=")[1].split()[0]) for line in (r.stdout + r.stderr).splitlines()
+              if "eval step=" in line]
+    assert losses[-1] < losses[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero-shot
+# ---------------------------------------------------------------------------------------------
+
+def test_mutation_strings_are_checked_against_the_wild_type():
+    assert prot.parse_mutations("K2A:T3W", WT, 1, "r") == [(1, "K", "A"), (2, "T", "W")]
+    assert prot.parse_mutations("K12A", WT, 11, "r") == [(1, "K", "A")]
+    with pytest.raises(ZooError, match="row 7: A2C says A at 2 but the wild type has K there"):
+        prot.parse_mutations("A2C", WT, 1, "row 7")
+    with pytest.raises(ZooError, match="not like H24C"):
+        prot.parse_mutations("K2", WT, 1, "r")
+    with pytest.raises(ZooError, match="outside the wild type"):
+        prot.parse_mutations("K99A", WT, 1, "r")
+
+
+def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
+    (tmp_path / "wt.fasta").write_text(f">wt\n{WT}\n")
+    muts = ["K2A", "T3W", "K2A:T3W", "Y5F", "Q9E"]
+    table = tmp_path / "dms.csv"
+    table.write_text("mutant,fitness\n" + "".join(f"{m},{i * 0.3}\n" for i, m in enumerate(muts)) + "A4G,\n")
+    s, r = run_ok("protein/esm-zeroshot", f"data={table}", f"wt={tmp_path / 'wt.fasta'}", "target=fitness",
+                  f"esm_weights={tiny_esm}")
+    scores = dict(line.split(",") for line in open(f"{s['run_dir']}/scores.csv").read().splitlines()[1:])
+    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    model.eval()
+
+    def by_hand(mutation):
+        total = 0.0
+        for part in mutation.split(":"):
+            i = int(part[1:-1]) - 1
+            tokens = prot.tokenize(alphabet, [WT])
+            tokens[0, i + 1] = alphabet.mask_idx
+            with torch.no_grad():
+                logp = torch.log_softmax(model(tokens)["logits"][0, i + 1], -1)
+            total += float(logp[alphabet.get_idx(part[-1])] - logp[alphabet.get_idx(part[0])])
+        return total
+
+    for m in muts:
+        assert float(scores[m]) == pytest.approx(by_hand(m), abs=1e-4)
+    from scipy.stats import spearmanr
+
+    expected = spearmanr([i * 0.3 for i in range(5)], [float(scores[m]) for m in muts])[0]
+    assert float(s["value"]) == pytest.approx(expected, abs=1e-4)
+    assert s["unmeasured_variants"] == "1"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["wt=MKTAYIAKQR"], "row 2: A2C says A at 2 but the wild type has K there"),
+    (["wt=MKTAYIAKQR", "mutant=mut"], "no column 'mut' (columns: mutant, y)"),
+    ([], "needs the wild type"),
+    (["wt=MKTAYIAKQR", "esm_model=scratch"], "need a pretrained model"),
+])
+def test_zeroshot_bad_inputs(tmp_path, args, message):
+    table = tmp_path / "m.csv"
+    table.write_text("mutant,y\nA2C,1\n")
+    assert message in run_bad("protein/esm-zeroshot", f"data={table}", *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input through the command
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, args, message", [
+    (">a|1.0\nMKTAYI\n>b|2.0\nMKJAYI\n", [], "record 'b|2.0' (line 3): unknown amino-acid letter 'J' at position 3"),
+    (">a|1.0\nMKTAYI\n>b|nan\nMKTAYI\n", [], "record 'b|nan' (line 3): target 'nan' is not a finite number"),
+    ("MKTAYI\n", [], "line 1: sequence before the first '>' header"),
+    ("", [], "no FASTA records"),
+    (">a|1.0\nMKTAYI\n", ["label_field=3"], "header has no field 3"),
+    (">a|1.0\nMKTAYI\n", ["split=one_vs_rest"], "only flip-gb1 has named splits"),
+])
+def test_bad_fasta_inputs(tmp_path, content, args, message):
+    path = tmp_path / "bad.fasta"
+    path.write_text(content)
+    assert message in run_bad("protein/onehot", f"data={path}", *args)
+
+
+def test_bad_csv_and_npz_inputs(tmp_path):
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("seq,y\nMKT,1\n")
+    assert "no column 'sequence' (columns: seq, y)" in run_bad("protein/onehot", f"data={csv_path}")
+    npz = tmp_path / "e.npz"
+    np.savez(npz, emb=np.zeros((30, 4)), score=np.arange(30.0))
+    assert "no array 'target' (arrays: emb, score)" in run_bad("protein/esm-embed", f"data={npz}")
+    assert "holds embeddings, not sequences" in run_bad("protein/onehot", f"data={npz}", "target=score")
+    (tmp_path / "x.txt").write_text("hi")
+    assert "expected a .fasta, .csv or .npz file" in run_bad("protein/onehot", f"data={tmp_path / 'x.txt'}")
+    assert "no such file, and not a dataset name" in run_bad("protein/onehot", "data=p6259")
+    bad_bytes = tmp_path / "latin.fasta"
+    bad_bytes.write_bytes(b">a|1\nMK\xe9\n")
+    assert "cannot read as a UTF-8 FASTA file" in run_bad("protein/onehot", f"data={bad_bytes}")
+
+
+def test_registered_datasets_are_listed():
+    r = zoo("data", "list")
+    for name in ("tem1-esm2-8m", "p62593", "blat-ecolx-dms", "flip-gb1"):
+        assert name in r.stdout
+
+
+def test_csv_reader_handles_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffsequence,target\nMKT,1\nMKA,2\nMKC,3\n".encode())
+    data = prot.load_csv(prot.ProteinConfig(), path, str(path))
+    assert data.seqs == ["MKT", "MKA", "MKC"]
