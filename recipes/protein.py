@@ -55,7 +55,8 @@ class ProteinConfig(LoopSettings):
     too_long: Literal["error", "crop"] = "error"  # crop keeps the first max_len residues
     # heads on fixed features (onehot, esm-embed)
     encoding: Literal["onehot", "blosum"] = "onehot"  # protein/onehot: 21 letters per position, or BLOSUM62 rows
-    head: Literal["auto", "ridge", "krr", "mlp"] = "auto"  # auto: ridge or RBF kernel ridge, chosen on validation
+    head: Literal["auto", "ridge", "krr", "mlp"] = "auto"  # auto: ridge, RBF kernel ridge and the MLP; the best on
+    # validation is kept
     hidden: int = 256  # MLP head width (esm-finetune: the head on pooled embeddings)
     dropout: float = 0.1  # MLP head dropout
     lr: float = 0.0  # peak AdamW LR; 0 = mlp head 1e-3, LoRA 1e-3, full fine-tune 3e-5, from scratch 1e-3
@@ -519,14 +520,13 @@ def head_loss(pred: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
     return F.mse_loss(pred.squeeze(1), y) if task == "regression" else F.cross_entropy(pred, y)
 
 
-def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor,
+def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
                      optimizer: torch.optim.Optimizer, device, predict_fn, checkpoint: bool) -> tuple[np.ndarray, dict]:
     """The core loop on (inputs, targets) rows; the best validation state predicts the test rows."""
     train, val, test = data.split
     mean, std = (float(data.y[train].mean()), float(data.y[train].std()) or 1.0) if data.task == "regression" \
         else (0.0, 1.0)
     y = torch.from_numpy((data.y - mean) / std).float() if data.task == "regression" else torch.from_numpy(data.y)
-    batch = cfg.batch_size or 64
     batches = TensorBatches((inputs[train], y[train]), batch, seed=run.seed)
     metric, higher = primary_metric(data.task)
     best = {"value": -math.inf, "state": None}
@@ -565,40 +565,52 @@ def predict_rows(model: nn.Module, x: torch.Tensor, device, batch: int = 1024) -
     return torch.cat(out).numpy()
 
 
+def train_mlp_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, scale: bool):
+    """The MLP through the core loop on the run's budget: (test predictions, loop stats, description)."""
+    device = choose_device(run.device)
+    inputs = Features.fit(X[data.split[0]], scale)(X).float()
+    torch.manual_seed(run.seed)
+    out = 1 if data.task == "regression" else len(data.classes)
+    model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
+    optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
+    pred, stats = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
+                                   functools.partial(predict_rows, device=device), checkpoint=False)
+    return pred, stats, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
+
+
 def fit_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, scale: bool) -> dict[str, float]:
-    """Fit the configured head on features ``X``; returns the test metrics and the run's figures."""
-    train, val, test = data.split
-    start = time.perf_counter()
-    if cfg.head == "mlp":
-        device = choose_device(run.device)
-        feats = Features.fit(X[train], scale)
-        inputs = feats(X).float()
-        torch.manual_seed(run.seed)
-        out = 1 if data.task == "regression" else len(data.classes)
-        model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
-        optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
-        pred, stats = train_supervised(cfg, run, data, model, inputs, optimizer, device,
-                                       functools.partial(predict_rows, device=device), checkpoint=False)
-        run.report("head", f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out}), best validation "
-                           f"{primary_metric(data.task)[0]} {stats[f'best_val_{primary_metric(data.task)[0]}']:.4f}")
-        test_metrics = score(data.y[test], pred, data.task)
-        return {**{f"test_{k}": v for k, v in test_metrics.items()}, "train_seconds": stats["train_seconds"],
-                "params_M": stats["params_M"], "peak_mem_mb": stats["peak_mem_mb"]}
-    kinds = ["ridge", "krr"] if cfg.head == "auto" else [cfg.head]
-    if cfg.head == "auto" and len(train) > KRR_MAX_ROWS:
-        kinds = ["ridge"]
-        run.log(f"{len(train)} training rows: kernel ridge skipped (O(n^3)); head=krr forces it")
-    candidates = select_closed_form(data, X, scale, kinds)
+    """Fit the configured head on features ``X`` (head=auto: ridge, kernel ridge and the MLP, the best on
+    validation kept); returns the test metrics and the run's figures."""
+    train, _, test = data.split
     metric = primary_metric(data.task)[0]
-    best = max(candidates, key=lambda c: c["val"][metric])
-    pred = refit_closed_form(data, X, scale, best)
-    hp = ", ".join(f"{k} {best[k]:.3g}" for k in ("alpha", "gamma_rel") if k in best)
-    run.log(f"head chosen on validation: {best['head']} ({hp}), validation {metric} {best['val'][metric]:.4f} "
-            f"of {len(candidates)} candidates; refitted on train + validation")
-    run.report("head", f"{best['head']} ({hp}; validation {metric} {best['val'][metric]:.4f})")
-    test_metrics = score(data.y[test], pred, data.task)
-    return {**{f"test_{k}": v for k, v in test_metrics.items()}, f"val_{metric}": best["val"][metric],
-            "train_seconds": time.perf_counter() - start, "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}
+    start = time.perf_counter()
+    options = []  # (validation value, description, test predictions as a thunk)
+    if cfg.head != "mlp":
+        kinds = ["ridge", "krr"] if cfg.head == "auto" else [cfg.head]
+        if cfg.head == "auto" and len(train) > KRR_MAX_ROWS:
+            kinds = ["ridge"]
+            run.log(f"{len(train)} training rows: kernel ridge skipped (O(n^3)); head=krr forces it")
+        candidates = select_closed_form(data, X, scale, kinds)
+        best = max(candidates, key=lambda c: c["val"][metric])
+        hp = ", ".join(f"{k} {best[k]:.3g}" for k in ("alpha", "gamma_rel") if k in best)
+        run.log(f"closed form: {best['head']} ({hp}) has the best validation {metric}, {best['val'][metric]:.4f}, "
+                f"of {len(candidates)} candidates")
+        options.append((best["val"][metric], f"{best['head']} ({hp}, refitted on train + validation)",
+                        functools.partial(refit_closed_form, data, X, scale, best)))
+    stats = {}
+    if cfg.head in ("auto", "mlp"):
+        pred, stats, what = train_mlp_head(cfg, run, data, X, scale)
+        options.append((stats[f"best_val_{metric}"], f"{what}, the best validation state", lambda: pred))
+    value, what, predict = max(options, key=lambda o: o[0])
+    if len(options) > 1:
+        run.log(f"head=auto keeps {what.split(' (')[0]}: validation {metric} {value:.4f} against "
+                f"{min(options, key=lambda o: o[0])[0]:.4f}")
+    run.report("head", f"{what}; validation {metric} {value:.4f}")
+    test_metrics = score(data.y[test], predict(), data.task)
+    chose_mlp = what.startswith("mlp")
+    return {**{f"test_{k}": v for k, v in test_metrics.items()}, f"val_{metric}": value,
+            "train_seconds": time.perf_counter() - start, "params_M": stats.get("params_M") if chose_mlp else None,
+            "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}
 
 
 # =============================================================================================
@@ -939,12 +951,11 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
     total = sum(p.numel() for p in model.parameters())
     run.log(f"{what}; {mode}: {trainable / 1e6:.3f}M of {total / 1e6:.2f}M parameters trained, backbone LR {lr:g}"
             f"{f', layer decay {cfg.layer_decay}' if cfg.layer_decay != 1 else ''}, head LR {cfg.head_lr:g}")
-    cfg.batch_size = cfg.batch_size or 16
+    batch = cfg.batch_size or 16
     tokens = tokenize(alphabet, data.seqs)
     pred, stats = train_supervised(
-        cfg, run, data, model, tokens, optimizer, device,
-        functools.partial(predict_tokens, device=device, precision=precision, batch=cfg.batch_size * 4),
-        checkpoint=True)
+        cfg, run, data, model, tokens, batch, optimizer, device,
+        functools.partial(predict_tokens, device=device, precision=precision, batch=batch * 4), checkpoint=True)
     if mode == "lora":
         model.esm.save_pretrained(run.dir / "adapter")
     torch.save({k: v for k, v in model.state_dict().items() if k.startswith("head.")}, run.dir / "head.pt")

@@ -168,7 +168,7 @@ def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
 def test_onehot_recipe_learns_additive_variant_effects(variant_fasta):
     s, r = run_ok("protein/onehot", f"data={variant_fasta}")
     assert float(s["value"]) > 0.8 and s["metric"] == "test_spearman"
-    assert "head chosen on validation" in r.stdout + r.stderr
+    assert "head=auto keeps" in r.stdout + r.stderr
     s, _ = run_ok("protein/onehot", f"data={variant_fasta}", "encoding=blosum", "head=ridge")
     assert float(s["value"]) > 0.5 and s["features"].startswith("800 (blosum")
 

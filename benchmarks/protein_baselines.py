@@ -1,0 +1,81 @@
+"""scikit-learn baselines the protein issue quotes, on exactly the splits our recipes use.
+
+    ZOO_DATA=../shared/data python benchmarks/protein_baselines.py --seeds 0 1 2
+
+- ``tem1-esm2-8m``: standardised ``RidgeCV`` and a default ``MLPRegressor(256)`` on the precomputed
+  ESM-2 8M embeddings, fitted on train + validation of ``protein/esm-embed``'s seeded 80/10/10 split
+  (so on the same 90%) and scored on its test 10%.
+- ``p62593``: one-hot + ``RidgeCV`` (its efficient leave-one-out over the alphas), fitted on the
+  fair-esm example's training 80% (``random_state=42``) and scored on its test 20%.
+
+Prints one line per seed and the mean ± std of the test Spearman.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recipes import protein as prot  # noqa: E402
+from zoo.data import locate  # noqa: E402
+
+
+def spearman(y, pred) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(y, pred)[0])
+
+
+def tem1(seeds: list[int]) -> None:
+    from sklearn.linear_model import RidgeCV
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    with np.load(locate("tem1-esm2-8m")) as f:
+        X, y = f["emb"].astype(np.float64), f["fitness"].astype(np.float64)
+    results: dict[str, list[float]] = {"RidgeCV": [], "MLPRegressor(256)": []}
+    for seed in seeds:
+        train, val, test = prot.random_split(len(y), (0.8, 0.1, 0.1), seed)
+        fit = np.concatenate([train, val])
+        for name, model in (("RidgeCV", RidgeCV(alphas=np.logspace(-3, 4, 30))),
+                            ("MLPRegressor(256)", MLPRegressor(hidden_layer_sizes=(256,), random_state=seed,
+                                                               max_iter=500))):
+            start = time.perf_counter()
+            pipe = make_pipeline(StandardScaler(), model).fit(X[fit], y[fit])
+            rho = spearman(y[test], pipe.predict(X[test]))
+            results[name].append(rho)
+            print(f"tem1-esm2-8m seed {seed} {name}: test Spearman {rho:.4f} ({time.perf_counter() - start:.1f}s)")
+    for name, values in results.items():
+        print(f"tem1-esm2-8m {name}: {np.mean(values):.4f} ± {np.std(values, ddof=1) if len(values) > 1 else 0:.4f}")
+
+
+def p62593() -> None:
+    from sklearn.linear_model import RidgeCV
+
+    data = prot.load_fasta(prot.ProteinConfig(), locate("p62593"))
+    X = prot.encode(data.seqs, "onehot")
+    train, val, test = prot.esm_example_split(len(data.y), 0)
+    fit = np.concatenate([train, val])  # the example's whole 80%
+    start = time.perf_counter()
+    model = RidgeCV(alphas=np.logspace(-3, 4, 30)).fit(X[fit], data.y[fit])
+    rho = spearman(data.y[test], model.predict(X[test]))
+    print(f"p62593 one-hot + RidgeCV (alpha {model.alpha_:.3g}): test Spearman {rho:.4f} "
+          f"({time.perf_counter() - start:.1f}s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    tem1(args.seeds)
+    p62593()
+
+
+if __name__ == "__main__":
+    main()
