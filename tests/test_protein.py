@@ -186,7 +186,7 @@ def test_mlp_head_on_precomputed_embeddings(tmp_path):
 
 
 def test_classification_labels_from_fasta_headers(tmp_path):
-    seqs, y, _ = variants(200, 0)
+    seqs, y, _ = variants(600, 0)
     labels = ["high" if v > np.median(y) else "low" for v in y]
     s, _ = run_ok("protein/onehot", f"data={write_fasta(tmp_path / 'c.fasta', seqs, labels)}")
     assert s["metric"] == "test_accuracy" and float(s["value"]) > 0.7
