@@ -25,7 +25,7 @@ from torch import nn
 
 from shared import optim, schedule
 from shared.batches import TensorBatches
-from shared.budget import Budget
+from shared.budget import Budget, xgboost_time_limit
 from shared.loop import LoopSettings, fit, peak_memory_mb
 from shared.precision import choose_device
 from zoo.errors import ZooError
@@ -633,21 +633,6 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
 # Fingerprints + XGBoost
 # =============================================================================================
 
-def time_limit(seconds: float):
-    """An XGBoost callback that stops training when the budget's seconds are spent."""
-    import xgboost as xgb
-
-    class TimeLimit(xgb.callback.TrainingCallback):
-        def before_training(self, model):
-            self.start = time.perf_counter()
-            return model
-
-        def after_iteration(self, model, epoch, evals_log):
-            return time.perf_counter() - self.start > seconds
-
-    return TimeLimit()
-
-
 @recipe("molecules/fp-xgb", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="Morgan count fingerprints (+ RDKit descriptors) into XGBoost with early stopping: "
                               "the strong classical baseline")
@@ -670,7 +655,7 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
             params = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
                           subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
                           early_stopping_rounds=cfg.early_stopping, random_state=run.seed, n_jobs=os.cpu_count(),
-                          callbacks=[time_limit(seconds)] if seconds else None)
+                          callbacks=[xgboost_time_limit(seconds)] if seconds else None)
             model = xgb.XGBClassifier(**params) if table.task == "classification" else xgb.XGBRegressor(**params)
             start = time.perf_counter()
             model.fit(X[tr], table.y[tr, t], eval_set=[(X[va], table.y[va, t])], verbose=False)

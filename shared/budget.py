@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 _UNITS = {"s": ("seconds", 1), "sec": ("seconds", 1), "m": ("seconds", 60), "min": ("seconds", 60),
@@ -45,3 +46,18 @@ def parse_budget(text: str) -> Budget:
     if kind == "steps" and amount != int(amount):
         raise ValueError(f"budget {text!r}: steps must be a whole number")
     return Budget(kind, amount)
+
+
+def xgboost_time_limit(seconds: float):
+    """An XGBoost callback that stops boosting once ``seconds`` of wall time are spent."""
+    import xgboost as xgb
+
+    class TimeLimit(xgb.callback.TrainingCallback):
+        def before_training(self, model):
+            self.start = time.perf_counter()
+            return model
+
+        def after_iteration(self, model, epoch, evals_log):
+            return time.perf_counter() - self.start > seconds
+
+    return TimeLimit()

@@ -142,6 +142,8 @@ def small_run_args(name: str, tmp_path) -> list[str]:
         data = tmp_path / "mols.csv"
         data.write_text("smiles,y\n" + "".join(f"{'C' * n}O,{n}\n" for n in range(1, 30)))
         return [f"data={data}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
+    if name.startswith("tabular/"):
+        return ["data=wine", "bagging=1", "hidden=16"]
     if name.startswith("protein/"):
         weights = make_tiny_esm(tmp_path / "esm2_tiny.pt")
         if name == "protein/esm-zeroshot":
