@@ -89,9 +89,10 @@ def cmd_list(args) -> int:
 
     rows = static_list()
     width = max((len(r["name"]) for r in rows), default=10)
-    print(f"{'recipe':<{width}}  {'benchmark':<16} {'metric':<10} {'budget':<7} summary")
+    bench = max((len(r.get("benchmark", "")) for r in rows), default=9)
+    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} summary")
     for r in rows:
-        print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<16} {r.get('metric', ''):<10} "
+        print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<{bench}} {r.get('metric', ''):<13} "
               f"{r.get('budget', '60s'):<7} {r.get('summary', '')}")
     return 0
 
@@ -188,10 +189,10 @@ def cmd_data(args) -> int:
         print(f"{args.name}: {path}")
         return 0
     print(f"cache: {data.cache_root()}")
-    print(f"{'dataset':<16} {'domain':<10} {'source':<12} {'here':<5} description")
+    print(f"{'dataset':<18} {'domain':<10} {'source':<12} {'here':<5} description")
     for info in data.DATASETS.values():
         here = "yes" if data.is_present(info) else "no"
-        print(f"{info.name:<16} {info.domain:<10} {info.source:<12} {here:<5} {info.description}")
+        print(f"{info.name:<18} {info.domain:<10} {info.source:<12} {here:<5} {info.description}")
     return 0
 
 
