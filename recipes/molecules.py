@@ -6,7 +6,6 @@ splits, metrics, the D-MPNN, its training, then the fingerprint baseline.
 """
 from __future__ import annotations
 
-import copy
 import csv
 import dataclasses
 import functools
@@ -26,7 +25,8 @@ from torch import nn
 from shared import optim, schedule
 from shared.batches import TensorBatches
 from shared.budget import Budget, xgboost_time_limit
-from shared.loop import LoopSettings, fit, peak_memory_mb
+from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
+from shared.metrics import summarize_folds
 from shared.precision import choose_device
 from zoo.errors import ZooError
 from zoo.registry import recipe
@@ -539,7 +539,7 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
     optimizer = optim.adamw(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=cfg.lr_final, start=0.1)
     metric, higher = primary_metric(task)
-    best = {"value": None, "state": None}
+    best = BestState(higher)
 
     def unscale(p: np.ndarray) -> np.ndarray:
         return p * y_std + y_mean if task == "regression" else p
@@ -547,8 +547,7 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
     def evaluate(m: nn.Module) -> dict[str, float]:
         val = score(table.y[val_idx], unscale(predict(m, graphs, val_idx, extra, device, task)), task)
         value = val.get(metric, float("nan"))
-        if best["value"] is None or (value > best["value"] if higher else value < best["value"]):
-            best["value"], best["state"] = value, copy.deepcopy(m.state_dict())
+        best.update(value, m)
         return {f"val_{k}": v for k, v in val.items()}
 
     def loss_fn(m: nn.Module, batch) -> torch.Tensor:
@@ -560,10 +559,10 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
                  checkpoint_path=None, resume_from=None, on_eval=run.record_eval if label == "" else None,
                  on_train_log=run.record_train if label == "" else None, log=run.log)
-    model.load_state_dict(best["state"])  # the best validation checkpoint, as chemprop keeps
+    best.restore(model)  # the best validation checkpoint, as chemprop keeps
     test_pred = unscale(predict(model, graphs, test_idx, extra, device, task))
     stats = result.stats()
-    stats[f"best_val_{metric}"] = best["value"]
+    stats[f"best_val_{metric}"] = best.value
     return test_pred, stats
 
 
@@ -571,20 +570,6 @@ def run_splits(cfg: MolConfig, table: MolTable, seed: int):
     if cfg.folds:
         return list(fold_indices(table.mols, cfg.split, cfg.folds, seed))
     return [split_indices(table.mols, cfg.split, parse_sizes(cfg.split_sizes), seed)]
-
-
-def summarize_folds(results: list[dict], run) -> dict[str, float]:
-    """One split: its metrics. k folds: the mean, plus each metric's std across folds."""
-    if len(results) == 1:
-        return results[0]
-    out = {}
-    for k in results[0]:
-        values = [r[k] for r in results if k in r]
-        out[k] = float(np.mean(values))
-        out[f"{k}_std"] = float(np.std(values, ddof=1))
-    run.log("per fold: " + "; ".join(", ".join(f"{k} {v:.4f}" for k, v in r.items() if k.startswith("test_"))
-                                     for r in results))
-    return out
 
 
 def load_for(cfg: MolConfig, run) -> MolTable:
@@ -624,7 +609,7 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
         test = score(table.y[split[2]], np.mean(preds, axis=0), table.task)
         results.append({f"test_{m}": v for m, v in test.items()})
         run.log(f"split {k}: " + ", ".join(f"test {m} {v:.4f}" for m, v in test.items()))
-    metrics = summarize_folds(results, run)
+    metrics = summarize_folds(results, run.log)
     return {**metrics, "train_seconds": total_seconds, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}
 
@@ -667,7 +652,7 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
         results.append({f"test_{m}": v for m, v in test.items()})
         run.log(f"split {k}: " + ", ".join(f"test {m} {v:.4f}" for m, v in test.items()) +
                 f"; best iteration {trees[-1]}")
-    metrics = summarize_folds(results, run)
+    metrics = summarize_folds(results, run.log)
     run.report("features", f"{X.shape[1]} ({cfg.bits} Morgan r{cfg.radius}{' counts' if cfg.counts else ''}"
                            f"{' + RDKit descriptors' if cfg.descriptors else ''})")
     return {**metrics, "train_seconds": total, "trees": float(np.mean(trees)), "molecules": len(table.mols),

@@ -32,7 +32,7 @@ from torch import nn
 
 from shared import optim, schedule
 from shared.batches import TensorBatches
-from shared.loop import LoopSettings, fit, peak_memory_mb
+from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
 from shared.precision import autocast, choose_device, resolve_precision
 from zoo.errors import ZooError
 from zoo.registry import recipe
@@ -529,16 +529,14 @@ def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Modul
     y = torch.from_numpy((data.y - mean) / std).float() if data.task == "regression" else torch.from_numpy(data.y)
     batches = TensorBatches((inputs[train], y[train]), batch, seed=run.seed)
     metric, higher = primary_metric(data.task)
-    best = {"value": -math.inf, "state": None}
+    best = BestState(higher)
 
     def unscale(p: np.ndarray) -> np.ndarray:
         return p * std + mean if data.task == "regression" else p
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         val_metrics = score(data.y[val], unscale(predict_fn(m, inputs[val])), data.task)
-        if best["state"] is None or val_metrics[metric] > best["value"]:
-            best["value"] = val_metrics[metric]
-            best["state"] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        best.update(val_metrics[metric], m)
         return {f"val_{k}": v for k, v in val_metrics.items()}
 
     def loss_fn(m: nn.Module, b) -> torch.Tensor:
@@ -551,9 +549,9 @@ def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Modul
                  checkpoint_path=run.checkpoint_path if checkpoint else None,
                  resume_from=run.resume_from if checkpoint else None,
                  on_eval=run.record_eval, on_train_log=run.record_train, log=run.log)
-    model.load_state_dict(best["state"])
+    best.restore(model)
     stats = result.stats()
-    stats[f"best_val_{metric}"] = best["value"]
+    stats[f"best_val_{metric}"] = best.value
     return unscale(predict_fn(model, inputs[test])), stats
 
 

@@ -24,7 +24,8 @@ from torch import nn
 from shared import optim, schedule
 from shared.batches import TensorBatches
 from shared.budget import xgboost_time_limit
-from shared.loop import LoopSettings, fit, peak_memory_mb
+from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
+from shared.metrics import summarize_folds
 from shared.precision import choose_device
 from zoo.errors import ZooError
 from zoo.registry import recipe
@@ -474,7 +475,7 @@ def fit_xgb(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: n
         models.append(m)
         iters.append(m.best_iteration + 1)
     stats = {"depth": depth, "log_target": log, "rounds": float(np.mean(iters)), "models": models,
-             "seconds": time.perf_counter() - start}
+             "train_seconds": time.perf_counter() - start}
     if oof is not None and k > 1:
         stats[f"oof_{metric}"] = score(table.y[train], oof[train], table.task)[metric]
     run.log(f"{label}final: depth {depth}{', log target' if log else ''}, lr {cfg.xgb_lr}, {k} model(s) of "
@@ -649,13 +650,11 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
     w = torch.from_numpy(weights).float() if weights is not None else torch.ones(len(table.y))
     rows = torch.as_tensor(fit_rows)
     batches = TensorBatches((enc.num[rows], enc.cat[rows], target[rows], w[rows]), cfg.batch_size, seed=run.seed)
-    best = {"value": None, "state": None}
+    best = BestState(higher)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         values = score(table.y[val], to_pred(nn_predict(m, enc, val, device)), table.task)
-        if best["value"] is None or better(values[metric], best["value"], higher):
-            best["value"] = values[metric]
-            best["state"] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        best.update(values[metric], m)
         return {f"val_{k}": v for k, v in values.items()}
 
     def loss_fn(m: nn.Module, b) -> torch.Tensor:
@@ -677,9 +676,9 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
                  resume_from=run.resume_from if not label else None,
                  on_eval=run.record_eval if not label else None, on_train_log=run.record_train if not label else None,
                  log=run.log)
-    model.load_state_dict(best["state"])
+    best.restore(model)
     stats = result.stats()
-    stats[f"best_val_{metric}"] = best["value"]
+    stats[f"best_val_{metric}"] = best.value
     stats["log_target"] = log
     return to_pred(nn_predict(model, enc, test, device)), stats
 
@@ -696,15 +695,15 @@ def splits_for(cfg: TabularConfig, table: Table) -> list[tuple[np.ndarray, np.nd
     return [test_split(table, cfg)]
 
 
-def summarize(results: list[dict], run) -> dict[str, float]:
-    if len(results) == 1:
-        return results[0]
-    out = {}
-    for k in results[0]:
-        values = [r[k] for r in results]
-        out[k], out[f"{k}_std"] = float(np.mean(values)), float(np.std(values, ddof=1))
-    run.log("per fold: " + "; ".join(", ".join(f"{k} {v:.4f}" for k, v in r.items()) for r in results))
-    return out
+def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, dict, float]:
+    """``fit_one(k, X, train, test) -> (test predictions, stats)`` on each split: the test metrics
+    (mean ± std over folds), the last split's stats, and the training seconds in all."""
+    results, stats, total = [], {}, 0.0
+    for k, (X, train, test) in enumerate(views):
+        pred, stats = fit_one(k, X, train, test)
+        total += stats["train_seconds"]
+        results.append({f"test_{m}": v for m, v in score(table.y[test], pred, table.task).items()})
+    return summarize_folds(results, run.log), stats, total
 
 
 def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
@@ -734,18 +733,13 @@ def train_xgb(cfg: TabularConfig, run) -> dict[str, float]:
         raise ZooError("tabular/xgb takes a time budget (--budget 1m) or a cap on boosting rounds (--budget 500steps)")
     seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
     rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
-    results, stats, total = [], {}, 0.0
-    for k, (X, train, test) in enumerate(views):
-        pred, stats = fit_xgb(cfg, run, table, X, train, test, seconds, rounds, f"fold {k}: " if cfg.folds else "")
-        total += stats["seconds"]
-        test_metrics = score(table.y[test], pred, table.task)
-        results.append({f"test_{m}": v for m, v in test_metrics.items()})
+    metrics, stats, total = over_splits(run, table, views, lambda k, X, train, test: fit_xgb(
+        cfg, run, table, X, train, test, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
     save_importances(stats["models"], run)
     run.report("trees", f"depth {stats['depth']}{', log target' if stats['log_target'] else ''}, "
                         f"{max(1, cfg.bagging)} x {stats['rounds']:.0f} rounds (mean), xgboost's own threads "
                         f"({os.cpu_count()})")
-    return {**summarize(results, run), "train_seconds": total, "rows": len(table.y),
-            "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}
+    return {**metrics, "train_seconds": total, "rows": len(table.y), "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}
 
 
 @recipe("tabular/mlp", config=TabularConfig, benchmark="california-housing", metric="test_rmse",
@@ -757,14 +751,11 @@ def train_mlp(cfg: TabularConfig, run) -> dict[str, float]:
 
     table, views = prepare(cfg, run)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
-    results, stats, total = [], {}, 0.0
-    for k, (X, train, test) in enumerate(views):
-        pred, stats = fit_nn(cfg, run, table, X, train, test, budget, f"fold {k}" if k else "")
-        total += stats["train_seconds"]
-        results.append({f"test_{m}": v for m, v in score(table.y[test], pred, table.task).items()})
+    metrics, stats, total = over_splits(run, table, views, lambda k, X, train, test: fit_nn(
+        cfg, run, table, X, train, test, budget, f"fold {k}" if k else ""))
     metric = primary_metric(table.task)[0]
     run.report("network", f"{cfg.model}, {'quantile' if cfg.quantile else 'z-score'} numbers"
                           f"{', log target' if stats['log_target'] else ''}; best validation {metric} "
                           f"{stats[f'best_val_{metric}']:.4f}")
-    return {**summarize(results, run), "train_seconds": total, "params_M": stats["params_M"],
+    return {**metrics, "train_seconds": total, "params_M": stats["params_M"],
             "peak_mem_mb": stats["peak_mem_mb"], "mfu_percent": stats.get("mfu_percent"), "rows": len(table.y)}

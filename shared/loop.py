@@ -119,6 +119,24 @@ class EMA:
         self.updates = int(state["updates"])
 
 
+class BestState:
+    """The model's weights at its best validation value so far: early stopping that keeps training to
+    the end of the budget and returns to the best point (restored with ``restore``)."""
+
+    def __init__(self, higher_is_better: bool):
+        self.higher = higher_is_better
+        self.value: float | None = None
+        self.state: dict | None = None
+
+    def update(self, value: float, model: nn.Module) -> None:
+        if self.value is None or (value > self.value if self.higher else value < self.value):
+            self.value = value
+            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def restore(self, model: nn.Module) -> None:
+        model.load_state_dict(self.state)
+
+
 class _StopSignals:
     """SIGINT/SIGTERM set a flag the loop reads between steps; a second signal stops at once."""
 

@@ -1,6 +1,9 @@
 """Metrics, each a plain function of predictions and targets (tested against scikit-learn)."""
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+
 import torch
 
 
@@ -29,3 +32,16 @@ def macro_f1(preds: torch.Tensor, targets: torch.Tensor, num_classes: int | None
     present = denom > 0
     f1 = torch.where(present, 2 * tp / denom.clamp(min=1), torch.zeros_like(tp))
     return (f1[present].mean()).item()
+
+
+def summarize_folds(results: list[dict[str, float]], log: Callable[[str], None]) -> dict[str, float]:
+    """One split: its metrics. Several folds: each metric's mean, plus ``<metric>_std`` across folds
+    (sample std); the per-fold values go to ``log``."""
+    if len(results) == 1:
+        return results[0]
+    out = {}
+    for k in results[0]:
+        values = [r[k] for r in results]
+        out[k], out[f"{k}_std"] = statistics.fmean(values), statistics.stdev(values)
+    log("per fold: " + "; ".join(", ".join(f"{k} {v:.4f}" for k, v in r.items()) for r in results))
+    return out

@@ -197,3 +197,18 @@ def test_lookahead_pulls_weights_towards_their_average():
     run_fit(model, x, y, Budget("steps", 20), lookahead=0.95)
     run_fit(plain, x, y, Budget("steps", 20))
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters()))
+
+
+def test_best_state_keeps_the_best_weights_in_either_direction():
+    from shared.loop import BestState
+
+    model = torch.nn.Linear(2, 1)
+    for higher, values, kept in ((True, [0.5, 0.9, 0.7], 0.9), (False, [0.5, 0.9, 0.3], 0.3)):
+        best, weights = BestState(higher), {}
+        for v in values:
+            with torch.no_grad():
+                model.weight.fill_(v)
+            best.update(v, model)
+            weights[v] = model.weight.clone()
+        best.restore(model)
+        assert best.value == kept and torch.equal(model.weight, weights[kept])

@@ -20,3 +20,12 @@ def test_macro_f1_from_logits_with_absent_class():
     expected = f1_score(targets, logits.argmax(1), average="macro")
     assert metrics.macro_f1(logits, targets, num_classes=5) == pytest.approx(expected)
     assert metrics.accuracy(logits, targets) == pytest.approx(0.6)
+
+
+def test_summarize_folds_means_and_sample_std():
+    from shared.metrics import summarize_folds
+
+    logs = []
+    out = summarize_folds([{"test_rmse": 1.0}, {"test_rmse": 3.0}], logs.append)
+    assert out == {"test_rmse": 2.0, "test_rmse_std": pytest.approx(2 ** 0.5)} and "per fold" in logs[0]
+    assert summarize_folds([{"test_rmse": 1.0}], logs.append) == {"test_rmse": 1.0} and len(logs) == 1
