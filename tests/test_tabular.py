@@ -179,3 +179,10 @@ def test_adult_layout_is_read_with_its_test_file(tmp_path, monkeypatch):
     table = tab.load_table(tab.TabularConfig(data="adult"), FakeRun())
     assert table.classes == ["<=50K", ">50K"] and table.task == "binary"
     assert table.test_rows.tolist() == list(range(30, 40)) and table.X["native-country"].isna().sum() == 10
+
+
+def test_parquet_tables_read_like_csv(houses, tmp_path):
+    path = tmp_path / "houses.parquet"
+    pd.read_csv(houses).to_parquet(path)
+    s, _ = run_ok("tabular/xgb", f"data={path}", "target=price", "bagging=1", budget="4s")
+    assert s["status"] == "ok" and float(s["value"]) < 25_000
