@@ -777,8 +777,7 @@ class ESMRegressor(nn.Module):
     def __init__(self, esm_model: nn.Module, alphabet, layer: int, pool: str, out: int, hidden: int, dropout: float):
         super().__init__()
         self.esm, self.alphabet, self.layer, self.pool = esm_model, alphabet, layer, pool
-        width = esm_model.embed_dim if hasattr(esm_model, "embed_dim") else esm_model.get_base_model().embed_dim
-        self.head = MLPHead(width, hidden, out, dropout)
+        self.head = MLPHead(esm_model.embed_dim, hidden, out, dropout)  # a peft wrapper forwards the attribute
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         rep = self.esm(tokens, repr_layers=[self.layer])["representations"][self.layer]

@@ -25,6 +25,21 @@ def zoo(*args, cwd=None, env=None, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_ok(*args, budget: str):
+    """``zoo run ARGS --budget BUDGET`` that must succeed: (its summary block, the process)."""
+    r = zoo("run", *args, "--budget", budget)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return summary_block(r.stdout), r
+
+
+def run_bad(*args, budget: str) -> str:
+    """``zoo run`` on bad input: exit 2, no traceback; returns the one-line message."""
+    r = zoo("run", *args, "--budget", budget)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    return r.stderr.strip().splitlines()[-1]
+
+
 def summary_block(stdout: str) -> dict:
     """The key: value lines after the final ``---``."""
     block = stdout.rsplit("---\n", 1)[1]

@@ -1,6 +1,7 @@
 """Protein: reading FASTA/CSV/NPZ/FLIP data and its bad inputs, encodings, the closed-form and MLP
 heads, ESM-2 weights through the local-file path users take (a tiny random ESM-2 saved in fair-esm's
 layout), the embedding cache, LoRA fine-tuning, and masked-marginal zero-shot scores checked by hand."""
+import functools
 import json
 import pickle
 import zipfile
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_tiny_esm, summary_block, zoo
+import conftest
+from conftest import make_tiny_esm, zoo
 from recipes import protein as prot
 from zoo.errors import ZooError
 
@@ -52,17 +54,8 @@ def tiny_esm(tmp_path):
     return make_tiny_esm(tmp_path / "weights" / "esm2_t2_tiny.pt")
 
 
-def run_ok(*args, budget="40steps"):
-    r = zoo("run", *args, "--budget", budget)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return summary_block(r.stdout), r
-
-
-def run_bad(*args) -> str:
-    r = zoo("run", *args, "--budget", "5steps")
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
-    return r.stderr.strip().splitlines()[-1]
+run_ok = functools.partial(conftest.run_ok, budget="40steps")
+run_bad = functools.partial(conftest.run_bad, budget="5steps")
 
 
 # ---------------------------------------------------------------------------------------------

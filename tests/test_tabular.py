@@ -1,27 +1,19 @@
 """Tabular: reading tables and their bad inputs, task inference, engineered features, the network's
 encoding, and both recipes end to end on scikit-learn's bundled tables and small synthetic CSVs."""
+import functools
 import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import conftest
 from conftest import summary_block, zoo
 from recipes import tabular as tab
 from zoo.errors import ZooError
 
-
-def run_ok(*args, budget="8s"):
-    r = zoo("run", *args, "--budget", budget)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return summary_block(r.stdout), r
-
-
-def run_bad(*args) -> str:
-    r = zoo("run", *args, "--budget", "5s")
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
-    return r.stderr.strip().splitlines()[-1]
+run_ok = functools.partial(conftest.run_ok, budget="8s")
+run_bad = functools.partial(conftest.run_bad, budget="5s")
 
 
 @pytest.fixture
