@@ -153,6 +153,8 @@ def small_run_args(name: str, tmp_path) -> list[str]:
         data = tmp_path / "prot.fasta"
         data.write_text("".join(f">v{i}|{i % 7 / 7:.3f}\nMKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR\n" for i in range(40)))
         return [f"data={data}", f"esm_weights={weights}", "hidden=16", "batch_size=8"]
+    if name.startswith("medical/"):
+        return ["width=8", "levels=3", "tta=false", "patch=64,64" if name == "medical/swinunetr" else "patch=32,32"]
     raise AssertionError(f"add tiny-run overrides for {name}")
 
 

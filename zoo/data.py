@@ -150,6 +150,23 @@ for _name, _what, _metric in (
     register(DatasetInfo(name=_name, domain="tabular", source="bundled", description=_what,
                          split="80/20, random_state 42 (stratified for classes)", metric=_metric))
 register(DatasetInfo(
+    name="isbi2012-membrane", domain="medical", source="cache", path="medical_seg/isbi2012_membrane/train",
+    description="ISBI 2012 EM stack (Drosophila VNC): 30 serial-section TEM slices, 512x512, membrane masks "
+                "(mask value 0 = membrane, 22% of pixels; 255 = cell interior)",
+    split="slices 0-23 train, 24-29 validation (fixed)", metric="membrane Dice, mIoU",
+    downloads=(Download("https://github.com/zhixuhao/unet/archive/b45af4d458437d8281cc218a07fd4380818ece4a.tar.gz",
+                        sha256=None, archive_root="unet-b45af4d458437d8281cc218a07fd4380818ece4a/data/membrane/train",
+                        select=(("image", 30), ("label", 30))),),
+    tree_sha256="69966995f5981bdac6b55d41da3d37fc57c2826ca6fbc966c001efc876f41d4c",
+    info={"label_values": (255, 0), "symmetric_axes": (0, 1)}))
+for _dims in (2, 3):
+    register(DatasetInfo(
+        name=f"synthetic-{_dims}d", domain="medical", source="bundled",
+        description=f"MONAI's synthetic {_dims}-D images (monai.data.synthetic): 40 noisy {'128x128' if _dims == 2 else '64^3'} "
+                    "scenes of random circles/spheres, 2 foreground classes (fixed generator seed)",
+        split="32 train / 8 validation (generated)", metric="mean foreground Dice, mIoU",
+        info={"symmetric_axes": tuple(range(_dims))}))
+register(DatasetInfo(
     name="cifar10", domain="vision", source="torchvision", path="vision/cifar10",
     description="full CIFAR-10 (50k train / 10k test) through torchvision's downloader (online users)",
     split="official train/test", metric="top-1 accuracy on test"))

@@ -1,0 +1,205 @@
+"""Medical segmentation: the planner's rules, Dice/IoU against a hand count, exact patch replay, and
+``medical/unet`` / ``medical/swinunetr`` end to end on MONAI's synthetic data, a Decathlon-style
+NIfTI folder and a PNG image/mask folder, with their bad inputs."""
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import conftest
+from recipes import medical as med
+from shared.budget import parse_budget
+from zoo.errors import ZooError
+
+run_ok = functools.partial(conftest.run_ok, budget="40steps")
+run_bad = functools.partial(conftest.run_bad, budget="2steps")
+TINY = ["width=4", "levels=3", "eval_every=0", "tta=false"]
+
+
+def fingerprint(**over) -> dict:
+    fp = {"cases": 20, "channels": 1, "spatial_dims": 2, "median_shape": [512, 512], "total_voxels": 20 * 512 ** 2,
+          "median_spacing": [1.0, 1.0], "anisotropy": 1.0, "modality": "",
+          "intensity_fg": {"mean": 0.0, "std": 1.0, "p00_5": -1.0, "p99_5": 1.0}}
+    return {**fp, **over}
+
+
+def plan(fp, budget="5m", measure=lambda dims, levels, width: (2e4, 500.0), **cfg):
+    return med.make_plan(fp, med.MedicalConfig(**cfg), torch.device("cpu"), parse_budget(budget), measure)
+
+
+def test_plan_follows_the_data():
+    p = plan(fingerprint(), budget="100steps")
+    assert p["dims"] == 2 and p["patch"] == [512, 512] and p["normalize"] == "zscore" and p["set_by_user"] == []
+    assert p["levels"] == 6  # 512 -> 16 after five halvings, the deepest map ~8-16 voxels
+    ct = plan(fingerprint(spatial_dims=3, median_shape=[200, 200, 60], median_spacing=[0.8, 0.8, 5.0],
+                          anisotropy=6.25, modality="CT", total_voxels=20 * 200 * 200 * 60), budget="100steps")
+    assert ct["dims"] == 2 and ct["slice_axis"] == 2 and ct["normalize"] == "ct"  # 5 mm slices: 2-D across them
+    iso = plan(fingerprint(spatial_dims=3, median_shape=[96, 96, 96], median_spacing=[1.0, 1.0, 1.5],
+                           anisotropy=1.5, modality="MRI", total_voxels=20 * 96 ** 3), budget="100steps")
+    assert iso["dims"] == 3 and iso["slice_axis"] is None and len(iso["patch"]) == 3
+
+
+def test_plan_sizes_the_patch_for_the_time_budget():
+    """The budget buys at least min_steps steps: a short budget halves the patch; set values are kept."""
+    long, short = plan(fingerprint(), budget="2h"), plan(fingerprint(), budget="20s")
+    assert long["patch"] == [512, 512] and long["expected_steps"] >= 600
+    assert max(short["patch"]) < 512 and short["levels"] < long["levels"]
+    kept = plan(fingerprint(), budget="20s", patch="512,512", batch_size=3, dims=2)
+    assert kept["patch"] == [512, 512] and kept["batch_size"] == 3
+    assert set(kept["set_by_user"]) == {"patch", "batch_size", "dims"}
+
+
+@pytest.mark.parametrize("key,value,message", [("dims", 3, "spatial dims"), ("patch", "64", "needs 2 sizes"),
+                                               ("spacing", "1,x", "numbers"), ("normalize", "minmax", "choose")])
+def test_plan_rejects_bad_overrides(key, value, message):
+    with pytest.raises(ZooError, match=message):
+        plan(fingerprint(), **{key: value})
+
+
+def test_dice_and_iou_match_a_hand_count():
+    """A network that thresholds its input: Dice 2|A∩B|/(|A|+|B|) per class, IoU per class, mIoU over all."""
+    truth = torch.zeros(1, 32, 32, dtype=torch.uint8)
+    truth[0, 4:20, 4:20] = 1  # 256 foreground pixels
+    guess = torch.zeros(1, 32, 32)
+    guess[0, 8:20, 4:24] = 1  # 240 pixels, 192 of them right
+    model = lambda x: torch.cat([-x, x], 1) * 10  # noqa: E731
+    case = med.Case("a", guess, truth)
+    p = {"patch": [16, 16], "batch_size": 2, "slice_axis": None, "spacing": [1.0, 1.0]}
+    got = med.evaluate(model, [case], p, ["background", "fg"], torch.device("cpu"), overlap=0.5, hd95=True)
+    assert got["dice_fg"] == pytest.approx(2 * 192 / (256 + 240))
+    iou_fg, iou_bg = 192 / (256 + 240 - 192), (1024 - 304) / (1024 - 192)
+    assert got["iou_fg"] == pytest.approx(iou_fg) and got["miou"] == pytest.approx((iou_fg + iou_bg) / 2)
+    assert got["hd95"] == pytest.approx(4.0)  # the worst boundary points sit 4 pixels apart
+
+
+def test_patches_replay_exactly_after_resume():
+    data = med.load_synthetic(2)
+    fp = med.fingerprint(data)
+    cfg = med.MedicalConfig()
+    p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
+    cases = [med.preprocess(c, p, fp) for c in data.train[:4]]
+    make = lambda: med.PatchBatches(cases, med.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
+    a = make()
+    for _ in range(7):
+        a.next_batch()
+    b = make()
+    b.load_state_dict(a.state_dict())
+    (xa, ya), (xb, yb) = a.next_batch(), b.next_batch()
+    assert xa.shape == (3, 1, 32, 32) and ya.shape == (3, 1, 32, 32) and ya.dtype == torch.long
+    assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert not torch.equal(xa, a.next_batch()[0])
+
+
+def test_unet_learns_synthetic_2d():
+    summary, proc = run_ok("medical/unet", "width=8")
+    assert summary["status"] == "ok" and summary["metric"] == "dice" and float(summary["value"]) > 0.7
+    assert "plan:" in proc.stdout and "2-D, patch 128x128" in summary["plan"]
+    run_dir = Path(summary["run_dir"])
+    saved = json.loads((run_dir / "plan.json").read_text())
+    assert saved["plan"]["dims"] == 2 and saved["fingerprint"]["median_shape"] == [128, 128]
+    assert (run_dir / "model.safetensors").is_file()
+
+
+def test_unet_3d_and_swinunetr():
+    summary, _ = run_ok("medical/unet", "data=synthetic-3d", "patch=32,32,32", *TINY, budget="3steps")
+    assert "3-D, patch 32x32x32" in summary["plan"] and 0 <= float(summary["value"]) <= 1
+    summary, _ = run_ok("medical/swinunetr", "patch=64,64", *TINY, budget="2steps")
+    assert "SwinUNETR, feature size 12" in summary["plan"] and summary["status"] == "ok"
+    assert "multiples of 32 (at least 64)" in run_bad("medical/swinunetr", "patch=32,32")
+
+
+def nifti(path: Path, array: np.ndarray, spacing) -> None:
+    import nibabel as nib
+
+    nib.save(nib.Nifti1Image(array, np.diag([*spacing, 1.0])), str(path))
+
+
+@pytest.fixture
+def decathlon(tmp_path):
+    """Four anisotropic CT-like volumes (5 mm slices) with a bright cube as label 1."""
+    root = tmp_path / "Task01_Cubes"
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    rng = np.random.default_rng(0)
+    training = []
+    for i in range(4):
+        label = np.zeros((40, 40, 8), dtype=np.uint8)
+        label[10 + i:25 + i, 8:24, 2:6] = 1
+        image = (rng.normal(-100, 20, label.shape) + 300.0 * label).astype(np.float32)
+        nifti(root / "imagesTr" / f"case{i}.nii.gz", image, (1.0, 1.0, 5.0))
+        nifti(root / "labelsTr" / f"case{i}.nii.gz", label, (1.0, 1.0, 5.0))
+        training.append({"image": f"./imagesTr/case{i}.nii.gz", "label": f"./labelsTr/case{i}.nii.gz"})
+    meta = {"name": "cubes", "modality": {"0": "CT"}, "labels": {"0": "background", "1": "cube"},
+            "training": training}
+    (root / "dataset.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_decathlon_folder_plans_2d_across_thick_slices(decathlon):
+    summary, proc = run_ok("medical/unet", f"data={decathlon}", *TINY, budget="3steps")
+    assert "2-D, patch" in summary["plan"] and "ct normalisation" in summary["plan"]
+    assert "dice_cube" in (Path(summary["run_dir"]) / "summary.json").read_text()
+
+
+def load_error(data, **cfg) -> str:
+    """The one-line error loading ``data`` raises (the CLI prints it and exits 2; see the run_bad cases)."""
+    with pytest.raises(ZooError) as info:
+        med.load_data(med.MedicalConfig(data=str(data), **cfg), run=None)
+    return str(info.value)
+
+
+def test_decathlon_bad_inputs(decathlon):
+    (decathlon / "labelsTr" / "case3.nii.gz").unlink()
+    assert "case3.nii.gz: listed in dataset.json but not found" in run_bad("medical/unet", f"data={decathlon}")
+    nifti(decathlon / "labelsTr" / "case3.nii.gz", np.zeros((40, 40, 7), dtype=np.uint8), (1.0, 1.0, 5.0))
+    assert "case3.nii.gz: mask shape (40, 40, 7) does not match image case3.nii.gz" in load_error(decathlon)
+    bad = np.zeros((40, 40, 8), dtype=np.uint8)
+    bad[0, 0, 0] = 3
+    nifti(decathlon / "labelsTr" / "case3.nii.gz", bad, (1.0, 1.0, 5.0))
+    assert "case3.nii.gz: unexpected label value 3 (expected one of [0, 1])" in load_error(decathlon)
+    nifti(decathlon / "imagesTr" / "case3.nii.gz", np.full((40, 40, 8), np.nan, dtype=np.float32), (1.0, 1.0, 5.0))
+    assert "case3.nii.gz: 12800 voxels are NaN or infinite" in load_error(decathlon)
+    (decathlon / "dataset.json").write_text(json.dumps({"training": []}))
+    assert "dataset.json: no 'labels' mapping" in load_error(decathlon)
+
+
+def png_folder(root: Path, n: int = 6) -> Path:
+    from PIL import Image
+
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(n):
+        mask = np.zeros((48, 48), dtype=np.uint8)
+        mask[5 + i:30 + i, 10:35] = 255
+        image = np.clip(rng.normal(60, 15, mask.shape) + 0.5 * mask, 0, 255).astype(np.uint8)
+        Image.fromarray(image).save(root / "images" / f"slice{i}.png")
+        Image.fromarray(mask).save(root / "masks" / f"slice{i}.png")
+    return root
+
+
+def test_png_folder_and_its_bad_inputs(tmp_path):
+    root = png_folder(tmp_path / "cells")
+    summary, _ = run_ok("medical/unet", f"data={root}", *TINY, "flip_axes=0,1", budget="3steps")
+    assert summary["status"] == "ok"
+    line = run_bad("medical/unet", f"data={root}", "label_values=0,128")
+    assert line.endswith("slice0.png: unexpected label value 255 (expected one of [0, 128])")
+    assert "axis 2 does not exist" in run_bad("medical/unet", f"data={root}", "flip_axes=2")
+    assert "choose dice_ce" in run_bad("medical/unet", "loss=dice")
+    (root / "images" / "slice9.png").write_bytes(b"not a png at all")
+    assert "slice9.png: no matching file in" in load_error(root)
+    (root / "masks" / "slice9.png").write_bytes(b"not a png at all")
+    assert "slice9.png: cannot read image" in load_error(root)
+    from PIL import Image
+
+    Image.fromarray(np.zeros((40, 48), dtype=np.uint8)).save(root / "images" / "slice9.png")
+    Image.fromarray(np.zeros((48, 48), dtype=np.uint8)).save(root / "masks" / "slice9.png")
+    assert "does not match image slice9.png" in load_error(root)
+    empty = tmp_path / "empty"
+    (empty / "images").mkdir(parents=True)
+    (empty / "masks").mkdir()
+    assert "no images" in load_error(empty)
+    assert "not a medical dataset" in load_error(tmp_path / "nowhere")
