@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -38,22 +39,22 @@ class MedicalConfig(LoopSettings):
     val_fraction: float = 0.2  # own data: validation fraction of the cases (fixed split, seed 0)
     dims: int = 0  # 2 or 3 spatial dims for the network; 0 = plan (2 for images and very anisotropic volumes)
     spacing: str = ""  # target voxel spacing 'a,b[,c]' (mm); '' = plan (median spacing of the data)
-    normalize: str = "auto"  # auto | zscore (per image) | ct (clip to foreground 0.5-99.5%, dataset mean/std) | none
+    normalize: Literal["auto", "zscore", "ct", "none"] = "auto"  # zscore: per image; ct: clip to fg 0.5-99.5%
     patch: str = ""  # training patch 'a,b[,c]' (voxels); '' = plan (from the image size and the compute budget)
     batch_size: int = 0  # patches per step; 0 = plan (from memory and the compute budget)
-    model: str = "unet"  # unet (MONAI UNet, residual units) | basicunet | swinunetr
+    model: Literal["unet", "basicunet", "swinunetr"] = "unet"  # MONAI UNet (residual units), BasicUNet or SwinUNETR
     width: int = 0  # channels of the first level (doubling per level, capped at 16x); 0 = plan
     levels: int = 0  # resolution levels; 0 = plan (halve until feature maps are ~8 voxels, at most 6)
     res_units: int = 2  # residual units per level (unet)
     full_res: bool = False  # unet: add a full-resolution first level (MONAI's starts strided); 2x cost, no gain on ISBI
-    norm: str = "instance"  # instance | batch (unet)
+    norm: Literal["instance", "batch"] = "instance"  # normalisation layers of the unet
     channels_last: bool = True  # NHWC memory layout for 2-D networks (faster convolutions with batch norm on CPU)
-    loss: str = "dice_ce"  # dice_ce | dice_focal | tversky (alpha 0.3, beta 0.7; recall-weighted) | ce
+    loss: Literal["dice_ce", "dice_focal", "tversky", "ce"] = "dice_ce"  # tversky: alpha 0.3, beta 0.7
     class_weights: str = ""  # cross-entropy class weights: '' none, 'balanced' (inverse sqrt frequency) or 'w0,w1,...'
     lr: float = 2e-3  # AdamW peak learning rate
     weight_decay: float = 1e-4  # AdamW decoupled decay on weights (never biases or norms)
     warmup: float = 0.03  # fraction of the budget warming up linearly
-    schedule: str = "cosine"  # LR shape over budget progress: cosine | wsd | linear | constant
+    schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
     fg_fraction: float = 0.33  # fraction of patches centred on a foreground voxel (nnU-Net oversampling)
     flip_axes: str = "auto"  # spatial axes that are mirror-symmetric ('0,1'); auto = the dataset's, none for own data
     rotate: float = 15.0  # max rotation (degrees, in-plane for 2-D) of the spatial augmentation; 0 = off
@@ -424,8 +425,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
     network = {"unet": f"UNet, {levels} levels from width {width}", "basicunet": f"BasicUNet, width {width}",
                "swinunetr": f"SwinUNETR, feature size {swin_features(width)}"}.get(cfg.model, cfg.model)
     return {"dims": dims, "network": network, "spacing": spacing, "slice_axis": slice_axis, "normalize": normalize,
-            "width": width,
-            "levels": levels, "patch": patch, "batch_size": batch, "expected_steps": steps,
+            "width": width, "levels": levels, "patch": patch, "batch_size": batch, "expected_steps": steps,
             "gflop_per_step": round(sample_flops * batch / 1e9, 2), "set_by_user": user}
 
 

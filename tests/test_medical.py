@@ -59,6 +59,14 @@ def test_plan_rejects_bad_overrides(key, value, message):
         plan(fingerprint(), **{key: value})
 
 
+def test_flip_axes_follow_the_slicing():
+    """Axes name the volume's axes; a 2-D plan across one of them drops it and renumbers the rest."""
+    data = med.SegData([], [], ["background", "x"], "vol", symmetric_axes=(0, 1, 2))
+    assert med.resolve_flip_axes(med.MedicalConfig(), data, {"slice_axis": 0}, 3) == (0, 1)
+    assert med.resolve_flip_axes(med.MedicalConfig(flip_axes="0,2"), data, {"slice_axis": 1}, 3) == (0, 1)
+    assert med.resolve_flip_axes(med.MedicalConfig(flip_axes="none"), data, {"slice_axis": None}, 3) == ()
+
+
 def test_dice_and_iou_match_a_hand_count():
     """A network that thresholds its input: Dice 2|A∩B|/(|A|+|B|) per class, IoU per class, mIoU over all."""
     truth = torch.zeros(1, 32, 32, dtype=torch.uint8)
@@ -185,10 +193,13 @@ def test_png_folder_and_its_bad_inputs(tmp_path):
     root = png_folder(tmp_path / "cells")
     summary, _ = run_ok("medical/unet", f"data={root}", *TINY, "flip_axes=0,1", budget="3steps")
     assert summary["status"] == "ok"
-    line = run_bad("medical/unet", f"data={root}", "label_values=0,128")
-    assert line.endswith("slice0.png: unexpected label value 255 (expected one of [0, 128])")
-    assert "axis 2 does not exist" in run_bad("medical/unet", f"data={root}", "flip_axes=2")
-    assert "choose dice_ce" in run_bad("medical/unet", "loss=dice")
+    assert "loss='dice' must be one of" in run_bad("medical/unet", "loss=dice")
+    assert load_error(root, label_values="0,128").endswith(
+        "slice0.png: unexpected label value 255 (expected one of [0, 128])")
+    data = med.load_data(med.MedicalConfig(data=str(root)), run=None)
+    with pytest.raises(ZooError, match="axis 2 does not exist"):
+        med.resolve_flip_axes(med.MedicalConfig(flip_axes="2"), data, {"slice_axis": None}, 2)
+    assert med.resolve_flip_axes(med.MedicalConfig(), data, {"slice_axis": None}, 2) == ()  # own data: no flips
     (root / "images" / "slice9.png").write_bytes(b"not a png at all")
     assert "slice9.png: no matching file in" in load_error(root)
     (root / "masks" / "slice9.png").write_bytes(b"not a png at all")
