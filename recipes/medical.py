@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared import optim, schedule
+from shared.batches import batch_seed
 from shared.checkpoint import export_safetensors
 from shared.loop import LoopSettings, fit
 from shared.precision import autocast, choose_device, resolve_precision, speed_switches
@@ -541,7 +542,7 @@ class PatchBatches:
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.index >= self.batches_per_epoch:
             self.epoch, self.index = self.epoch + 1, 0
-        seed = ((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.index) % 2**32
+        seed = batch_seed(self.seed, self.epoch, self.index) % 2**32  # MONAI's random states take 32 bits
         rng = np.random.default_rng(seed)
         self.transform.set_random_state(seed=seed)
         samples = [self.transform(self.items[i])[0] for i in rng.integers(0, len(self.items), self.batch_size)]

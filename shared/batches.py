@@ -13,6 +13,11 @@ import torch
 Transform = Callable[[tuple[torch.Tensor, ...], torch.Generator], tuple[torch.Tensor, ...]]
 
 
+def batch_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of one batch's draws: a function of its position alone, so resume replays it."""
+    return ((seed * 1_000_003 + epoch) * 1_000_003 + index) % 2**63
+
+
 class TensorBatches:
     def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, seed: int = 0, shuffle: bool = True,
                  drop_last: bool = True, transform: Transform | None = None):
@@ -50,7 +55,7 @@ class TensorBatches:
         batch = tuple(t[idx.to(t.device)] for t in self.tensors)
         if self.transform is not None:
             g = torch.Generator(device=batch[0].device)
-            g.manual_seed((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.index)
+            g.manual_seed(batch_seed(self.seed, self.epoch, self.index))
             batch = self.transform(batch, g)
         self.index += 1
         return batch
