@@ -134,22 +134,23 @@ def check_label(label: np.ndarray, path: Path, image_shape: tuple, image_path: P
     return label
 
 
-def map_labels(pairs: list[tuple], values: list[int] | None, path_of) -> tuple[list[np.ndarray], list[int]]:
+def map_labels(labels: list[np.ndarray], values: list[int] | None,
+               paths: list[Path]) -> tuple[list[np.ndarray], list[int]]:
     """Mask values -> class indices 0..K-1 (``values`` in class order); a value outside it names its file."""
     if values is None:
-        found = sorted({int(v) for _, label in pairs for v in np.unique(label)})
+        found = sorted({int(v) for label in labels for v in np.unique(label)})
         if len(found) > 32:
-            raise ZooError(f"masks hold {len(found)} distinct values (first in {path_of(0)}); a segmentation mask "
+            raise ZooError(f"masks hold {len(found)} distinct values (first in {paths[0]}); a segmentation mask "
                            "holds class values: give label_values=... or check the mask folder")
         values = found
     known = np.array(values)
+    order = np.argsort(known)
     mapped = []
-    for i, (_, label) in enumerate(pairs):
+    for label, path in zip(labels, paths):
         present = np.unique(label)
         bad = present[~np.isin(present, known)]
         if bad.size:
-            raise ZooError(f"{path_of(i)}: unexpected label value {int(bad[0])} (expected one of {values})")
-        order = np.argsort(known)
+            raise ZooError(f"{path}: unexpected label value {int(bad[0])} (expected one of {values})")
         mapped.append(order[np.searchsorted(known[order], label)].astype(np.uint8))
     return mapped, values
 
@@ -175,8 +176,7 @@ def parse_floats(text: str, key: str) -> list[float] | None:
     return values
 
 
-def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None,
-               names: list[str] | None = None) -> tuple[list[RawCase], list[int]]:
+def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None) -> tuple[list[RawCase], list[int]]:
     pairs = []
     for image_path, label_path in zip(images, labels):
         image, spacing = read_image(image_path)
@@ -187,9 +187,9 @@ def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None,
         pairs.append((image, check_label(label, label_path, image.shape, image_path), spacing))
     if not pairs:
         raise ZooError("no image/mask pairs found")
-    mapped, values = map_labels([(p[0], p[1]) for p in pairs], values, lambda i: labels[i])
-    cases = [RawCase(names[i] if names else _stem(images[i]), image, label, spacing, str(images[i]))
-             for i, ((image, _, spacing), label) in enumerate(zip(pairs, mapped))]
+    mapped, values = map_labels([p[1] for p in pairs], values, labels)
+    cases = [RawCase(_stem(path), image, label, spacing, str(path))
+             for path, (image, _, spacing), label in zip(images, pairs, mapped)]
     channels = {c.image.shape[0] for c in cases}
     if len(channels) > 1:
         raise ZooError(f"images have different channel counts {sorted(channels)} (e.g. {cases[0].source})")
