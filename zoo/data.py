@@ -76,6 +76,12 @@ register(DatasetInfo(
                Download(_MNIST + "t10k-labels-idx1-ubyte.gz",
                         "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"))))
 register(DatasetInfo(
+    name="mnist", domain="vision", source="cache", path="vision/mnist_test",
+    description="the same 10,000 MNIST test digits, split for generative models (diffusion recipes)",
+    split="fixed stratified 9,000 train / 1,000 held-out (split seed 0); FID on the 1,000",
+    metric="fid_zoo (lower is better)",
+    downloads=DATASETS["mnist-test"].downloads))
+register(DatasetInfo(
     name="tinyshakespeare", domain="text", source="cache", path="text/tinyshakespeare",
     description="Tiny Shakespeare (char-rnn): 1,115,394 ASCII characters of the plays, one file",
     split="first 90% of the characters train, last 10% validation", metric="validation bits per byte",

@@ -1,0 +1,141 @@
+"""Diffusion: the samplers land exactly on the data under an oracle network, classifier-free guidance
+mixes as defined, the fid_zoo features respond to corruption, and ``diffusion/*`` end to end on
+bundled digits and an own image folder, with their bad inputs."""
+import functools
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import conftest
+from recipes import diffusion as dif
+from zoo.errors import ZooError
+
+run_ok = functools.partial(conftest.run_ok, budget="20steps")
+run_bad = functools.partial(conftest.run_bad, budget="2steps")
+TINY = ["width=8", "n_samples=40", "n_real=40", "sample_steps=3", "grid=4"]
+
+
+class Oracle(torch.nn.Module):
+    """The exact network output for data that is one point ``c``: what a perfect model predicts."""
+
+    def __init__(self, c: torch.Tensor, kind: str, scheduler=None):
+        super().__init__()
+        self.c, self.kind, self.scheduler = c, kind, scheduler
+
+    def forward(self, x, t, class_labels=None):
+        if self.kind == "velocity":  # x_t = (1 - t) c + t eps  =>  v = eps - c = (x_t - c) / t
+            s = (t / 1000).view(-1, 1, 1, 1)
+            return SimpleNamespace(sample=(x - self.c) / s)
+        ab = self.scheduler.alphas_cumprod[t.long()].view(-1, 1, 1, 1)
+        eps = (x - ab.sqrt() * self.c) / (1 - ab).sqrt()
+        out = eps if self.kind == "epsilon" else ab.sqrt() * eps - (1 - ab).sqrt() * self.c
+        return SimpleNamespace(sample=out)
+
+
+@pytest.mark.parametrize("method,kind,sampler", [("flow", "velocity", "euler"), ("flow", "velocity", "heun"),
+                                                  ("ddpm", "epsilon", "ddim"), ("ddpm", "v", "ddim")])
+def test_samplers_reach_the_data_under_an_oracle(method, kind, sampler):
+    cfg = dif.DiffusionConfig(method=method, prediction="v" if kind == "v" else "epsilon", sampler=sampler,
+                              sample_steps=10, sample_batch=8)
+    c = torch.linspace(-0.8, 0.8, 16).view(1, 1, 4, 4)
+    model = Oracle(c, kind, dif.noise_scheduler(cfg))
+    out = dif.sample(model, cfg, 8, (1, 4, 4), None, 0, torch.device("cpu"), seed=0)
+    assert out.shape == (8, 1, 4, 4)
+    assert torch.allclose(out, c.expand_as(out), atol=2e-3)
+
+
+def test_guidance_mixes_conditional_and_unconditional():
+    class ByLabel(torch.nn.Module):
+        def forward(self, x, t, class_labels=None):
+            return SimpleNamespace(sample=x * 0 + class_labels.view(-1, 1, 1, 1).float())
+
+    x, labels, null = torch.zeros(3, 1, 2, 2), torch.tensor([1, 2, 3]), 10
+    out = dif.guided(ByLabel(), x, torch.zeros(3), labels, null, guidance=2.0)  # a time per image
+    assert torch.allclose(out[:, 0, 0, 0], 10 + 2.0 * (labels.float() - 10))  # uncond + g (cond - uncond)
+    assert torch.equal(dif.guided(ByLabel(), x, torch.zeros(3), labels, null, 1.0)[:, 0, 0, 0], labels.float())
+    dropped = dif.drop_labels(torch.zeros(20000, dtype=torch.long), null, 0.1, torch.Generator().manual_seed(0))
+    assert 0.09 < (dropped == null).float().mean() < 0.11 and set(dropped.tolist()) == {0, null}
+
+
+def test_sampler_must_match_the_method():
+    with pytest.raises(ZooError, match="sampler=ddim"):
+        dif.resolve_sampler(dif.DiffusionConfig(method="flow", sampler="ddim"))
+    with pytest.raises(ZooError, match="sampler=heun"):
+        dif.resolve_sampler(dif.DiffusionConfig(method="ddpm", sampler="heun"))
+    assert dif.resolve_sampler(dif.DiffusionConfig(method="flow")) == ("heun", 25)
+    assert dif.network_evaluations("heun", 25) == 49 and dif.network_evaluations("ddim", 50) == 50
+
+
+def test_fid_zoo_features_rank_corruption_and_are_cached():
+    from recipes.vision import load_digits_splits
+
+    data = load_digits_splits()
+    logs = []
+    net, acc = dif.feature_net(data, logs.append)
+    assert acc > 0.9 and "trained a classifier" in logs[-1]
+    real = dif.to_model_range(data.test_x)
+    ref = net.embed(real)
+    g = torch.Generator().manual_seed(0)
+    train = dif.to_model_range(data.train_x[:360])
+    scores = [dif.fid(net.embed((train + s * torch.randn(train.shape, generator=g)).clamp(-1, 1)), ref)
+              for s in (0.0, 0.2, 0.5, 1.0)]
+    assert scores == sorted(scores) and scores[-1] > 10 * scores[0]  # more noise, farther from the real images
+    again, acc2 = dif.feature_net(data, logs.append)
+    assert "cached classifier" in logs[-1] and acc2 == acc and np.allclose(again.embed(real), ref)
+
+
+def test_inception_weights_refuse_a_pickle_with_code(tmp_path):
+    evil = tmp_path / "inception.pth"
+    with open(evil, "wb") as f:
+        pickle.dump({"w": SimpleNamespace(x=1)}, f)  # loading it would construct an arbitrary object
+    with pytest.raises(ZooError, match="not a plain state dict"):
+        dif.InceptionFeatures(str(evil), torch.device("cpu"))
+    with pytest.raises(ZooError, match="file not found"):
+        dif.InceptionFeatures(str(tmp_path / "missing.pth"), torch.device("cpu"))
+
+
+def test_flow_cfg_end_to_end_on_digits(tmp_path):
+    summary, proc = run_ok("diffusion/flow-cfg", *TINY, "--out", tmp_path)
+    assert summary["metric"] == "fid_zoo" and summary["benchmark"] == "digits:cond"
+    assert "guidance 1.5" in summary["sampling"] and summary["fid_samples"] == "40 generated vs 40 held-out real"
+    run_dir = tmp_path / "diffusion" / "flow-cfg"
+    (run,) = list(run_dir.iterdir())
+    with Image.open(run / "samples.png") as im:
+        assert im.size[0] > 8 and im.size[1] > 8 * 9  # a row of samples per class (10 classes)
+    metrics = (run / "summary.json").read_text()
+    assert '"fid_zoo_floor"' in metrics and float(summary["value"]) > 0
+
+
+def test_ddpm_v_on_an_own_folder_with_its_bad_inputs(tmp_path):
+    folder = tmp_path / "imgs"
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        (folder / cls).mkdir(parents=True)
+        for i in range(12):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / cls / f"{i}.png")
+    summary, _ = run_ok("diffusion/ddpm", f"data={folder}", "image_size=16", "levels=2", *TINY, "sample_steps=2",
+                        "--out", tmp_path / "runs")
+    assert summary["status"] == "ok" and "ddim, 2 steps" in summary["sampling"]
+    assert "levels=6" in run_bad("diffusion/ddpm", f"data={folder}", "image_size=16", "levels=6", *TINY)
+    assert "sampler=ddim" in run_bad("diffusion/flow", f"data={folder}", "sampler=ddim", *TINY)
+    (folder / "a" / "0.png").write_bytes(b"not a png")
+    assert "0.png" in run_bad("diffusion/ddpm", f"data={folder}", *TINY)
+
+
+def test_bad_values_are_refused_before_training(tmp_path):
+    run = SimpleNamespace(device="cpu", log=print, budget=None)
+    for bad, match in ((dict(n_samples=1), "n_samples=1"), (dict(cond_drop=1.0), "cond_drop=1.0"),
+                       (dict(data=str(tmp_path / "nowhere")), "not a diffusion dataset")):
+        with pytest.raises(ZooError, match=match):
+            dif.train(dif.DiffusionConfig(**bad), run)
+    with pytest.raises(ZooError, match="width=12"):
+        dif.build_unet(dif.DiffusionConfig(), 12, 1, 8, 10)
+    data = SimpleNamespace(train_x=torch.zeros(4, 1, 8, 8, dtype=torch.uint8), train_y=torch.zeros(4, dtype=torch.long),
+                           test_x=torch.zeros(2, 1, 8, 8, dtype=torch.uint8), test_y=torch.zeros(2, dtype=torch.long),
+                           name="one")
+    with pytest.raises(ZooError, match="one class"):
+        dif.feature_net(data, print)
