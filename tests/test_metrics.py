@@ -29,3 +29,30 @@ def test_summarize_folds_means_and_sample_std():
     out = summarize_folds([{"test_rmse": 1.0}, {"test_rmse": 3.0}], logs.append)
     assert out == {"test_rmse": 2.0, "test_rmse_std": pytest.approx(2 ** 0.5)} and "per fold" in logs[0]
     assert summarize_folds([{"test_rmse": 1.0}], logs.append) == {"test_rmse": 1.0} and len(logs) == 1
+
+
+def _scipy_frechet(mu1, s1, mu2, s2):
+    """The textbook form with scipy's general matrix square root (real part), as reference."""
+    import numpy as np
+    from scipy import linalg
+
+    covmean = linalg.sqrtm(s1 @ s2)
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean.real))
+
+
+@pytest.mark.parametrize("n,d", [(500, 16), (40, 64)])  # full-rank, and fewer samples than features
+def test_frechet_distance_matches_scipy(n, d):
+    import numpy as np
+
+    rng = np.random.default_rng(d)
+    a = rng.normal(size=(n, d)) @ rng.normal(size=(d, d))
+    b = rng.normal(0.3, 1.0, size=(n, d)) @ rng.normal(size=(d, d))
+    fa, fb = metrics.gaussian_fit(a), metrics.gaussian_fit(b)
+    ours = metrics.frechet_distance(*fa, *fb)
+    assert ours == pytest.approx(_scipy_frechet(*fa, *fb), rel=1e-6)
+    shift = np.full(d, 0.5)  # same covariance, shifted mean: exactly the squared mean distance
+    tol = 1e-6 * np.trace(fa[1])  # round-off on the near-zero eigenvalues of a rank-deficient fit
+    assert metrics.frechet_distance(fa[0], fa[1], fa[0] + shift, fa[1]) == pytest.approx(0.25 * d, abs=tol)
+    assert metrics.frechet_distance(*fa, *fa) == pytest.approx(0.0, abs=tol)
+    with pytest.raises(ValueError, match="mismatched"):
+        metrics.frechet_distance(fa[0], fa[1], fb[0][:-1], fb[1])
