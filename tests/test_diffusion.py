@@ -139,3 +139,19 @@ def test_bad_values_are_refused_before_training(tmp_path):
                            name="one")
     with pytest.raises(ZooError, match="one class"):
         dif.feature_net(data, print)
+
+
+def test_width_grows_with_the_budget():
+    from shared.budget import parse_budget
+
+    def width(budget, **cfg):
+        logs = []
+        w = dif.choose_width(dif.DiffusionConfig(**cfg), parse_budget(budget), 1, 8, 10, torch.device("cpu"),
+                             logs.append)
+        return w, logs
+
+    short, logs = width("1s")
+    long_, _ = width("1h")
+    assert short < long_ and "GFLOP per step" in logs[0]
+    assert width("100steps")[0] == 32 and width("1h", width=24)[0] == 24
+    assert width("1h", min_steps=10**9)[0] == dif.WIDTHS[-1]  # nothing fits: the narrowest
