@@ -166,7 +166,11 @@ def choose_width(cfg: DiffusionConfig, budget, channels: int, size: int, num_cla
         return cfg.width
     if budget.kind != "seconds":
         return 32
-    rate = peak_flops(device) * (0.4 if device.type == "cpu" else 0.3)
+    peak = peak_flops(device)
+    if peak is None:  # an accelerator missing from the peak table
+        log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
+        return 32
+    rate = peak * (0.4 if device.type == "cpu" else 0.3)
     x, t = torch.zeros(2, channels, size, size), torch.zeros(2, dtype=torch.long)
     labels = torch.zeros(2, dtype=torch.long) if cfg.conditional else None
     for width in WIDTHS:
