@@ -86,16 +86,9 @@ class DiffusionConfig(LoopSettings):
 
 def load_mnist_generative(root: Path):
     """MNIST's 10,000 test images split once into 9,000 training and 1,000 held-out (stratified, seed 0)."""
-    from sklearn.model_selection import train_test_split
+    from recipes.vision import load_mnist_test_splits
 
-    from recipes.vision import ImageSplits, read_idx
-
-    x = read_idx(root / "t10k-images-idx3-ubyte.gz").unsqueeze(1)
-    y = read_idx(root / "t10k-labels-idx1-ubyte.gz").long()
-    if len(x) != len(y):
-        raise ZooError(f"{root}: {len(x)} images but {len(y)} labels")
-    tr, te = train_test_split(range(len(y)), test_size=1000, random_state=0, stratify=y.numpy())
-    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], "mnist")
+    return load_mnist_test_splits(root, test_size=1000, name="mnist")
 
 
 def load_data(cfg: DiffusionConfig, run):

@@ -112,15 +112,16 @@ def read_idx(path: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).view(*dims)
 
 
-def load_mnist_test_splits(root: Path) -> ImageSplits:
+def load_mnist_test_splits(root: Path, test_size: float | int = 0.2, name: str = "mnist-test") -> ImageSplits:
+    """MNIST's 10,000 test images split once, stratified with seed 0 (a fraction or a count held out)."""
     from sklearn.model_selection import train_test_split
 
     x = read_idx(root / "t10k-images-idx3-ubyte.gz").unsqueeze(1)  # (10000, 1, 28, 28)
     y = read_idx(root / "t10k-labels-idx1-ubyte.gz").long()
     if len(x) != len(y):
         raise ZooError(f"{root}: {len(x)} images but {len(y)} labels")
-    tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=y.numpy())
-    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], "mnist-test")
+    tr, te = train_test_split(range(len(y)), test_size=test_size, random_state=0, stratify=y.numpy())
+    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], name)
 
 
 def _decode(path: Path, size: int | None):
