@@ -423,7 +423,9 @@ def build_model(cfg: VisionConfig, in_channels: int, num_classes: int, image_siz
         model = timm.create_model(cfg.model, **kwargs)
     if image_size <= 64 and hasattr(model, "conv1") and hasattr(model, "maxpool"):
         # ResNet family on small images: a 3x3 stride-1 stem and no max-pool keep spatial detail.
-        out = model.conv1.out_channels if isinstance(model.conv1, nn.Conv2d) else model.conv1[0].out_channels
+        # the stem's output width is what bn1 normalises (a deep stem's first conv can be narrower)
+        out = model.bn1.num_features if isinstance(getattr(model, "bn1", None), nn.BatchNorm2d) else (
+            model.conv1.out_channels if isinstance(model.conv1, nn.Conv2d) else model.conv1[-1].out_channels)
         if not cfg.weights:
             model.conv1 = nn.Conv2d(in_channels, out, 3, padding=1, bias=False)
         model.maxpool = nn.Identity()

@@ -1,0 +1,438 @@
+"""Self-supervised image representations: SimCLR (``contrastive/simclr``) and BYOL (``contrastive/byol``).
+
+Reads top to bottom: config, data, two-view augmentation, networks, losses, frozen-feature
+evaluation (kNN and a linear probe), training. Labels are only ever used for evaluation. What a run
+keeps is the backbone: the projection head (and BYOL's predictor and target network) are discarded,
+and ``model.safetensors`` holds the backbone in the layout ``vision/resnet weights=RUN_DIR`` loads
+for fine-tuning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared import metrics, optim, schedule
+from shared.checkpoint import export_safetensors
+from shared.loop import LoopSettings, fit
+from shared.precision import choose_device, speed_switches
+from zoo.errors import ZooError
+from zoo.registry import recipe
+
+if TYPE_CHECKING:  # imported where used: a copied template must register only itself, not vision's recipes
+    from recipes import vision
+
+
+# =============================================================================================
+# Config
+# =============================================================================================
+
+
+@dataclass
+class ContrastiveConfig(LoopSettings):
+    method: Literal["simclr", "byol"] = "simclr"  # simclr (negatives, NT-Xent) | byol (EMA target + predictor)
+    data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (of class folders, or unlabelled with eval_data)
+    eval_data: str = ""  # labelled class folder(s) for evaluation; '' = the labelled splits of data
+    image_size: int = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
+    val_fraction: float = 0.2  # held-out fraction of a labelled folder without val/ or test/ inside
+    model: str = "zoo-resnet"  # backbone: zoo-resnet, zoo-net, or a timm name (3x3 stem, no max-pool under 64 px)
+    width: int = 32  # zoo-resnet / zoo-net channels of the first group (x2, x4 in the next two)
+    proj_hidden: int = 0  # projection MLP hidden width; 0 = 2048 (SimCLR) / 4096 (BYOL)
+    proj_dim: int = 0  # projection output width; 0 = 128 (SimCLR) / 256 (BYOL)
+    temperature: float = 0.2  # NT-Xent temperature (SimCLR)
+    pred_lr: float = 10.0  # BYOL predictor LR as a multiple of lr (a fast predictor keeps the target worth chasing)
+    momentum_base: float = 0.99  # BYOL target EMA momentum at the start, raised to 1 by a cosine over the budget
+    optimizer: Literal["adamw", "lars"] = "adamw"  # adamw | lars (SGD with layer-wise trust ratios, large batches)
+    lr: float = 0.0  # peak LR; 0 = adamw 2e-3, lars 0.3 x batch/256 (SimCLR's rule)
+    weight_decay: float = -1.0  # on weights only; -1 = adamw 0.05, lars 1e-6
+    batch_size: int = 128  # images per batch (each gives two views): 2 x 128 - 2 negatives per view
+    schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
+    warmup: float = 0.1  # fraction of the budget spent warming up
+    crop_min: float = -1.0  # random resized crop: smallest area kept; -1 = 0.2 (0.5 under 16 px)
+    flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips; auto = on, except digits
+    color: float = 0.4  # colour jitter strength (brightness, contrast, saturation; hue = color/4), p 0.8; 0 = off
+    grayscale: float = 0.2  # probability of a grey view (colour images)
+    blur: float = -1.0  # Gaussian blur probability; -1 = 0.5 above 32 px, off at 32 px and below (SimCLR on CIFAR)
+    knn_k: int = 200  # neighbours voting in the kNN evaluation
+    knn_temperature: float = 0.1  # vote weight exp(cosine / T)
+    probe_c: float = 1.0  # linear probe: inverse L2 strength of the logistic regression
+    channels_last: bool = True  # NHWC memory format for convolutions
+    eval_every: float = 0.25  # fraction of the budget between kNN evaluations
+
+
+METHOD_DEFAULTS = {"simclr": {"proj_hidden": 2048, "proj_dim": 128},
+                   "byol": {"proj_hidden": 4096, "proj_dim": 256}}
+DEFAULT_LR = {"adamw": 2e-3, "lars": 0.3}
+DEFAULT_WD = {"adamw": 0.05, "lars": 1e-6}
+
+
+def check_config(cfg: ContrastiveConfig) -> None:
+    """Values that would fail late (or silently) are refused before any data loads."""
+    if cfg.temperature <= 0 or cfg.knn_temperature <= 0:
+        key = "temperature" if cfg.temperature <= 0 else "knn_temperature"
+        raise ZooError(f"{key}={getattr(cfg, key)}: must be positive")
+    if cfg.knn_k < 1:
+        raise ZooError(f"knn_k={cfg.knn_k}: must be at least 1")
+    if not 0 <= cfg.momentum_base < 1:
+        raise ZooError(f"momentum_base={cfg.momentum_base}: must be in [0, 1)")
+    if cfg.crop_min != -1 and not 0 < cfg.crop_min <= 1:
+        raise ZooError(f"crop_min={cfg.crop_min}: must be in (0, 1] (or -1 for the default)")
+    for key in ("grayscale", "blur"):
+        value = getattr(cfg, key)
+        if not 0 <= value <= 1 and not (key == "blur" and value == -1):
+            raise ZooError(f"{key}={value}: a probability in [0, 1]")
+    if cfg.batch_size < 2:
+        raise ZooError(f"batch_size={cfg.batch_size}: contrastive learning needs at least 2 images per batch")
+
+
+# =============================================================================================
+# Data: unlabelled images to pretrain on, labelled splits to evaluate on
+# =============================================================================================
+
+@dataclass
+class SSLData:
+    pretrain_x: torch.Tensor  # (N, C, H, W) uint8, labels never seen by training
+    eval: vision.ImageSplits  # kNN memory bank / probe training set = eval.train_*, queries = eval.test_*
+
+
+def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
+    """Every image under ``root`` (any depth, class folders or none); other files are counted."""
+    from recipes import vision
+
+    if not root.is_dir():
+        raise ZooError(f"{root}: folder not found")
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    images = [vision._decode(p, size) for p in files if p.suffix.lower() in vision.IMAGE_SUFFIXES]
+    if not images:
+        raise ZooError(f"{root}: no images found (expected image files under it)")
+    if len(files) > len(images):
+        log(f"{root}: skipped {len(files) - len(images)} non-image files")
+    return torch.stack(images).permute(0, 3, 1, 2).contiguous()
+
+
+def load_data(cfg: ContrastiveConfig, run) -> SSLData:
+    from recipes import vision
+
+    size = cfg.image_size or None
+    if cfg.eval_data:
+        if not Path(cfg.data).exists():
+            raise ZooError(f"data={cfg.data}: folder not found (with eval_data, data is a folder of unlabelled images)")
+        x = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
+        splits = vision.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction, run.log)
+        run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
+        return SSLData(x, splits)
+    if cfg.data not in ("digits", "mnist-test", "cifar10-subset", "cifar10") and not Path(cfg.data).exists():
+        raise ZooError(f"data={cfg.data!r}: not an image dataset (digits, mnist-test, cifar10-subset, cifar10) nor "
+                       "an existing folder")
+    splits = vision.load_data(dataclasses.replace(vision.VisionConfig(), data=cfg.data, image_size=cfg.image_size,
+                                                  val_fraction=cfg.val_fraction), run)
+    return SSLData(splits.train_x, splits)
+
+
+# =============================================================================================
+# Two views per image (kornia: per-image random parameters on whole batches, on the run's device)
+# =============================================================================================
+
+def resolve_auto(cfg: ContrastiveConfig, data: SSLData) -> ContrastiveConfig:
+    size = data.pretrain_x.shape[-1]
+    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.eval.name in ("digits", "mnist-test") else "on")
+    crop_min = cfg.crop_min if cfg.crop_min > 0 else (0.2 if size >= 16 else 0.5)
+    blur = cfg.blur if cfg.blur >= 0 else (0.5 if size > 32 else 0.0)
+    return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
+
+
+def build_augment(cfg: ContrastiveConfig, channels: int, size: int) -> nn.Module:
+    """Random resized crop, flip, colour jitter, greyscale and blur, each drawn per image."""
+    import kornia.augmentation as K
+
+    ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=(cfg.crop_min, 1.0))]
+    if cfg.flip == "on":
+        ops.append(K.RandomHorizontalFlip())
+    if cfg.color > 0:
+        s = cfg.color
+        colour = channels == 3  # saturation and hue need colour; grey images get brightness and contrast
+        ops.append(K.ColorJitter(s, s, s if colour else 0.0, s / 4 if colour else 0.0, p=0.8))
+    if cfg.grayscale > 0 and channels == 3:
+        ops.append(K.RandomGrayscale(p=cfg.grayscale))
+    if cfg.blur > 0:
+        kernel = max(3, (size // 10) | 1)  # about a tenth of the image side, odd
+        ops.append(K.RandomGaussianBlur((kernel, kernel), (0.1, 2.0), p=cfg.blur))
+    return nn.Sequential(*ops)
+
+
+def describe_augment(cfg: ContrastiveConfig, channels: int, size: int) -> str:
+    parts = [f"random resized crop (area {cfg.crop_min:g}-1)"]
+    if cfg.flip == "on":
+        parts.append("flip")
+    if cfg.color > 0:
+        parts.append(f"colour jitter {cfg.color:g} (p 0.8)" if channels == 3 else
+                     f"brightness/contrast {cfg.color:g} (p 0.8)")
+    if cfg.grayscale > 0 and channels == 3:
+        parts.append(f"grey p {cfg.grayscale:g}")
+    if cfg.blur > 0:
+        parts.append(f"blur {max(3, (size // 10) | 1)}px p {cfg.blur:g}")
+    return ", ".join(parts)
+
+
+def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two independent augmentations of a [0, 1] float batch, replayable from ``seed``
+    (kornia draws from the global RNG, pinned here to the batch's seed)."""
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return augment(x), augment(x)
+
+
+# =============================================================================================
+# Networks
+# =============================================================================================
+
+def build_backbone(cfg: ContrastiveConfig, channels: int, size: int) -> tuple[nn.Module, int]:
+    """vision's backbones without their classifier: (module mapping images to features, feature width)."""
+    from recipes import vision
+
+    vcfg = dataclasses.replace(vision.VisionConfig(), model=cfg.model, width=cfg.width)
+    model, head = vision.build_model(vcfg, channels, 1, size)
+    if cfg.model in vision.OWN_MODELS:
+        setattr(model, head, nn.Identity())
+        if isinstance(model, vision.ZooNet):
+            model.logit_scale = 1.0
+    else:
+        model.reset_classifier(0)
+    with torch.no_grad():
+        dim = model.eval()(torch.zeros(2, channels, size, size)).shape[-1]
+    return model.train(), dim
+
+
+def mlp(dim_in: int, hidden: int, dim_out: int) -> nn.Sequential:
+    """Linear-BN-ReLU-Linear: SimCLR's projection head, BYOL's projector and predictor."""
+    return nn.Sequential(nn.Linear(dim_in, hidden, bias=False), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
+                         nn.Linear(hidden, dim_out))
+
+
+class SSLModel(nn.Module):
+    """The backbone plus what training needs and evaluation discards (head, predictor, target)."""
+
+    def __init__(self, backbone: nn.Module, projector: nn.Module, predictor: nn.Module | None = None):
+        super().__init__()
+        self.backbone, self.projector, self.predictor = backbone, projector, predictor
+        self.target = None
+        if predictor is not None:  # BYOL: an EMA copy of backbone + projector, never trained by gradients
+            import copy
+
+            self.target = copy.deepcopy(nn.Sequential(backbone, projector)).requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projector(self.backbone(x))
+
+
+def byol_momentum(base: float, progress: float) -> float:
+    """BYOL's schedule: 1 - (1 - base)(cos(pi progress) + 1)/2, from base at the start to 1 at the end."""
+    return 1 - (1 - base) * (math.cos(math.pi * min(max(progress, 0.0), 1.0)) + 1) / 2
+
+
+@torch.no_grad()
+def update_target(model: SSLModel, momentum: float) -> None:
+    online = nn.Sequential(model.backbone, model.projector).state_dict()
+    for name, t in model.target.state_dict().items():
+        if t.dtype.is_floating_point:
+            t.lerp_(online[name], 1 - momentum)
+        else:
+            t.copy_(online[name])
+
+
+# =============================================================================================
+# Losses
+# =============================================================================================
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR's normalised-temperature cross-entropy: each of the 2N views must pick its partner out
+    of the other 2N - 1 by cosine similarity / temperature; mean over the 2N views."""
+    z = F.normalize(torch.cat((z1, z2)).float(), dim=1)
+    n = len(z1)
+    logits = z @ z.T / temperature
+    logits.fill_diagonal_(float("-inf"))  # a view is not its own candidate
+    partner = torch.cat((torch.arange(n, 2 * n), torch.arange(n))).to(z.device)
+    return F.cross_entropy(logits, partner)
+
+
+def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """2 - 2 cos(prediction, target projection), mean over the batch (0 when aligned, 4 when opposite)."""
+    return (2 - 2 * F.cosine_similarity(p.float(), z.float(), dim=-1)).mean()
+
+
+# =============================================================================================
+# Evaluation on frozen features
+# =============================================================================================
+
+@torch.no_grad()
+def extract_features(backbone: nn.Module, x_uint8: torch.Tensor, normalize, batch: int = 512) -> torch.Tensor:
+    was_training = backbone.training
+    backbone.eval()
+    feats = torch.cat([backbone(normalize(x_uint8[i:i + batch])).float().cpu() for i in range(0, len(x_uint8), batch)])
+    backbone.train(was_training)
+    return feats
+
+
+def knn_scores(bank: torch.Tensor, bank_y: torch.Tensor, queries: torch.Tensor, k: int, temperature: float,
+               num_classes: int, chunk: int = 1024) -> torch.Tensor:
+    """Class scores from the k most cosine-similar bank features, each voting exp(similarity / T)
+    (the weighted kNN of Wu et al. 2018, the usual SSL monitor)."""
+    bank = F.normalize(bank.float(), dim=1)
+    queries = F.normalize(queries.float(), dim=1)
+    k = min(k, len(bank))
+    out = []
+    for i in range(0, len(queries), chunk):
+        sim, idx = (queries[i:i + chunk] @ bank.T).topk(k, dim=1)
+        votes = torch.zeros(len(sim), num_classes, dtype=sim.dtype)
+        out.append(votes.scatter_add_(1, bank_y[idx], (sim / temperature).exp()))
+    return torch.cat(out)
+
+
+def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, c: float = 1.0) -> torch.Tensor:
+    """Multinomial logistic regression on standardised frozen features; returns test class probabilities."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000))
+    probe.fit(train_f.numpy(), train_y.numpy())
+    proba = torch.from_numpy(probe.predict_proba(test_f.numpy()))
+    full = torch.zeros(len(test_f), int(train_y.max()) + 1, dtype=proba.dtype)  # classes absent from train score 0
+    full[:, torch.from_numpy(probe.classes_)] = proba
+    return full
+
+
+def evaluate_features(backbone: nn.Module, splits: vision.ImageSplits, normalize, cfg: ContrastiveConfig,
+                      probe: bool) -> dict[str, float]:
+    num_classes = len(splits.classes)
+    bank = extract_features(backbone, splits.train_x, normalize)
+    queries = extract_features(backbone, splits.test_x, normalize)
+    scores = knn_scores(bank, splits.train_y, queries, cfg.knn_k, cfg.knn_temperature, num_classes)
+    out = {"knn_accuracy": metrics.accuracy(scores, splits.test_y),
+           "knn_macro_f1": metrics.macro_f1(scores, splits.test_y, num_classes)}
+    if probe:
+        proba = linear_probe(bank, splits.train_y, queries, cfg.probe_c)
+        out |= {"linear_accuracy": metrics.accuracy(proba, splits.test_y),
+                "linear_macro_f1": metrics.macro_f1(proba, splits.test_y, num_classes)}
+    return out
+
+
+# =============================================================================================
+# Optimizer
+# =============================================================================================
+
+def build_optimizer(cfg: ContrastiveConfig, model: SSLModel) -> torch.optim.Optimizer:
+    """Weight decay on weights only (LARS: the trust ratio too, as in SimCLR); the target gets no updates."""
+    wd = cfg.weight_decay if cfg.weight_decay >= 0 else DEFAULT_WD[cfg.optimizer]
+    lr = cfg.lr or (DEFAULT_LR["adamw"] if cfg.optimizer == "adamw"
+                    else DEFAULT_LR["lars"] * cfg.batch_size * cfg.accum_steps / 256)
+    predictor = {id(p) for p in model.predictor.parameters()} if model.predictor is not None else set()
+    groups = []
+    for g in optim.decay_groups(model, wd):
+        for fast in (False, True):
+            params = [p for p in g["params"] if (id(p) in predictor) == fast]
+            if params:
+                groups.append({**g, "params": params, "lr": lr * (cfg.pred_lr if fast else 1.0)})
+    optim.assert_covers(model, [g["params"] for g in groups])
+    if cfg.optimizer == "adamw":
+        return optim.adamw(groups, lr)
+    from timm.optim import Lars
+
+    return Lars(groups, lr=lr, momentum=0.9)
+
+
+# =============================================================================================
+# Training
+# =============================================================================================
+
+@recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="knn_accuracy",
+        budget="60s", summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe")
+@recipe("contrastive/byol", config=ContrastiveConfig, benchmark="cifar10-subset", metric="knn_accuracy",
+        budget="60s", summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
+        defaults={"method": "byol"})
+def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
+    from recipes import vision
+
+    method = cfg.method
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in METHOD_DEFAULTS[method].items() if not getattr(cfg, k)})
+    check_config(cfg)
+    device = choose_device(run.device)
+    speed_switches(device)
+    data = load_data(cfg, run)
+    cfg = resolve_auto(cfg, data)
+    channels, size = data.pretrain_x.shape[1], data.pretrain_x.shape[-1]
+    splits = data.eval
+    if splits.train_x.shape[-1] != size:
+        vision.resize_splits(splits, size)
+    backbone, dim = build_backbone(cfg, channels, size)
+    projector = mlp(dim, cfg.proj_hidden, cfg.proj_dim)
+    predictor = mlp(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if method == "byol" else None
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
+    augment = build_augment(cfg, channels, size).to(device)
+    x = data.pretrain_x.float() / 255
+    mean, std = (t.view(1, -1, 1, 1).to(device) for t in (x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp(min=1e-3)))
+    del x
+    run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
+            f"evaluation {len(splits.train_y)} labelled bank / {len(splits.test_y)} queries, {len(splits.classes)} "
+            f"classes; {cfg.model} backbone {sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, "
+            f"{dim} features")
+    run.report("augment", describe_augment(cfg, channels, size))
+    run.report("evaluation", f"kNN k={cfg.knn_k} T={cfg.knn_temperature:g} (cosine) and a logistic-regression probe "
+                             f"on standardised frozen features: {len(splits.train_y)} labelled / {len(splits.test_y)} "
+                             "held-out images")
+
+    def standardize(x01: torch.Tensor) -> torch.Tensor:
+        return ((x01 - mean) / std).contiguous(memory_format=memory_format)
+
+    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
+        return standardize(x_uint8.to(device, non_blocking=True).float().div_(255))
+
+    if isinstance(backbone, vision.ZooNet):
+        backbone.init_whitening(normalize(data.pretrain_x[:5000]))
+        if model.target is not None:
+            model.target[0].whiten.load_state_dict(backbone.whiten.state_dict())
+
+    def draw_seed(batch, g):  # the augmentation seed is a function of the batch's position (exact resume)
+        (x,) = batch
+        return x, int(torch.randint(0, 2**62, (1,), generator=g))
+
+    def loss_fn(model: SSLModel, batch) -> torch.Tensor:
+        x, seed = batch
+        v1, v2 = (standardize(v) for v in two_views(augment, x.to(device, non_blocking=True).float().div_(255), seed))
+        if method == "simclr":
+            return nt_xent(model(v1), model(v2), cfg.temperature)
+        p1, p2 = (model.predictor(model(v)) for v in (v1, v2))
+        with torch.no_grad():
+            z1, z2 = model.target(v1), model.target(v2)
+        return 0.5 * (byol_loss(p1, z2) + byol_loss(p2, z1))
+
+    on_step = None
+    if method == "byol":
+        def on_step(progress: float, step: int) -> None:  # runs before each step: after the previous update
+            if step > 0:
+                update_target(model, byol_momentum(cfg.momentum_base, progress))
+
+    from shared.batches import TensorBatches
+
+    batches = TensorBatches((data.pretrain_x,), cfg.batch_size, seed=run.seed, transform=draw_seed)
+    optimizer = build_optimizer(cfg, model)
+    lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
+    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
+                 evaluate=lambda m: evaluate_features(m.backbone, splits, normalize, cfg, probe=False),
+                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
+                 settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
+                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, on_step=on_step)
+    final = evaluate_features(result.eval_model.backbone, splits, normalize, cfg, probe=True)
+    run.log(f"frozen features: kNN accuracy {final['knn_accuracy']:.4f}, linear probe {final['linear_accuracy']:.4f}")
+    export_safetensors(result.eval_model.backbone, run.dir / "model.safetensors",
+                       metadata={"recipe": run.spec.name, "model": cfg.model, "width": str(cfg.width)})
+    return {**result.stats(), **result.metrics, **final, "feature_dim": dim}

@@ -1,0 +1,159 @@
+"""Contrastive: NT-Xent and the BYOL loss against direct computations, the target's momentum, kNN votes,
+the linear probe, replayable two-view augmentation, and ``contrastive/*`` end to end on bundled digits
+and own folders (the exported backbone loads into vision), with their bad inputs."""
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+import conftest
+from recipes import contrastive as con
+from recipes import vision
+from zoo.errors import ZooError
+
+run_ok = functools.partial(conftest.run_ok, budget="12steps")
+run_bad = functools.partial(conftest.run_bad, budget="2steps")
+
+
+def test_nt_xent_matches_a_direct_computation():
+    g = torch.Generator().manual_seed(0)
+    z1, z2, t = torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g), 0.3
+    z = F.normalize(torch.cat((z1, z2)), dim=1)
+    losses = []
+    for i in range(10):
+        j = (i + 5) % 10  # the other view of the same image
+        others = sum(math.exp(float(z[i] @ z[k]) / t) for k in range(10) if k != i)
+        losses.append(-math.log(math.exp(float(z[i] @ z[j]) / t) / others))
+    assert con.nt_xent(z1, z2, t).item() == pytest.approx(sum(losses) / 10, rel=1e-5)
+    # Partners that agree and differ from the rest make the loss small; swapped partners make it large.
+    basis = torch.eye(8)[:4] * 10
+    assert con.nt_xent(basis, basis, 0.1) < 1e-3 < con.nt_xent(basis, basis.roll(1, 0), 0.1)
+
+
+def test_byol_loss_and_target_momentum():
+    p = torch.randn(4, 6)
+    assert con.byol_loss(p, 3 * p).item() == pytest.approx(0.0, abs=1e-6)  # scale-free: cosine
+    assert con.byol_loss(p, -p).item() == pytest.approx(4.0)
+    assert con.byol_momentum(0.99, 0.0) == pytest.approx(0.99)
+    assert con.byol_momentum(0.99, 0.5) == pytest.approx(0.995)
+    assert con.byol_momentum(0.99, 1.0) == pytest.approx(1.0)
+    backbone = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    model = con.SSLModel(backbone, torch.nn.Linear(4, 2), predictor=torch.nn.Linear(2, 2))
+    assert not any(p.requires_grad for p in model.target.parameters())
+    before = model.target[0][0].weight.clone()
+    with torch.no_grad():
+        backbone[0].weight.add_(1.0)
+        backbone[1].num_batches_tracked.fill_(7)
+    con.update_target(model, 0.9)
+    assert torch.allclose(model.target[0][0].weight, before + 0.1)  # 0.9 target + 0.1 online
+    assert int(model.target[0][1].num_batches_tracked) == 7  # integer buffers are copied
+
+
+def test_byol_predictor_learns_faster_and_the_target_not_at_all():
+    backbone = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    model = con.SSLModel(backbone, con.mlp(4, 8, 2), predictor=con.mlp(2, 8, 2))
+    opt = con.build_optimizer(con.ContrastiveConfig(lr=1e-3, pred_lr=10.0), model)
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert {lr_of[id(p)] for p in model.predictor.parameters()} == {1e-2}
+    assert {lr_of[id(p)] for p in model.backbone.parameters()} == {1e-3}
+    assert not any(id(p) in lr_of for p in model.target.parameters())
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert id(backbone[0].weight) in decayed and id(backbone[0].bias) not in decayed
+
+
+def test_knn_votes_are_weighted_by_similarity():
+    bank = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.1, 1.0]])
+    labels = torch.tensor([0, 1, 1])
+    query = torch.tensor([[1.0, 0.2]])
+    sims = F.normalize(query, dim=1) @ F.normalize(bank, dim=1).T
+    scores = con.knn_scores(bank, labels, query, k=3, temperature=0.1, num_classes=2)
+    expected = torch.tensor([[math.exp(sims[0, 0] / 0.1), math.exp(sims[0, 1] / 0.1) + math.exp(sims[0, 2] / 0.1)]])
+    assert torch.allclose(scores, expected, rtol=1e-5)
+    assert scores.argmax().item() == 0  # one close neighbour outvotes two far ones at a low temperature
+    assert con.knn_scores(bank, labels, query, k=3, temperature=100.0, num_classes=2).argmax().item() == 1
+    assert con.knn_scores(bank, labels, query, k=1, temperature=100.0, num_classes=2)[0, 1] == 0  # only k vote
+
+
+def test_linear_probe_separates_separable_features():
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(60) % 3
+    f = torch.randn(60, 5, generator=g) + 4 * F.one_hot(y, 5).float()
+    proba = con.linear_probe(f[:45], y[:45], f[45:])
+    assert proba.shape == (15, 3) and torch.equal(proba.argmax(1), y[45:])
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_two_views_differ_and_replay_from_the_seed(channels):
+    cfg = con.ContrastiveConfig(crop_min=0.2, flip="on", blur=0.5)
+    augment = con.build_augment(cfg, channels, 16)
+    x = torch.rand(6, channels, 16, 16)
+    a1, a2 = con.two_views(augment, x, seed=3)
+    b1, _ = con.two_views(augment, x, seed=3)
+    assert a1.shape == x.shape and torch.equal(a1, b1)
+    assert not torch.allclose(a1, a2) and not torch.allclose(a1, x)
+    assert "blur" in con.describe_augment(cfg, channels, 16)
+
+
+@pytest.mark.parametrize("model,dim", [("zoo-resnet", 32), ("zoo-net", 32), ("test_resnet", None)])
+def test_backbones_give_features_without_a_classifier(model, dim):
+    cfg = con.ContrastiveConfig(model=model, width=8)
+    backbone, width = con.build_backbone(cfg, 3, 16)
+    assert width == (dim or width) and backbone(torch.rand(2, 3, 16, 16)).shape == (2, width)
+
+
+@pytest.mark.parametrize("key,value", [("temperature", 0.0), ("knn_temperature", -1.0), ("knn_k", 0),
+                                       ("momentum_base", 1.0), ("crop_min", 1.5), ("blur", 2.0), ("batch_size", 1)])
+def test_config_values_are_checked(key, value):
+    with pytest.raises(ZooError, match=key):
+        con.check_config(con.ContrastiveConfig(**{key: value}))
+
+
+def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
+    summary, _ = run_ok("contrastive/simclr", "width=8", "proj_hidden=64")
+    assert summary["metric"] == "knn_accuracy" and summary["status"] == "ok"
+    import json
+
+    from pathlib import Path
+
+    result = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())["metrics"]
+    for key in ("knn_accuracy", "knn_macro_f1", "linear_accuracy", "linear_macro_f1"):
+        assert 0.2 < result[key] <= 1.0, (key, result[key])  # 10 classes: chance is 0.1
+    assert "random resized crop" in summary["augment"]
+    model = vision.ZooResNet(1, 10, 8, 8)
+    vision._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # the fine-tuning template's input
+
+
+def _write_images(folder, n, size=12, corrupt=False):
+    folder.mkdir(parents=True)
+    g = torch.Generator().manual_seed(len(str(folder)))
+    for i in range(n):
+        colour = (torch.rand(3, generator=g) * 255).byte().tolist()
+        Image.new("RGB", (size, size), tuple(colour)).save(folder / f"{i}.png")
+    if corrupt:
+        (folder / "broken.png").write_bytes(b"not a png")
+
+
+def test_byol_on_own_unlabelled_and_labelled_folders(tmp_path):
+    _write_images(tmp_path / "unlabelled" / "batch1", 20)
+    (tmp_path / "unlabelled" / "notes.txt").write_text("skipped, and counted")
+    for cls in ("red", "blue"):
+        _write_images(tmp_path / "labelled" / cls, 10)
+    summary, proc = run_ok("contrastive/byol", f"data={tmp_path / 'unlabelled'}", f"eval_data={tmp_path / 'labelled'}",
+                           "width=8", "proj_hidden=32", "batch_size=8", "eval_every=0")
+    assert summary["status"] == "ok" and "skipped 1 non-image files" in proc.stdout
+    assert "16 labelled / 4 held-out" in summary["evaluation"]
+
+
+def test_bad_inputs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for cls in ("a", "b"):
+        _write_images(tmp_path / "labelled" / cls, 4)
+    assert "no images found" in run_bad("contrastive/simclr", f"data={tmp_path / 'empty'}",
+                                        f"eval_data={tmp_path / 'labelled'}")
+    _write_images(tmp_path / "unlabelled", 4, corrupt=True)
+    assert "broken.png" in run_bad("contrastive/simclr", f"data={tmp_path / 'unlabelled'}",
+                                   f"eval_data={tmp_path / 'labelled'}")
+    assert "nope" in run_bad("contrastive/byol", f"data={tmp_path / 'labelled'}", f"eval_data={tmp_path / 'nope'}")
