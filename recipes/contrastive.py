@@ -128,9 +128,6 @@ def load_data(cfg: ContrastiveConfig, run) -> SSLData:
         splits = vision.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction, run.log)
         run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
         return SSLData(x, splits)
-    if cfg.data not in ("digits", "mnist-test", "cifar10-subset", "cifar10") and not Path(cfg.data).exists():
-        raise ZooError(f"data={cfg.data!r}: not an image dataset (digits, mnist-test, cifar10-subset, cifar10) nor "
-                       "an existing folder")
     splits = vision.load_data(dataclasses.replace(vision.VisionConfig(), data=cfg.data, image_size=cfg.image_size,
                                                   val_fraction=cfg.val_fraction), run)
     return SSLData(splits.train_x, splits)
