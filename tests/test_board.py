@@ -164,10 +164,10 @@ def small_run_args(name: str, tmp_path) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(r["name"] for r in registry.static_list()))
 def test_template_round_trip(tmp_path, name):
-    """zoo new writes a standalone file that runs after being moved elsewhere."""
-    proc = zoo("new", "mytask", "--from", name, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert zoo("new", "mytask", "--from", name, cwd=tmp_path).returncode == 2  # refuses to overwrite
+    """The file ``zoo new`` writes (here written in-process, as cmd_new does) runs after being moved elsewhere."""
+    from zoo import templates
+
+    templates.write_template(registry.get(name), "mytask", tmp_path / "mytask.py", "test")
     moved = tmp_path / "elsewhere" / "mytask.py"
     moved.parent.mkdir()
     (tmp_path / "mytask.py").rename(moved)
@@ -178,6 +178,13 @@ def test_template_round_trip(tmp_path, name):
               "--out", tmp_path / "runs", cwd=moved.parent)
     assert run.returncode == 0, run.stdout + run.stderr
     assert summary_block(run.stdout)["recipe"] == "mytask"
+
+
+def test_new_writes_a_file_once(tmp_path):
+    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "mytask.py").is_file(), proc.stderr
+    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
+    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
 
 
 def test_new_rejects_bad_names(tmp_path):
