@@ -8,6 +8,7 @@ for fine-tuning.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -222,8 +223,6 @@ class SSLModel(nn.Module):
         self.backbone, self.projector, self.predictor = backbone, projector, predictor
         self.target = None
         if predictor is not None:  # BYOL: an EMA copy of backbone + projector, never trained by gradients
-            import copy
-
             self.target = copy.deepcopy(nn.Sequential(backbone, projector)).requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -307,11 +306,14 @@ def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Ten
     return full
 
 
-def evaluate_features(backbone: nn.Module, splits: vision.ImageSplits, normalize, cfg: ContrastiveConfig,
-                      probe: bool) -> dict[str, float]:
+def embed_splits(backbone: nn.Module, splits: vision.ImageSplits, normalize) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen features of the labelled bank (training split) and of the queries (held-out split)."""
+    return extract_features(backbone, splits.train_x, normalize), extract_features(backbone, splits.test_x, normalize)
+
+
+def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: vision.ImageSplits, cfg: ContrastiveConfig,
+                   probe: bool) -> dict[str, float]:
     num_classes = len(splits.classes)
-    bank = extract_features(backbone, splits.train_x, normalize)
-    queries = extract_features(backbone, splits.test_x, normalize)
     scores = knn_scores(bank, splits.train_y, queries, cfg.knn_k, cfg.knn_temperature, num_classes)
     out = {"knn_accuracy": metrics.accuracy(scores, splits.test_y),
            "knn_macro_f1": metrics.macro_f1(scores, splits.test_y, num_classes)}
@@ -320,6 +322,11 @@ def evaluate_features(backbone: nn.Module, splits: vision.ImageSplits, normalize
         out |= {"linear_accuracy": metrics.accuracy(proba, splits.test_y),
                 "linear_macro_f1": metrics.macro_f1(proba, splits.test_y, num_classes)}
     return out
+
+
+def evaluate_features(backbone: nn.Module, splits: vision.ImageSplits, normalize, cfg: ContrastiveConfig,
+                      probe: bool) -> dict[str, float]:
+    return score_features(*embed_splits(backbone, splits, normalize), splits, cfg, probe)
 
 
 # =============================================================================================
@@ -423,12 +430,19 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     batches = TensorBatches((data.pretrain_x,), cfg.batch_size, seed=run.seed, transform=draw_seed)
     optimizer = build_optimizer(cfg, model)
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
-                 evaluate=lambda m: evaluate_features(m.backbone, splits, normalize, cfg, probe=False),
+    features = {}
+
+    def evaluate(m: SSLModel) -> dict[str, float]:  # kNN while training; the last features also feed the probe
+        features["last"] = embed_splits(m.backbone, splits, normalize)
+        return score_features(*features["last"], splits, cfg, probe=False)
+
+    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
                  settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
                  on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, on_step=on_step)
-    final = evaluate_features(result.eval_model.backbone, splits, normalize, cfg, probe=True)
+    # fit evaluates last at the end of the budget: the probe reuses those features
+    last = features.get("last") or embed_splits(result.eval_model.backbone, splits, normalize)
+    final = score_features(*last, splits, cfg, probe=True)
     run.log(f"frozen features: kNN accuracy {final['knn_accuracy']:.4f}, linear probe {final['linear_accuracy']:.4f}")
     export_safetensors(result.eval_model.backbone, run.dir / "model.safetensors",
                        metadata={"recipe": run.spec.name, "model": cfg.model, "width": str(cfg.width)})
