@@ -37,8 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     splits = (vision.load_folder_splits(locate("cifar10-subset"), None, 0.2) if args.data == "cifar10-subset"
               else vision.load_digits_splits())
-    x = splits.train_x.float() / 255
-    mean, std = x.mean(dim=(0, 2, 3)).view(1, -1, 1, 1), x.std(dim=(0, 2, 3)).view(1, -1, 1, 1)
+    mean, std = (t.view(1, -1, 1, 1) for t in vision.input_stats(vision.VisionConfig(), None, splits.train_x))
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
         return ((x_uint8.float() / 255 - mean) / std).contiguous(memory_format=torch.channels_last)

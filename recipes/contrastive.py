@@ -146,6 +146,11 @@ def resolve_auto(cfg: ContrastiveConfig, data: SSLData) -> ContrastiveConfig:
     return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
 
 
+def blur_kernel(size: int) -> int:
+    """About a tenth of the image side, odd, at least 3."""
+    return max(3, (size // 10) | 1)
+
+
 def build_augment(cfg: ContrastiveConfig, channels: int, size: int) -> nn.Module:
     """Random resized crop, flip, colour jitter, greyscale and blur, each drawn per image."""
     import kornia.augmentation as K
@@ -160,7 +165,7 @@ def build_augment(cfg: ContrastiveConfig, channels: int, size: int) -> nn.Module
     if cfg.grayscale > 0 and channels == 3:
         ops.append(K.RandomGrayscale(p=cfg.grayscale))
     if cfg.blur > 0:
-        kernel = max(3, (size // 10) | 1)  # about a tenth of the image side, odd
+        kernel = blur_kernel(size)
         ops.append(K.RandomGaussianBlur((kernel, kernel), (0.1, 2.0), p=cfg.blur))
     return nn.Sequential(*ops)
 
@@ -175,7 +180,7 @@ def describe_augment(cfg: ContrastiveConfig, channels: int, size: int) -> str:
     if cfg.grayscale > 0 and channels == 3:
         parts.append(f"grey p {cfg.grayscale:g}")
     if cfg.blur > 0:
-        parts.append(f"blur {max(3, (size // 10) | 1)}px p {cfg.blur:g}")
+        parts.append(f"blur {blur_kernel(size)}px p {cfg.blur:g}")
     return ", ".join(parts)
 
 
@@ -382,9 +387,9 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
     augment = build_augment(cfg, channels, size).to(device)
-    x = data.pretrain_x.float() / 255
-    mean, std = (t.view(1, -1, 1, 1).to(device) for t in (x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp(min=1e-3)))
-    del x
+    # per-channel statistics of the pretraining images (vision's rule for from-scratch models)
+    mean, std = (t.view(1, -1, 1, 1).to(device) for t in vision.input_stats(vision.VisionConfig(), backbone,
+                                                                            data.pretrain_x))
     run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
             f"evaluation {len(splits.train_y)} labelled bank / {len(splits.test_y)} queries, {len(splits.classes)} "
             f"classes; {cfg.model} backbone {sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, "
