@@ -22,6 +22,7 @@ from torch import nn
 
 from shared import metrics, optim, schedule
 from shared.checkpoint import export_safetensors
+from shared.distributed import unwrap
 from shared.loop import LoopSettings, fit
 from shared.precision import choose_device, speed_switches
 from zoo.errors import ZooError
@@ -230,8 +231,10 @@ class SSLModel(nn.Module):
         if predictor is not None:  # BYOL: an EMA copy of backbone + projector, never trained by gradients
             self.target = copy.deepcopy(nn.Sequential(backbone, projector)).requires_grad_(False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.projector(self.backbone(x))
+    def forward(self, x: torch.Tensor, predict: bool = False) -> torch.Tensor:
+        """The projection, or with ``predict`` BYOL's prediction of it (one forward, as DDP needs)."""
+        z = self.projector(self.backbone(x))
+        return self.predictor(z) if predict else z
 
 
 def byol_momentum(base: float, progress: float) -> float:
@@ -419,9 +422,10 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
         v1, v2 = (standardize(v) for v in two_views(augment, x.to(device, non_blocking=True).float().div_(255), seed))
         if method == "simclr":
             return nt_xent(model(v1), model(v2), cfg.temperature)
-        p1, p2 = (model.predictor(model(v)) for v in (v1, v2))
+        p1, p2 = (model(v, predict=True) for v in (v1, v2))
+        target = unwrap(model).target  # no gradients: outside DDP's view
         with torch.no_grad():
-            z1, z2 = model.target(v1), model.target(v2)
+            z1, z2 = target(v1), target(v2)
         return 0.5 * (byol_loss(p1, z2) + byol_loss(p2, z1))
 
     on_step = None

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import metrics, optim, schedule
+from shared import distributed, metrics, optim, schedule
 from shared.checkpoint import export_safetensors
 from shared.flops import counting_flops, peak_flops
 from shared.loop import LoopSettings, fit
@@ -448,7 +448,7 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     channels, size = data.train_x.shape[1], data.train_x.shape[-1]
     num_classes = len(data.classes)
     null = num_classes
-    width = choose_width(cfg, run.budget, channels, size, num_classes, device, run.log)
+    width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log))
     model = build_unet(cfg, width, channels, size, num_classes).to(device)
     run.log(f"{data.name}: {len(data.train_y)} train / {len(data.test_y)} held-out images {tuple(data.train_x.shape[1:])}, "
             f"{num_classes} classes; U-Net widths {model.config.block_out_channels}, "

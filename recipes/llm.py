@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import optim, schedule
+from shared import distributed, optim, schedule
 from shared.batches import TensorBatches
 from shared.checkpoint import export_safetensors
 from shared.flops import peak_flops
@@ -67,6 +67,7 @@ class GPTConfig(LoopSettings):
     eval_every: float = 0.25  # fraction of the budget between validations
     diverge_factor: float = 3.0  # a language model's loss never rises 3x above its first step's
     compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
+    fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
 
 
 @dataclass
@@ -302,11 +303,19 @@ class TokenWindows:
             raise ZooError(f"the training split has {len(tokens):,} tokens: fewer than one batch of {batch_size} "
                            f"windows of {seq_len}; lower micro_batch or seq_len, or give more text")
         self.epoch, self.index, self._grid = 0, 0, None
+        self.rank, self.world = 0, 1
         self.offsets = torch.arange(seq_len + 1)
+
+    def shard(self, rank: int, world: int) -> None:
+        """Under N processes each step's N micro-batches are consecutive slices of the epoch's grid."""
+        if self.windows < self.batch_size * world:
+            raise ZooError(f"the training split has {self.windows:,} windows of {self.seq_len}: fewer than "
+                           f"{world} processes x micro_batch {self.batch_size}")
+        self.rank, self.world = rank, world
 
     @property
     def batches_per_epoch(self) -> int:
-        return self.windows // self.batch_size
+        return self.windows // (self.batch_size * self.world)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.index >= self.batches_per_epoch:
@@ -315,7 +324,8 @@ class TokenWindows:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
             shift = int(torch.randint(self.seq_len, (1,), generator=g))
             self._grid = shift + torch.randperm(self.windows, generator=g) * self.seq_len
-        starts = self._grid[self.index * self.batch_size:(self.index + 1) * self.batch_size]
+        slot = self.index * self.world + self.rank
+        starts = self._grid[slot * self.batch_size:(slot + 1) * self.batch_size]
         self.index += 1
         rows = self.tokens[starts[:, None] + self.offsets].long()
         return rows[:, :-1], rows[:, 1:]
@@ -520,9 +530,11 @@ def param_estimate(shape: GPTShape) -> int:
 ASSUMED_MFU = 0.5  # model-FLOPs utilisation measured for depths 2-4 on 2 CPU cores with compile: 50-61%
 
 
-def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, device: torch.device, log=print) -> int:
-    """The depth whose token count, at the compute the budget buys, is nearest the target: Chinchilla's
-    tokens per parameter, or ``max_epochs`` passes over the training tokens when that is fewer.
+def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, device: torch.device, log=print,
+                    processes: int = 1) -> int:
+    """The depth whose token count, at the compute the budget buys (on ``processes`` devices), is nearest the
+    target: Chinchilla's tokens per parameter, or ``max_epochs`` passes over the training tokens when that
+    is fewer.
 
     On tinyshakespeare (383K tokens) this picks depth 2 for 60 s, 3 for 163 s and 4 for 5 minutes on
     2 CPU cores, the best depths the sweep in the LLM issue's closing note found.
@@ -531,7 +543,7 @@ def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, devic
         log("depth=0 with a step or epoch budget: depth 4")
         return 4
     peak = peak_flops(device) or 1e11
-    compute = peak * ASSUMED_MFU * budget.amount
+    compute = peak * ASSUMED_MFU * budget.amount * processes
     best, best_gap = 1, float("inf")
     for depth in range(1, 49):
         shape = GPTShape.from_depth(depth, cfg, vocab)
@@ -541,7 +553,7 @@ def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, devic
         gap = abs(math.log(tokens / target))
         if gap < best_gap:
             best, best_gap = depth, gap
-    log(f"depth=0: depth {best} for {budget} at ~{peak * ASSUMED_MFU / 1e9:.0f} GFLOP/s "
+    log(f"depth=0: depth {best} for {budget} at ~{peak * ASSUMED_MFU * processes / 1e9:.0f} GFLOP/s "
         f"(nearest to {cfg.tokens_per_param:g} tokens/param or {cfg.max_epochs:g} epochs of {train_tokens:,} tokens)")
     return best
 
@@ -563,7 +575,8 @@ def build_optimizer(cfg: GPTConfig, model: GPT) -> optim.MuonAdamW:
 
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="val_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
-                             "the budget; validation bits per byte")
+                             "the budget; validation bits per byte",
+        scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)")
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
@@ -582,21 +595,29 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
             f"({len(''.join(splits.train).encode()) / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
             f"validation scores {cfg.eval_bytes:,} bytes = {len(val_tokens) - 1:,} tokens")
 
-    depth = cfg.depth or size_for_budget(cfg, vocab, len(train_tokens), run.budget, device, run.log)
+    world = distributed.world_size()
+    # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
+    depth = cfg.depth or distributed.broadcast_object(
+        size_for_budget(cfg, vocab, len(train_tokens), run.budget, device, run.log, processes=world))
     shape = GPTShape.from_depth(depth, cfg, vocab)
     model = GPT(shape).to(device)
     run.log(f"GPT depth {depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of {shape.head_dim}, "
             f"context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params "
             f"({model.scaling_params() / 1e6:.2f}M excluding the embedding)")
 
-    per_micro = cfg.micro_batch * cfg.seq_len
+    per_micro = cfg.micro_batch * cfg.seq_len * world  # batch_tokens is global: more processes, less accumulation
     accum = max(1, round(cfg.batch_tokens / per_micro))
     if accum * per_micro != cfg.batch_tokens:
-        run.log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len = {per_micro}: "
-                f"using {accum * per_micro}")
+        run.log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len x processes = "
+                f"{per_micro}: using {accum * per_micro}")
     settings = LoopSettings.of(cfg)
     settings.accum_steps = accum
     batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed)
+    if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
+        distributed.fully_shard_blocks(model)
+        run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")
+    elif cfg.fsdp:
+        run.log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
     optimizer = build_optimizer(cfg, model)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, decay=cfg.warmdown, final=cfg.lr_final)
     update = functools.partial(schedule.apply_schedules, lr=lr, weight_decay=schedule.weight_decay_linear,
@@ -622,7 +643,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     tokens = result.samples * cfg.seq_len
     tokens_per_s = tokens / max(result.train_seconds, 1e-9)
     peak = peak_flops(device)
-    mfu = 100 * model.flops_per_token() * tokens_per_s / peak if peak else float("nan")
+    mfu = 100 * model.flops_per_token() * tokens_per_s / (peak * world) if peak else float("nan")
     stats = {**result.stats(), **result.metrics, "tokens": tokens, "tokens_per_s": tokens_per_s,
              "tokens_per_param": tokens / model.scaling_params(), "chinchilla_tokens_per_param": 20.0,
              "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent, "depth": depth,

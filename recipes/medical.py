@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import optim, schedule
+from shared import distributed, optim, schedule
 from shared.batches import batch_seed
 from shared.checkpoint import export_safetensors
 from shared.loop import LoopSettings, fit
@@ -536,13 +536,22 @@ class PatchBatches:
             self.items.append({"image": image, "label": label, "fg": fg, "bg": bg})
         self.transform, self.batch_size, self.seed = transform, batch_size, seed
         voxels = sum(c.label.numel() for c in cases)
-        self.batches_per_epoch = max(1, voxels // (batch_size * math.prod(patch)))
+        self.slots_per_epoch = max(1, voxels // (batch_size * math.prod(patch)))
         self.epoch, self.index = 0, 0
+        self.rank, self.world = 0, 1
+
+    def shard(self, rank: int, world: int) -> None:
+        """Under N processes each rank draws the patches of every N-th slot (slot = index x N + rank)."""
+        self.rank, self.world = rank, world
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return max(1, self.slots_per_epoch // self.world)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.index >= self.batches_per_epoch:
             self.epoch, self.index = self.epoch + 1, 0
-        seed = batch_seed(self.seed, self.epoch, self.index) % 2**32  # MONAI's random states take 32 bits
+        seed = batch_seed(self.seed, self.epoch, self.index * self.world + self.rank) % 2**32  # MONAI's random states take 32 bits
         rng = np.random.default_rng(seed)
         self.transform.set_random_state(seed=seed)
         samples = [self.transform(self.items[i])[0] for i in rng.integers(0, len(self.items), self.batch_size)]
@@ -735,7 +744,9 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     in_channels, spatial_dims = data.train[0].image.shape[0], data.train[0].image.ndim - 1
     fp = fingerprint(data)
-    plan = make_plan(fp, cfg, device, run.budget, network_cost(cfg, in_channels, len(data.classes)))
+    # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
+    plan = distributed.broadcast_object(make_plan(fp, cfg, device, run.budget,
+                                                  network_cost(cfg, in_channels, len(data.classes))))
     plan["flip_axes"] = list(resolve_flip_axes(cfg, data, plan, spatial_dims))
     run.log(f"{data.name}: {len(data.train)} train / {len(data.val)} validation cases, {in_channels} channel(s), "
             f"classes {data.classes}, voxel fractions {fp['class_fraction']}")

@@ -620,7 +620,9 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
 
 @recipe("molecules/fp-xgb", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="Morgan count fingerprints (+ RDKit descriptors) into XGBoost with early stopping: "
-                              "the strong classical baseline")
+                              "the strong classical baseline",
+        scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
+                  "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters")
 def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
     import xgboost as xgb
 

@@ -886,7 +886,8 @@ def finish(metrics: dict, data: ProteinData) -> dict:
 
 @recipe("protein/onehot", config=ProteinConfig, benchmark="p62593", metric="test_spearman", higher_is_better=True,
         budget="1m", summary="one-hot or BLOSUM62 per position + ridge / RBF kernel ridge (chosen on validation) "
-                             "or an MLP: the no-pretraining floor; Spearman")
+                             "or an MLP: the no-pretraining floor; Spearman",
+        scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device")
 def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:
@@ -899,7 +900,8 @@ def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
 
 @recipe("protein/esm-embed", config=EmbedConfig, benchmark="tem1-esm2-8m", metric="test_spearman",
         higher_is_better=True, budget="1m",
-        summary="frozen ESM-2 embeddings (cached per sequence) or your own .npz, + ridge / RBF kernel ridge / MLP head")
+        summary="frozen ESM-2 embeddings (cached per sequence) or your own .npz, + ridge / RBF kernel ridge / MLP head",
+        scale_out="single process: the embeddings are cached once and the head is a ridge or a small MLP")
 def train_esm_embed(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     start = time.perf_counter()
@@ -967,7 +969,8 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
 @recipe("protein/esm-zeroshot", config=ZeroShotConfig, benchmark="blat-ecolx-dms", metric="test_spearman",
         higher_is_better=True, budget="5m",
         summary="mutation effects without training: ESM-2 masked marginals (log p mutant - log p wild type, "
-                "summed over sites); Spearman against measured effects")
+                "summed over sites); Spearman against measured effects",
+        scale_out="single process: inference only (one forward per sequence); batch_size sets the speed")
 def score_zeroshot(cfg: ProteinConfig, run) -> dict[str, float]:
     spec = DATASETS.get(cfg.data)
     if spec is not None and spec["kind"] != "mutations":

@@ -726,7 +726,9 @@ def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
 @recipe("tabular/xgb", config=TabularConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="XGBoost hist with native categoricals, depth and log target chosen on validation, bagged over "
-                "folds with early stopping; importances saved")
+                "folds with early stopping; importances saved",
+        scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
+                  "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters")
 def train_xgb(cfg: TabularConfig, run) -> dict[str, float]:
     table, views = prepare(cfg, run)
     if run.budget.kind == "epochs":

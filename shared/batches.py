@@ -3,6 +3,10 @@
 Each epoch's order is a permutation drawn from (seed, epoch), and each batch's augmentation draws
 from a generator seeded by (seed, epoch, index): restoring (epoch, index) replays the same data
 order and the same augmentations without saving any generator state.
+
+Under N processes (``shard(rank, world)``) a step's N micro-batches are consecutive slices of the one
+order, each rank taking slot ``index * N + rank``: two processes at batch B see the data (and, with the
+seed drawn per slot, the augmentations) of one process at batch B with two accumulation steps.
 """
 from __future__ import annotations
 
@@ -31,12 +35,21 @@ class TensorBatches:
         self.seed, self.shuffle, self.drop_last, self.transform = seed, shuffle, drop_last, transform
         self.num_samples = n
         self.epoch, self.index = 0, 0
+        self.rank, self.world = 0, 1
         self._order: torch.Tensor | None = None
+
+    def shard(self, rank: int, world: int) -> None:
+        """This process's share: every world-th micro-batch of each step (full batches only). Data smaller
+        than a batch per process gets a batch of ``samples // world`` each, as one process gets all of it."""
+        if self.num_samples < world:
+            raise ValueError(f"{self.num_samples} samples cannot be split over {world} processes")
+        self.batch_size = min(self.batch_size, self.num_samples // world)
+        self.rank, self.world, self.drop_last = rank, world, True
 
     @property
     def batches_per_epoch(self) -> int:
         full, rest = divmod(self.num_samples, self.batch_size)
-        return full if self.drop_last or rest == 0 else full + 1
+        return (full if self.drop_last or rest == 0 else full + 1) // self.world
 
     def _epoch_order(self) -> torch.Tensor:
         if self._order is None:
@@ -51,11 +64,12 @@ class TensorBatches:
         if self.index >= self.batches_per_epoch:
             self.epoch, self.index, self._order = self.epoch + 1, 0, None
         order = self._epoch_order()
-        idx = order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
+        slot = self.index * self.world + self.rank
+        idx = order[slot * self.batch_size:(slot + 1) * self.batch_size]
         batch = tuple(t[idx.to(t.device)] for t in self.tensors)
         if self.transform is not None:
             g = torch.Generator(device=batch[0].device)
-            g.manual_seed(batch_seed(self.seed, self.epoch, self.index))
+            g.manual_seed(batch_seed(self.seed, self.epoch, slot))
             batch = self.transform(batch, g)
         self.index += 1
         return batch

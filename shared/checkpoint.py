@@ -39,7 +39,14 @@ def load(path: str | os.PathLike, map_location="cpu"):
 
 def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
 
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()):  # FSDP2: every rank gathers, rank 0 writes
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if full:
+            save_file({k: v.contiguous() for k, v in full.items()}, str(path), metadata=metadata)
+        return
     save_model(model, str(path), metadata=metadata)

@@ -19,12 +19,17 @@ def cpu_model() -> str:
 
 
 def hardware() -> str:
-    """``NVIDIA H100 80GB HBM3 x8`` or ``AMD EPYC (2 threads)``: the string leaderboards show."""
+    """``NVIDIA H100 80GB HBM3 x8`` or ``AMD EPYC (2 threads)``: the string leaderboards show.
+
+    Under torchrun: the GPUs the job uses (all nodes), or ``AMD EPYC (1 threads) x 2 processes``."""
     import torch
 
+    from shared import distributed
+
+    world = distributed.world_size()
     if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
-    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+        return f"{torch.cuda.get_device_name(0)} x{world if world > 1 else torch.cuda.device_count()}"
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)" + (f" x {world} processes" if world > 1 else "")
 
 
 def git_state(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, bool]:

@@ -45,7 +45,9 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
     table[key] = peak
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(table, indent=1))
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # processes of one job may write at once
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, cache)
     except OSError:
         pass  # read-only home: measure again next time
     return peak

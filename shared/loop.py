@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from shared import checkpoint as ckpt
+from shared import distributed
 from shared.budget import Budget
 from shared.flops import counting_flops, peak_flops
 from shared.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
@@ -61,6 +62,8 @@ class LoopSettings:
     compile: bool = False  # torch.compile the model for training
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: float = 10.0  # seconds of wall time between progress lines
+    lr_scaling: str = "none"  # under N processes: none | sqrt (LR x sqrt N, the core's batch rule) | linear (x N)
+    sync_batchnorm: bool = True  # under N GPU processes, batch-norm statistics over the global batch
 
     @classmethod
     def of(cls, cfg) -> LoopSettings:
@@ -81,12 +84,15 @@ class FitResult:
     final_train_loss: float
     metrics: dict[str, float] = field(default_factory=dict)
     eval_model: nn.Module | None = None
+    global_batch: int = 0  # per-device micro-batch x accumulation steps x processes
+    processes: int = 1
 
     def stats(self) -> dict[str, float]:
         return {"train_seconds": self.train_seconds, "steps": self.steps, "epochs": self.epochs,
                 "samples_per_s": self.samples / max(self.train_seconds, 1e-9), "params_M": self.params_M,
                 "mfu_percent": self.mfu_percent, "peak_mem_mb": self.peak_mem_mb,
-                "final_train_loss": self.final_train_loss}
+                "final_train_loss": self.final_train_loss, "global_batch": self.global_batch,
+                "processes": self.processes}
 
 
 class EMA:
@@ -221,8 +227,25 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     ``update_hparams(optimizer, progress, step) -> lr multiplier`` applies the schedules;
     ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary);
     ``on_eval(row)`` gets each evaluation, ``on_train_log(row)`` the training loss every 1% of the budget.
+
+    Under torchrun (N processes) ``batches`` is sharded by rank, the model trains under DDP (or as the
+    recipe sharded it with FSDP2), and the loss, step time and stop/save decisions are agreed by all ranks
+    each step, so every rank takes the same number of steps; rank 0 writes the checkpoint.
     """
     s = settings or LoopSettings()
+    world, rank = distributed.world_size(), distributed.rank()
+    fsdp = distributed.fsdp_sharded(model)
+    if fsdp and (s.ema_decay > 0 or s.lookahead > 0):
+        raise ValueError("EMA and lookahead keep a full copy of the weights: turn them off under FSDP")
+    if world > 1:
+        if not hasattr(batches, "shard"):
+            raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
+        batches.shard(rank, world)
+        if s.sync_batchnorm and not fsdp:
+            distributed.convert_sync_batchnorm(model, device)
+        _seed_per_rank(rank)  # dropout, noise and mixing differ per rank; the weights were made alike
+        if s.lr_scaling != "none":
+            _scale_lrs(optimizer, world, s.lr_scaling, log)
     precision = resolve_precision(device, s.precision)
     scaler = grad_scaler(device, precision)
     ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
@@ -230,15 +253,26 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     slow = EMA(model, s.lookahead) if s.lookahead > 0 else None
     if s.activation_checkpointing:  # after the EMA copy: the copy must keep plain forwards
         enable_activation_checkpointing(model)
-    train_model = maybe_compile(model, s.compile)
+
+    def trainable() -> list[nn.Parameter]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    def wrap() -> nn.Module:  # DDP syncs the parameters that train when it is built: rebuilt when they change
+        wrapped = distributed.wrap_ddp(model, device) if world > 1 and not fsdp else model
+        return maybe_compile(wrapped, s.compile)
+
+    params = trainable()
+    train_model = wrap()
     untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
     state = _State()
     if resume_from is not None:
-        _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state)
+        _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state, fsdp)
         log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
     thresholds = eval_thresholds(s.eval_every)
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
-    params = [p for p in model.parameters() if p.requires_grad]
+    global_batch = batches.batch_size * s.accum_steps * world
+    log(f"global batch {global_batch} = {batches.batch_size} per device x {s.accum_steps} accumulation step(s) x "
+        f"{world} process(es)" + (" (FSDP2)" if fsdp else " (DDP)" if world > 1 else ""))
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
     flops_per_step, peak = None, peak_flops(device)
     timed_steps = timed_seconds = 0.0
@@ -247,10 +281,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     grad_norm = torch.zeros(())
     lr_mult = 0.0
     gc_frozen = False
+    stop_now = save_now = False
 
     def save():
         if checkpoint_path is not None:
-            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state)
+            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, fsdp)
 
     def progress_now() -> float:
         return budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
@@ -260,7 +295,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
             while True:
                 progress = progress_now()
                 if state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
-                    last_metrics = _evaluate(model, ema, evaluate, device, precision)
+                    last_metrics = _evaluate(model, ema, evaluate, device, precision, fsdp)
                     row = _eval_row(state, progress, steps_per_epoch, optimizer, grad_norm, last_metrics)
                     while state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
                         state.next_eval += 1
@@ -269,14 +304,20 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                         on_eval(row)
                 if progress >= 1.0:
                     break
-                if stop.signum is not None:
+                if world == 1:
+                    stop_now = stop.signum is not None
+                    save_now = time.time() - last_ckpt > s.checkpoint_every
+                if stop_now:
                     save()
-                    raise Interrupted(stop.signum, state.step)
-                if time.time() - last_ckpt > s.checkpoint_every:
+                    raise Interrupted(stop.signum or signal.SIGTERM, state.step)
+                if save_now:
                     save()
                     last_ckpt = time.time()
                 if on_step:
                     on_step(progress, state.step)
+                    now = trainable()
+                    if len(now) != len(params) or any(p is not q for p, q in zip(now, params)):
+                        params, train_model = now, wrap()
                 lr_mult = update_hparams(optimizer, progress, state.step)
                 t0 = time.perf_counter()
                 # FLOPs are counted once, on this process's first step (which is then not timed).
@@ -294,6 +335,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
+                if world > 1:  # one small all-reduce: every rank sees the same loss, time and decisions
+                    wants_save = rank == 0 and time.time() - last_ckpt > s.checkpoint_every
+                    total, dt_sum, stops, saves = distributed.all_reduce_sum(
+                        [loss_value, dt, float(stop.signum is not None), float(wants_save)])
+                    loss_value, dt, stop_now, save_now = total / world, dt_sum / world, stops > 0, saves > 0
                 _check_divergence(state, loss_value, s.diverge_factor)
                 if not gc_frozen:
                     gc_frozen = True
@@ -305,7 +351,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     timed_steps += 1
                     timed_seconds += dt
                 state.step += 1
-                state.samples += batches.batch_size * s.accum_steps
+                state.samples += global_batch
                 state.window_loss += loss_value
                 state.window_steps += 1
                 state.train_window_loss += loss_value
@@ -320,7 +366,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                         on_train_log(row)
                 if time.time() - last_log > s.log_every:
                     last_log = time.time()
-                    rate = batches.batch_size * s.accum_steps * timed_steps / max(timed_seconds, 1e-9)
+                    rate = global_batch * timed_steps / max(timed_seconds, 1e-9)
                     log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {loss_value:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
         save()
@@ -332,23 +378,45 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
                      peak_mem_mb=peak_memory_mb(device), final_train_loss=state.last_loss,
-                     metrics=last_metrics, eval_model=ema.module if ema else model)
+                     metrics=last_metrics, eval_model=ema.module if ema else model,
+                     global_batch=global_batch, processes=world)
+
+
+def _seed_per_rank(rank: int) -> None:
+    """Reseed the global generators from a draw every rank shares, offset by the rank."""
+    base = int(torch.randint(2**62, (1,)))
+    random.seed(base + rank)
+    np.random.seed((base + rank) % 2**32)
+    torch.manual_seed(base + rank)
+
+
+def _scale_lrs(optimizer: torch.optim.Optimizer, world: int, rule: str, log) -> None:
+    """The batch grows N times with N processes: LR x sqrt(N) (the core's rule) or x N (linear)."""
+    if rule not in ("sqrt", "linear"):
+        raise ValueError(f"lr_scaling={rule!r}: choose none, sqrt or linear")
+    factor = math.sqrt(world) if rule == "sqrt" else float(world)
+    for g in optimizer.param_groups:
+        g["lr"] *= factor
+        if "base_lr" in g:
+            g["base_lr"] *= factor
+    log(f"learning rates x{factor:.3f} ({rule} rule, {world} processes)")
 
 
 def _train_step(model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision):
     total = torch.zeros((), device=device)
-    for _ in range(s.accum_steps):
+    for i in range(s.accum_steps):
         batch = batches.next_batch()
-        with autocast(device, precision):
-            loss = loss_fn(model, batch)
-        scaler.scale(loss / s.accum_steps).backward()
+        with distributed.gradient_sync(model, i == s.accum_steps - 1):  # all-reduce once, on the last micro-batch
+            with autocast(device, precision):
+                loss = loss_fn(model, batch)
+            scaler.scale(loss / s.accum_steps).backward()
         total += loss.detach().float()
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return total / s.accum_steps, grad_norm
+    return total / s.accum_steps, distributed.local_value(grad_norm)
 
 
 def _check_divergence(state: _State, loss: float, factor: float) -> None:
@@ -359,14 +427,18 @@ def _check_divergence(state: _State, loss: float, factor: float) -> None:
         raise Diverged(state.step, loss, bound)
 
 
-def _evaluate(model, ema, evaluate, device, precision) -> dict[str, float]:
+def _evaluate(model, ema, evaluate, device, precision, fsdp: bool = False) -> dict[str, float]:
+    """Every rank evaluates (under FSDP the forwards are collective); the ranks' batch-norm buffers are made
+    rank 0's first, and rank 0's numbers are the ones every rank goes on with."""
     target = ema.module if ema is not None else model
+    if not fsdp:
+        distributed.broadcast_buffers(target)
     was_training = target.training
     target.eval()
     with torch.no_grad(), autocast(device, precision):
         metrics = evaluate(target)
     target.train(was_training)
-    return {k: float(v) for k, v in metrics.items()}
+    return distributed.broadcast_object({k: float(v) for k, v in metrics.items()})
 
 
 def _eval_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm, metrics) -> dict:
@@ -385,19 +457,41 @@ def _train_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm) -
     return row
 
 
-def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State) -> None:
-    ckpt.save_atomic({
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-        "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
-        "lookahead": slow.state_dict() if slow is not None else None,
-        "loop": dict(vars(state)), "rng": rng_state(),
-    }, path)
+def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsdp: bool = False) -> None:
+    """Rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(model, options=full)
+        optim_state = get_optimizer_state_dict(model, optimizer, options=full)
+    else:
+        model_state, optim_state = model.state_dict(), optimizer.state_dict()
+    rng_ranks = distributed.gather_states(rng_state())
+    if distributed.is_main():
+        ckpt.save_atomic({
+            "model": model_state, "optimizer": optim_state, "scaler": scaler.state_dict(),
+            "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
+            "lookahead": slow.state_dict() if slow is not None else None,
+            "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
+        }, path)
+    distributed.barrier()  # nobody goes on (or exits) before the file is complete
 
 
-def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State) -> None:
+def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsdp: bool = False) -> None:
+    """Every rank reads rank 0's checkpoint; each takes back its own RNG state when the world size matches."""
     blob = ckpt.load(path)
-    model.load_state_dict(blob["model"])
-    optimizer.load_state_dict(blob["optimizer"])
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        full = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, blob["model"], options=full)
+        set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=full)
+    else:
+        model.load_state_dict(blob["model"])
+        optimizer.load_state_dict(blob["optimizer"])
     scaler.load_state_dict(blob["scaler"])
     if ema is not None and blob["ema"] is not None:
         ema.load_state_dict(blob["ema"])
@@ -406,4 +500,8 @@ def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State) 
     batches.load_state_dict(blob["batches"])
     for k, v in blob["loop"].items():
         setattr(state, k, v)
-    set_rng_state(blob["rng"])
+    ranks = blob.get("rng_ranks") or [blob["rng"]]
+    if len(ranks) != distributed.world_size():
+        raise ValueError(f"{path}: written by {len(ranks)} process(es); resume it with --nproc {len(ranks)} "
+                         "(the data position and RNG states are per process)")
+    set_rng_state(ranks[distributed.rank()])

@@ -144,6 +144,15 @@ def muon_update(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum: flo
     """Nesterov momentum, then orthogonalise; conv filters are flattened to (out, in*k*k)."""
     momentum_buffer.lerp_(grad, 1 - momentum)
     update = grad.lerp(momentum_buffer, momentum)
+    if type(update).__name__ == "DTensor":  # an FSDP2 shard: orthogonalise the whole matrix, keep this rank's rows
+        from torch.distributed.tensor import distribute_tensor
+
+        whole = _orthogonal_step(update.full_tensor(), ns_steps)
+        return distribute_tensor(whole, update.device_mesh, update.placements, src_data_rank=None)
+    return _orthogonal_step(update, ns_steps)
+
+
+def _orthogonal_step(update: torch.Tensor, ns_steps: int) -> torch.Tensor:
     shape = update.shape
     update = orthogonalize(update.reshape(shape[0], -1), ns_steps)
     rows, cols = update.shape

@@ -10,17 +10,20 @@ log = logging.getLogger(__name__)
 
 
 def choose_device(preference: str = "auto") -> torch.device:
-    """``auto`` picks cuda, then mps, then cpu; an explicit name must be available."""
+    """``auto`` picks cuda, then mps, then cpu; an explicit name must be available. Under torchrun,
+    ``cuda`` is this process's own GPU (cuda:LOCAL_RANK)."""
+    from shared.distributed import device_for_rank
+
     if preference == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return device_for_rank(torch.device("cuda"))
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
     device = torch.device(preference)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={preference!r} asked for but CUDA is not available")
-    return device
+    return device_for_rank(device)
 
 
 def resolve_precision(device: torch.device, precision: str = "auto") -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run from its checkpoint")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    run.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="train on N processes of this machine under torchrun (DDP; one GPU each, or gloo on CPU)")
     run.add_argument("--track", action="append", default=[], choices=["tensorboard", "mlflow"],
                      help="also log to TensorBoard (event files in the run dir) or MLflow (MLFLOW_TRACKING_URI)")
 
@@ -66,8 +69,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    code = _main(argv)
+    exit_file = os.environ.get("ZOO_EXIT_FILE")
+    if exit_file and os.environ.get("RANK", "0") == "0":  # `zoo run --nproc` hands rank 0's status back
+        Path(exit_file).write_text(str(code))
+    return code
+
+
+def _main(argv: list[str]) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = argv
     if extra:  # key=value pairs given after options
         if args.command not in ("run", "bench") or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -80,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except ZooError as exc:
         if args.debug:
             raise
-        print(f"zoo: error: {exc}", file=sys.stderr)
+        rank = os.environ.get("RANK", "0") if os.environ.get("WORLD_SIZE", "1") != "1" else "0"
+        print(f"zoo: error: {exc}" if rank == "0" else f"zoo: error (rank {rank}): {exc}", file=sys.stderr)
         return exc.exit_code
 
 
@@ -106,6 +120,7 @@ def cmd_show(args) -> int:
     print(f"{spec.name}: {spec.summary}")
     print(f"benchmark: {spec.benchmark}   metric: {spec.metric} "
           f"({'higher' if spec.higher_is_better else 'lower'} is better)   default budget: {spec.budget}")
+    print(f"scale-out: {spec.scale_out}")
     print(f"source: {spec.source}\n")
     values = dataclasses.asdict(cfg)
     width = max(len(k) for k in values)
@@ -144,6 +159,8 @@ def cmd_run(args) -> int:
     from zoo import runs
 
     out_root = args.out or runs.default_out()
+    if args.nproc is not None and args.nproc < 1:
+        raise ZooError(f"--nproc {args.nproc}: give 1 or more processes")
     if args.resume is not None:
         saved = runs.load_run_config(args.resume)
         if args.target or args.overrides:
@@ -151,6 +168,10 @@ def cmd_run(args) -> int:
         spec = _resolve_spec(saved.get("recipe_file") or saved["recipe"])
         cfg = config_mod.apply(spec.config(), saved["config"], str(args.resume / "config.json"))
         budget = runs.parse_budget_arg(saved["budget"])
+        nproc = args.nproc or saved.get("processes", 1)
+        if _should_launch(spec, nproc):
+            return launch(nproc, _without_nproc(args.argv))
+        _join(spec, saved.get("device", "auto"))
         return runs.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
                             device=saved.get("device", "auto"), description=saved.get("description", ""),
                             resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"),
@@ -160,10 +181,77 @@ def cmd_run(args) -> int:
     spec = _resolve_spec(args.target)
     cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
     budget = runs.parse_budget_arg(args.budget or spec.budget)
+    if _should_launch(spec, args.nproc or 1):  # the config and budget are checked here, before any process starts
+        return launch(args.nproc, _without_nproc(args.argv))
+    _join(spec, args.device)
     description = " ".join([spec.name, *args.overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
     return runs.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
                         description=description, recipe_file=recipe_file, track=args.track).code
+
+
+def _should_launch(spec, nproc: int) -> bool:
+    """True when this process is to start torchrun (N > 1 and not already a torchrun worker)."""
+    from shared import distributed
+
+    if nproc <= 1 or distributed.launched():
+        return False
+    if not spec.distributed:
+        raise ZooError(f"{spec.name} does not run under torchrun: {spec.scale_out}")
+    return True
+
+
+def _join(spec, device: str) -> None:
+    """Inside a torchrun worker: join the process group (refusing recipes that do not scale out)."""
+    from shared import distributed
+
+    if not distributed.launched():
+        return
+    if not spec.distributed:
+        raise ZooError(f"{spec.name} does not run under torchrun: {spec.scale_out}")
+    distributed.init(device)
+    import atexit
+
+    atexit.register(distributed.teardown)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """``torchrun --standalone --nproc-per-node N -m zoo ARGV``; returns rank 0's exit status.
+
+    On CPU each process gets an equal share of the cores (torchrun alone would give each one thread).
+    """
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    with tempfile.TemporaryDirectory(prefix="zoo-launch-") as tmp:
+        env["ZOO_EXIT_FILE"] = exit_file = str(Path(tmp) / "exit_code")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "zoo", *argv]
+        print("launching: " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
+        proc = subprocess.Popen(cmd, env=env)
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:  # torchrun and its workers got it too: wait while they checkpoint and stop
+                continue
+        path = Path(exit_file)
+        return int(path.read_text()) if path.is_file() and path.read_text().strip() else code
 
 
 def cmd_runs(args) -> int:

@@ -32,13 +32,18 @@ class RecipeSpec:
     summary: str = ""
     defaults: dict = field(default_factory=dict)  # the variant's config values
     source: str = ""  # file that registered it
+    scale_out: str = "torchrun: DDP"  # how it uses more devices; "single process: <why, and what to use>" if not
+
+    @property
+    def distributed(self) -> bool:
+        return not self.scale_out.startswith("single process")
 
 
 REGISTRY: dict[str, RecipeSpec] = {}
 
 
 def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_better: bool = True,
-           budget: str = "60s", summary: str = "", defaults: dict | None = None):
+           budget: str = "60s", summary: str = "", defaults: dict | None = None, scale_out: str = "torchrun: DDP"):
     """Register ``train`` under ``name`` (domain/variant; a user's own file may use a plain name);
     stack several decorators for variants."""
 
@@ -46,7 +51,7 @@ def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_be
         source = sys.modules[train.__module__].__file__ if train.__module__ in sys.modules else ""
         REGISTRY[name] = RecipeSpec(name=name, train=train, config=config, benchmark=benchmark, metric=metric,
                                     higher_is_better=higher_is_better, budget=budget, summary=summary,
-                                    defaults=dict(defaults or {}), source=str(source))
+                                    defaults=dict(defaults or {}), source=str(source), scale_out=scale_out)
         return train
 
     return register

@@ -9,7 +9,9 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -59,6 +61,12 @@ class Run:
     extra: dict = field(default_factory=dict)  # recipe-specific summary lines, printed after mfu_percent
     metric: str = ""  # the primary metric: the recipe's own unless set_metric chose one for this data
     higher_is_better: bool | None = None
+    home: Path | None = None  # under torchrun, ranks > 0 write side files to a scratch ``dir``; this is rank 0's
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 (or the only process): the one that writes the run directory, index and summary."""
+        return self.home is None
 
     def __post_init__(self):
         self.metric = self.metric or self.spec.metric
@@ -71,7 +79,8 @@ class Run:
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.dir / "checkpoint.pt"
+        """Rank 0's checkpoint: written by rank 0, read back by every rank on resume."""
+        return (self.home or self.dir) / "checkpoint.pt"
 
     @property
     def resume_from(self) -> Path | None:
@@ -93,7 +102,8 @@ class Run:
         return locate(name)
 
     def log(self, message: str) -> None:
-        self.logger.info(message)
+        if self.main:
+            self.logger.info(message)
 
     def report(self, key: str, value) -> None:
         """An extra line of the summary block (e.g. ``tokens_per_s``); the fixed keys stay as they are."""
@@ -101,6 +111,8 @@ class Run:
 
     def record_eval(self, row: dict) -> None:
         """One evaluation: a row of ``metrics.csv`` and a log line."""
+        if not self.main:
+            return
         self.eval_rows.append(row)
         _write_csv(self.dir / "metrics.csv", self.eval_rows)
         for tracker in self.trackers:  # the training columns reach trackers from record_train
@@ -110,6 +122,8 @@ class Run:
 
     def record_train(self, row: dict) -> None:
         """The training loss every 1% of the budget: a row of ``train.csv``."""
+        if not self.main:
+            return
         self.train_rows.append(row)
         _write_csv(self.dir / "train.csv", self.train_rows)
         for tracker in self.trackers:
@@ -154,10 +168,19 @@ def _make_logger(run_dir: Path) -> logging.Logger:
 
 
 def _trim_metrics(run: Run) -> None:
-    """On resume keep only the rows the checkpoint already contains."""
+    """On resume keep only the rows the checkpoint already contains (and check the process count)."""
     import torch
 
-    step = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)["loop"]["step"]
+    from shared import distributed
+
+    blob = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+    processes = len(blob.get("rng_ranks") or [None])
+    if processes != distributed.world_size():
+        raise ZooError(f"{run.checkpoint_path}: written by {processes} process(es), resumed with "
+                       f"{distributed.world_size()}; resume with --nproc {processes}")
+    if not run.main:
+        return
+    step = blob["loop"]["step"]
     for name, attr in (("metrics.csv", "eval_rows"), ("train.csv", "train_rows")):
         path = run.dir / name
         if path.exists():
@@ -184,38 +207,81 @@ class Outcome:
 def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path, device: str = "auto",
             description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None,
             track: list[str] | tuple = ()) -> Outcome:
-    """Run ``spec`` with ``cfg``: the run directory, index row, summary block and exit status."""
-    from shared import envinfo
+    """Run ``spec`` with ``cfg``: the run directory, index row, summary block and exit status.
+
+    Under torchrun every rank trains; rank 0 alone writes the run directory, index row and summary, and
+    the other ranks send their side files to a scratch folder that is removed at the end.
+    """
+    from shared import distributed
+
+    if distributed.is_main():
+        run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
+        run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
+                  resuming=resume_dir is not None, logger=_make_logger(run_dir))
+    else:
+        run_dir = _agree(None)
+        run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=Path(tempfile.mkdtemp(prefix="zoo-rank-")),
+                  device=device, resuming=resume_dir is not None, logger=logging.getLogger("zoo.rank"),
+                  home=run_dir)
+    try:
+        return _execute(run, spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
+                        description=description, resume_dir=resume_dir, recipe_file=recipe_file, track=track)
+    finally:
+        if not run.main:
+            shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def _agree(make_dir):
+    """Rank 0 makes the run directory (or fails with a message); every rank gets the same outcome."""
+    from shared import distributed
+
+    payload = None
+    if make_dir is not None:
+        try:
+            payload = ("ok", str(make_dir()))
+        except ZooError as exc:
+            payload = ("error", str(exc))
+    payload = distributed.broadcast_object(payload)
+    if payload[0] == "error":
+        raise ZooError(payload[1])
+    return Path(payload[1])
+
+
+def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
+             track) -> Outcome:
+    from shared import distributed, envinfo
     from shared.loop import Diverged, Interrupted
     from shared.precision import seed_everything
 
-    run_dir = resume_dir or new_run_dir(out_root, spec.name)
+    run_dir = run.home or run.dir
     index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
-    run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
-              resuming=resume_dir is not None, logger=_make_logger(run_dir))
-    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)
+    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES) if run.main else {}
     if run.resuming:
         if not run.checkpoint_path.exists():
             raise ZooError(f"{run_dir}: no checkpoint.pt to resume from")
         _trim_metrics(run)
-    else:
+    elif run.main:
         _write_json(run_dir / "config.json", {
             "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
-            "budget": str(budget), "seed": seed, "device": device, "description": description,
-            "track": list(track), "argv": sys.argv[1:]})
-    _write_json(run_dir / "env.json", env)
-    row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
-           "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
-           "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
-           "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    results.upsert(index, row)
-    if track:
-        from zoo.track import open_trackers
+            "budget": str(budget), "seed": seed, "device": device, "processes": distributed.world_size(),
+            "description": description, "track": list(track), "argv": sys.argv[1:]})
+    row = {}
+    if run.main:
+        _write_json(run_dir / "env.json", env)
+        row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
+               "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
+               "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
+               "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
+               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        results.upsert(index, row)
+        if track:
+            from zoo.track import open_trackers
 
-        run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
-    run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed} -> {run_dir}")
-    seed_everything(seed)
+            run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
+        world = distributed.world_size()
+        run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed}"
+                + (f", {world} processes" if world > 1 else "") + f" -> {run_dir}")
+    seed_everything(seed)  # the same on every rank: the model is initialised alike
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
     try:
         metrics = spec.train(cfg, run)
@@ -236,11 +302,20 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         status, code = "interrupted", 130
     except Exception:  # a bug or an unexpected failure: keep the traceback in the log
         run.log("crash:\n" + traceback.format_exc())
+        if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
+            print(f"[rank {distributed.rank()}] crash:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         status, code = "crash", EXIT_CRASH
+    if not run.main:
+        if input_error is not None:
+            raise input_error
+        return Outcome(code, run_dir, {})
+    if "processes" in metrics and metrics["processes"] > 1:
+        run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
+                     **run.extra}
     summary = _summary(run, metrics, status)
     if status == "ok":
         summary["rank"] = standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
-    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics})
+    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code})
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)

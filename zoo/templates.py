@@ -39,7 +39,8 @@ def render_template(spec, new_name: str, commit: str) -> str:
     decorator = (f"@recipe({new_name!r}, config={spec.config.__name__}, benchmark={spec.benchmark!r}, "
                  f"metric={spec.metric!r},\n        higher_is_better={spec.higher_is_better!r}, "
                  f"budget={spec.budget!r},\n        summary={('copy of ' + spec.name + ': ' + spec.summary)!r},\n"
-                 f"        defaults={spec.defaults!r})\n")
+                 f"        defaults={spec.defaults!r}"
+                 + (f",\n        scale_out={spec.scale_out!r}" if spec.scale_out != "torchrun: DDP" else "") + ")\n")
     header = (f"# {new_name}: copied from {spec.name} by `zoo new` on {time.strftime('%Y-%m-%d')} "
               f"(zoo commit {commit}).\n"
               f"# This file is yours: edit any section, then `zoo run {new_name_to_file(new_name)}`.\n"
