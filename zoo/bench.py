@@ -11,7 +11,9 @@ from zoo.errors import ZooError
 
 def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
               command: str, log=print) -> dict | None:
-    """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written)."""
+    """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written).
+    Under torchrun every rank trains each seed and rank 0 writes the row."""
+    from shared import distributed
     from zoo.data import DATASETS
 
     data = [f"data={spec.benchmark}"] if "data" in spec.config.__dataclass_fields__ else []
@@ -22,9 +24,12 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
         outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
                                description=" ".join([spec.name, *overrides]))
         outcomes.append(outcome)
-        if outcome.summary["status"] != "ok":
-            log(f"{spec.name} seed {seed} ended {outcome.summary['status']}: no leaderboard row written")
+        if outcome.code != runs.EXIT_OK:
+            if distributed.is_main():
+                log(f"{spec.name} seed {seed} ended {outcome.summary['status']}: no leaderboard row written")
             return None
+    if not distributed.is_main():
+        return None
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
     values = [o.summary["value"] for o in outcomes]
     mean, std = board.mean_std(values)
@@ -48,6 +53,8 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
 
 def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path) -> int:
     """``jobs``: (recipe spec, the command line that reproduces its row)."""
+    from shared import distributed
+
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")
     written = []
@@ -56,6 +63,8 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
                         command=command)
         if row is not None:
             written.append(row)
+    if not distributed.is_main():
+        return 0
     board.write_board()
     print("\nbench results (appended to benchmarks/results.jsonl, leaderboard.md rewritten):")
     for r in written:

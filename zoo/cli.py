@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--seeds", type=int, default=3)
     bench.add_argument("--budget", help="training budget per run (default: each recipe's)")
     bench.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
+    bench.add_argument("--nproc", type=int, default=None, metavar="N", help="each run on N processes under torchrun")
 
     board = sub.add_parser("board", help="the leaderboard: print, --write leaderboard.md, --plot, --data PATH")
     board.add_argument("--write", action="store_true", help="render leaderboard.md from benchmarks/results.jsonl")
@@ -290,8 +291,13 @@ def cmd_bench(args) -> int:
     targets = args.targets or [r["name"] for r in registry.static_list()]
     overrides = [t for t in targets if "=" in t]
     budget = [f"--budget {args.budget}"] if args.budget else []
-    jobs = [(_resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *overrides]))
+    nproc = [f"--nproc {args.nproc}"] if args.nproc else []
+    jobs = [(_resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *nproc, *overrides]))
             for t in targets if "=" not in t]
+    if any(_should_launch(spec, args.nproc or 1) for spec, _ in jobs):
+        return launch(args.nproc, _without_nproc(args.argv))
+    for spec, _ in jobs:
+        _join(spec, "auto")
     return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
                        out_root=args.out or runs.default_out())
 
