@@ -379,7 +379,7 @@ def feature_net(data, log, epochs: int = 8) -> tuple[FeatureNet, float]:
     with torch.no_grad():
         acc = metrics.accuracy(net(to_model_range(data.test_x)), data.test_y)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
     save_file(net.state_dict(), str(tmp))
     tmp.replace(path)
     log(f"fid_zoo features: trained a classifier on {len(y)} training images ({epochs} epochs, CPU, seed 0), "

@@ -276,7 +276,7 @@ def cached(kind: str, table: MolTable, make):
         return torch.load(path, weights_only=False)
     value = make()
     root.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
     torch.save(value, tmp)
     os.replace(tmp, path)
     return value

@@ -166,6 +166,13 @@ def broadcast_buffers(module: nn.Module) -> None:
             dist.broadcast(b.data, src=0)
 
 
+def broadcast_state(module: nn.Module) -> None:
+    """Rank 0's parameters and buffers on every rank, in place."""
+    if active():
+        for t in module.state_dict().values():
+            dist.broadcast(t, src=0)
+
+
 @contextlib.contextmanager
 def gradient_sync(model: nn.Module, sync: bool):
     """Skip the gradient all-reduce on micro-batches before the last one of an accumulated step."""

@@ -144,7 +144,8 @@ class BestState:
 
 
 class _StopSignals:
-    """SIGINT/SIGTERM set a flag the loop reads between steps; a second signal stops at once."""
+    """SIGINT/SIGTERM set a flag the loop reads between steps; a second signal stops at once, except under
+    torchrun, whose agent passes on the Ctrl-C each worker already got (and kills them itself after 30 s)."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -152,6 +153,8 @@ class _StopSignals:
 
     def _handle(self, signum, frame):
         if self.signum is not None:
+            if distributed.launched():
+                return
             raise KeyboardInterrupt
         self.signum = signum
 
@@ -241,6 +244,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         if not hasattr(batches, "shard"):
             raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
         batches.shard(rank, world)
+        if not fsdp:  # one starting point before the EMA and lookahead copies are made (DDP would sync only later)
+            distributed.broadcast_state(model)
         if s.sync_batchnorm and not fsdp:
             distributed.convert_sync_batchnorm(model, device)
         _seed_per_rank(rank)  # dropout, noise and mixing differ per rank; the weights were made alike

@@ -31,7 +31,7 @@ def test_list_is_fast_and_matches_registry():
     loaded = registry.load_all()
     assert set(static) == set(loaded)
     for name, spec in loaded.items():
-        for key in ("benchmark", "metric", "budget", "summary"):
+        for key in ("benchmark", "metric", "budget", "summary", "scale_out"):
             assert static[name].get(key, getattr(spec, key)) == getattr(spec, key), (name, key)
 
 

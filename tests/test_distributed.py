@@ -79,6 +79,12 @@ def test_launcher_refuses_what_torchrun_cannot_run(capsys):
     assert "--nproc 0" in capsys.readouterr().err
     assert main(["run", "vision/resnet", "widht=8", "--nproc", "2"]) == 2  # checked before torchrun starts
     assert "widht" in capsys.readouterr().err
+    assert main(["show", "llm/gpt"]) == 0
+    assert "scale-out: torchrun: DDP, or FSDP2 with fsdp=true" in capsys.readouterr().out
+    assert main(["list"]) == 0
+    listing = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert " DDP/FSDP " in listing["llm/gpt"] and " 1 process " in listing["tabular/xgb"]
+    assert " DDP " in listing["medical/unet"]
 
 
 def test_two_processes_reproduce_one_vision(tmp_path):
@@ -99,12 +105,60 @@ def test_two_processes_reproduce_one_vision(tmp_path):
     assert float(block["value"]) == pytest.approx(float(summary_block(one.stdout)["value"]), abs=0.02)
 
 
-def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
-    """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP and under FSDP2 (fsdp=true)."""
+def corpus(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n" * 250)
-    common = ["llm/gpt", f"data={text}", "depth=2", "aspect=32", "head_dim=16", "seq_len=32", "batch_tokens=256",
-              "eval_bytes=1500", "vocab_size=300", "samples=0", "compile=false", "--budget", "8steps"]
+    return text
+
+
+def gpt_args(tmp_path, depth=2):
+    return ["llm/gpt", f"data={corpus(tmp_path)}", f"depth={depth}", "aspect=32", "head_dim=16", "seq_len=32",
+            "batch_tokens=256", "eval_bytes=1500", "vocab_size=300", "samples=0", "compile=false"]
+
+
+@pytest.mark.parametrize("kind", ["vision-ddp", "llm-fsdp"])
+def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, kind):
+    """Ctrl-C reaches both ranks, which stop at the same step and checkpoint; --resume relaunches two and
+    ends bit for bit where an uninterrupted run ends (FSDP: from a gathered checkpoint, resharded)."""
+    from safetensors.torch import load_file
+
+    if kind == "vision-ddp":
+        recipe, args = "vision/resnet", [*VISION, "--budget", STEPS]
+    else:
+        recipe, args = "llm/gpt", [*gpt_args(tmp_path, depth=1), "micro_batch=4", "fsdp=true", "log_every=0",
+                                   "--budget", "300steps"]
+    args = ["run", *args, "--nproc", "2"]
+    ref = zoo(*args, "--out", tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", *args, "--out", str(out)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    for line in proc.stdout:
+        if " | " in line and line.split()[1] == "step" and int(line.split()[2]) >= 30:
+            os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the launcher, torchrun and both workers
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == 130, rest
+    assert summary_block(rest)["status"] == "interrupted"
+    run_dir = next((out / recipe).iterdir())
+    wrong = zoo("run", "--resume", run_dir, "--nproc", "1", "--out", out)
+    assert wrong.returncode == 2 and "written by 2 process(es)" in wrong.stderr
+    resumed = zoo("run", "--resume", run_dir, "--out", out)  # two processes again, from config.json
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout and summary_block(resumed.stdout)["processes"] == "2"
+    ref_dir = next((tmp_path / "ref" / recipe).iterdir())
+    a, b = load_file(ref_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name in ("metrics.csv", "train.csv"):
+        ref_rows, got_rows = (list(csv.DictReader(open(d / name))) for d in (ref_dir, run_dir))
+        assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in got_rows] == \
+            [{k: v for k, v in r.items() if k != "train_seconds"} for r in ref_rows]
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]
+
+
+def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
+    """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP and under FSDP2 (fsdp=true)."""
+    common = [*gpt_args(tmp_path), "--budget", "8steps"]
     one = zoo("run", *common, "micro_batch=8", "--out", tmp_path / "one")
     ddp = zoo("run", *common, "micro_batch=4", "--nproc", "2", "--out", tmp_path / "ddp")
     fsdp = zoo("run", *common, "micro_batch=4", "fsdp=true", "--nproc", "2", "--out", tmp_path / "fsdp")
@@ -123,39 +177,6 @@ def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
     full = load_file(next((tmp_path / "one" / "llm" / "gpt").iterdir()) / "model.safetensors")
     gathered = load_file(next((tmp_path / "fsdp" / "llm" / "gpt").iterdir()) / "model.safetensors")
     assert full.keys() == gathered.keys() and all(full[k].shape == gathered[k].shape for k in full)
-
-
-def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path):
-    """Ctrl-C reaches both ranks, which stop at the same step and checkpoint; --resume relaunches two."""
-    from safetensors.torch import load_file
-
-    args = ["run", *VISION, "--budget", STEPS, "--nproc", "2"]
-    ref = zoo(*args, "--out", tmp_path / "ref")
-    assert ref.returncode == 0, ref.stderr[-2000:]
-    out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", *args, "--out", str(out)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    for line in proc.stdout:
-        if " | " in line and line.split()[1] == "step" and int(line.split()[2]) >= 30:
-            os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the launcher, torchrun and both workers
-            break
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=120) == 130, rest
-    assert summary_block(rest)["status"] == "interrupted"
-    run_dir = next((out / "vision" / "resnet").iterdir())
-    wrong = zoo("run", "--resume", run_dir, "--nproc", "1", "--out", out)
-    assert wrong.returncode == 2 and "written by 2 process(es)" in wrong.stderr
-    resumed = zoo("run", "--resume", run_dir, "--out", out)  # two processes again, from config.json
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "resumed from" in resumed.stdout and summary_block(resumed.stdout)["processes"] == "2"
-    ref_dir = next((tmp_path / "ref" / "vision" / "resnet").iterdir())
-    a, b = load_file(ref_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    for name in ("metrics.csv", "train.csv"):
-        ref_rows, got_rows = (list(csv.DictReader(open(d / name))) for d in (ref_dir, run_dir))
-        assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in got_rows] == \
-            [{k: v for k, v in r.items() if k != "train_seconds"} for r in ref_rows]
-    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]
 
 
 FAILING = '''

@@ -228,7 +228,10 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     assert math.isfinite(float(summary_block(r.stdout)["value"]))
 
 
-def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path):
+def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path, capsys):
+    """Through the CLI's own entry point, in-process (a subprocess per case costs ~5 s of imports)."""
+    from zoo.cli import main
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n{not json\n")
     missing = tmp_path / "missing.jsonl"
@@ -237,7 +240,8 @@ def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path):
                           ([f"data={missing}"], "missing.jsonl line 1: missing string field 'response'"),
                           (["seq_len=128"], "over the model's context limit of 64"),
                           ([f"model={tmp_path}"], "not a transformers model folder")):
-        r = zoo("run", "llm/lora", "--budget", "1steps", f"model={tiny_llama}", "seq_len=32", *args)
-        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    r = zoo("run", "llm/lora", "--budget", "1steps")
-    assert r.returncode == 2 and "llm/lora needs model=PATH" in r.stderr
+        code = main(["run", "llm/lora", "--budget", "1steps", f"model={tiny_llama}", "seq_len=32", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["run", "llm/lora", "--budget", "1steps"]) == 2
+    assert "llm/lora needs model=PATH" in capsys.readouterr().err

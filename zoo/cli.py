@@ -105,10 +105,18 @@ def cmd_list(args) -> int:
     rows = static_list()
     width = max((len(r["name"]) for r in rows), default=10)
     bench = max((len(r.get("benchmark", "")) for r in rows), default=9)
-    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} summary")
+    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} {'devices':<9} summary")
     for r in rows:
         print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<{bench}} {r.get('metric', ''):<13} "
-              f"{r.get('budget', '60s'):<7} {r.get('summary', '')}")
+              f"{r.get('budget', '60s'):<7} {_scale_label(r.get('scale_out') or 'torchrun: DDP'):<9} "
+              f"{r.get('summary', '')}")
+
+
+def _scale_label(scale_out: str) -> str:
+    """``zoo list``'s devices column: how a recipe scales out (``zoo show`` gives the sentence)."""
+    if scale_out.startswith("single process"):
+        return "1 process"
+    return "DDP/FSDP" if "FSDP" in scale_out else "DDP"
     return 0
 
 
@@ -291,7 +299,8 @@ def cmd_bench(args) -> int:
     targets = args.targets or [r["name"] for r in registry.static_list()]
     overrides = [t for t in targets if "=" in t]
     budget = [f"--budget {args.budget}"] if args.budget else []
-    nproc = [f"--nproc {args.nproc}"] if args.nproc else []
+    processes = args.nproc or int(os.environ.get("WORLD_SIZE", "1"))  # a torchrun worker: the job's size
+    nproc = [f"--nproc {processes}"] if processes > 1 else []
     jobs = [(_resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *nproc, *overrides]))
             for t in targets if "=" not in t]
     if any(_should_launch(spec, args.nproc or 1) for spec, _ in jobs):
