@@ -493,6 +493,10 @@ def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, 
 
         full = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, blob["model"], options=full)
+        for saved, group in zip(blob["optimizer"]["param_groups"], optimizer.param_groups):
+            for key, value in saved.items():  # keys schedules add later (base_lr, ...) must exist to be loaded
+                if key != "params":
+                    group.setdefault(key, value)
         set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=full)
     else:
         model.load_state_dict(blob["model"])

@@ -110,6 +110,7 @@ def cmd_list(args) -> int:
         print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<{bench}} {r.get('metric', ''):<13} "
               f"{r.get('budget', '60s'):<7} {_scale_label(r.get('scale_out') or 'torchrun: DDP'):<9} "
               f"{r.get('summary', '')}")
+    return 0
 
 
 def _scale_label(scale_out: str) -> str:
@@ -117,7 +118,6 @@ def _scale_label(scale_out: str) -> str:
     if scale_out.startswith("single process"):
         return "1 process"
     return "DDP/FSDP" if "FSDP" in scale_out else "DDP"
-    return 0
 
 
 def cmd_show(args) -> int:
