@@ -551,7 +551,8 @@ class PatchBatches:
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.index >= self.batches_per_epoch:
             self.epoch, self.index = self.epoch + 1, 0
-        seed = batch_seed(self.seed, self.epoch, self.index * self.world + self.rank) % 2**32  # MONAI's random states take 32 bits
+        slot = self.index * self.world + self.rank
+        seed = batch_seed(self.seed, self.epoch, slot) % 2**32  # MONAI's random states take 32 bits
         rng = np.random.default_rng(seed)
         self.transform.set_random_state(seed=seed)
         samples = [self.transform(self.items[i])[0] for i in rng.integers(0, len(self.items), self.batch_size)]

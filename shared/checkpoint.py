@@ -41,8 +41,10 @@ def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
     from safetensors.torch import save_file, save_model
 
+    from shared.distributed import fsdp_sharded
+
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):  # FSDP2: every rank gathers, rank 0 writes
+    if fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -132,8 +132,15 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=True)
 
 
+def is_dtensor(t) -> bool:
+    """A DTensor: an FSDP2 shard (or a value computed from one)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
 def fsdp_sharded(model: nn.Module) -> bool:
-    return any(type(p).__name__ == "DTensor" for p in model.parameters())
+    return any(is_dtensor(p) for p in model.parameters())
 
 
 def fully_shard_blocks(model: nn.Module, blocks: str = "blocks", reshard_after_forward: bool = True) -> nn.Module:
@@ -148,7 +155,7 @@ def fully_shard_blocks(model: nn.Module, blocks: str = "blocks", reshard_after_f
 
 def local_value(t):
     """A plain tensor from a DTensor (gathering it), or the tensor itself."""
-    return t.full_tensor() if type(t).__name__ == "DTensor" else t
+    return t.full_tensor() if is_dtensor(t) else t
 
 
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from shared.distributed import is_dtensor
+
 ADAMW_BETAS = (0.9, 0.95)  # LLM-style betas; 0.999 reacts too slowly to loss spikes
 ADAMW_EPS = 1e-10  # 1e-8 can leave bf16 updates stale
 
@@ -144,7 +146,7 @@ def muon_update(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum: flo
     """Nesterov momentum, then orthogonalise; conv filters are flattened to (out, in*k*k)."""
     momentum_buffer.lerp_(grad, 1 - momentum)
     update = grad.lerp(momentum_buffer, momentum)
-    if type(update).__name__ == "DTensor":  # an FSDP2 shard: orthogonalise the whole matrix, keep this rank's rows
+    if is_dtensor(update):  # an FSDP2 shard: orthogonalise the whole matrix, keep this rank's rows
         from torch.distributed.tensor import distribute_tensor
 
         whole = _orthogonal_step(update.full_tensor(), ns_steps)
