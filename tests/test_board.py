@@ -163,9 +163,13 @@ def small_run_args(name: str, tmp_path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(r["name"] for r in registry.static_list()))
-def test_template_round_trip(tmp_path, name):
-    """The file ``zoo new`` writes (here written in-process, as cmd_new does) runs after being moved elsewhere."""
+def test_template_round_trip(tmp_path, name, monkeypatch, capsys):
+    """The file ``zoo new`` writes (here written in-process, as cmd_new does) runs after being moved elsewhere.
+
+    Run through the CLI's entry point in-process, from the file's new folder: a subprocess per recipe would
+    spend ~5 s of each test importing torch and the domain's libraries again."""
     from zoo import templates
+    from zoo.cli import main
 
     templates.write_template(registry.get(name), "mytask", tmp_path / "mytask.py", "test")
     moved = tmp_path / "elsewhere" / "mytask.py"
@@ -174,10 +178,12 @@ def test_template_round_trip(tmp_path, name):
     text = moved.read_text()
     assert text.startswith(f"# mytask: copied from {name}") and "@recipe('mytask'" in text
     assert text.count("@recipe(") == 1  # the copy registers only itself, not the module's other variants
-    run = zoo("run", moved, *small_run_args(name, tmp_path), "eval_every=0", "--budget", "2steps",
-              "--out", tmp_path / "runs", cwd=moved.parent)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert summary_block(run.stdout)["recipe"] == "mytask"
+    args = small_run_args(name, tmp_path)
+    monkeypatch.chdir(moved.parent)
+    code = main(["run", str(moved), *args, "eval_every=0", "--budget", "2steps", "--out", str(tmp_path / "runs")])
+    out = capsys.readouterr()
+    assert code == 0, out.out[-3000:] + out.err[-3000:]
+    assert summary_block(out.out)["recipe"] == "mytask"
 
 
 def test_new_writes_a_file_once(tmp_path):
