@@ -180,6 +180,7 @@ def test_template_round_trip(tmp_path, name, monkeypatch, capsys):
     assert text.count("@recipe(") == 1  # the copy registers only itself, not the module's other variants
     args = small_run_args(name, tmp_path)
     monkeypatch.chdir(moved.parent)
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))  # "mytask" must not outlive this test
     code = main(["run", str(moved), *args, "eval_every=0", "--budget", "2steps", "--out", str(tmp_path / "runs")])
     out = capsys.readouterr()
     assert code == 0, out.out[-3000:] + out.err[-3000:]
