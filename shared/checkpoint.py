@@ -41,13 +41,11 @@ def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
     from safetensors.torch import save_file, save_model
 
-    from shared.distributed import fsdp_sharded
+    from shared.distributed import fsdp_sharded, gathered_state
 
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
     if fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = gathered_state(model)
         if full:
             save_file({k: v.contiguous() for k, v in full.items()}, str(path), metadata=metadata)
         return

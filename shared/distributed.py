@@ -153,6 +153,16 @@ def fully_shard_blocks(model: nn.Module, blocks: str = "blocks", reshard_after_f
     return model
 
 
+def gathered_state(model: nn.Module, optimizer: torch.optim.Optimizer | None = None):
+    """An FSDP2 model's full state dict (and its optimizer's) on rank 0's CPU; collective, empty on other ranks."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=full)
+    return model_state if optimizer is None else (model_state, get_optimizer_state_dict(model, optimizer, options=full))
+
+
 def local_value(t):
     """A plain tensor from a DTensor (gathering it), or the tensor itself."""
     return t.full_tensor() if is_dtensor(t) else t

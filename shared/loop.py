@@ -465,12 +465,7 @@ def _train_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm) -
 def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsdp: bool = False) -> None:
     """Rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
     if fsdp:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
-
-        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state = get_model_state_dict(model, options=full)
-        optim_state = get_optimizer_state_dict(model, optimizer, options=full)
+        model_state, optim_state = distributed.gathered_state(model, optimizer)
     else:
         model_state, optim_state = model.state_dict(), optimizer.state_dict()
     rng_ranks = distributed.gather_states(rng_state())

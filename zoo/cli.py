@@ -205,9 +205,13 @@ def _should_launch(spec, nproc: int) -> bool:
 
     if nproc <= 1 or distributed.launched():
         return False
+    _refuse_single_process(spec)
+    return True
+
+
+def _refuse_single_process(spec) -> None:
     if not spec.distributed:
         raise ZooError(f"{spec.name} does not run under torchrun: {spec.scale_out}")
-    return True
 
 
 def _join(spec, device: str) -> None:
@@ -216,8 +220,7 @@ def _join(spec, device: str) -> None:
 
     if not distributed.launched():
         return
-    if not spec.distributed:
-        raise ZooError(f"{spec.name} does not run under torchrun: {spec.scale_out}")
+    _refuse_single_process(spec)
     distributed.init(device)
     import atexit
 
