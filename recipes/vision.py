@@ -613,6 +613,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         resize_splits(data, size)
+    run.inspect(train=(data.train_x, data.train_y), val=(data.test_x, data.test_y), task="classification",
+                num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
     mean, std = (t.view(1, -1, 1, 1).to(device) for t in input_stats(cfg, model, data.train_x))
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)

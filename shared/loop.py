@@ -217,6 +217,19 @@ class _State:
     train_window_steps: int = 0
 
 
+_INTERCEPT: list[Callable] = []  # ``zoo doctor`` takes the parts a recipe hands to ``fit`` instead of training
+
+
+@contextlib.contextmanager
+def intercept(handler: Callable):
+    """Inside this block ``fit`` calls ``handler(**its arguments)`` and returns what that returns."""
+    _INTERCEPT.append(handler)
+    try:
+        yield
+    finally:
+        _INTERCEPT.remove(handler)
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Callable, budget: Budget, *,
         device: torch.device, evaluate: Callable[[nn.Module], dict[str, float]],
         update_hparams: Callable[[torch.optim.Optimizer, float, int], float],
@@ -235,6 +248,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     recipe sharded it with FSDP2), and the loss, step time and stop/save decisions are agreed by all ranks
     each step, so every rank takes the same number of steps; rank 0 writes the checkpoint.
     """
+    if _INTERCEPT:
+        return _INTERCEPT[-1](model=model, optimizer=optimizer, batches=batches, loss_fn=loss_fn, device=device,
+                              update_hparams=update_hparams, settings=settings or LoopSettings(), on_step=on_step)
     s = settings or LoopSettings()
     world, rank = distributed.world_size(), distributed.rank()
     fsdp = distributed.fsdp_sharded(model)

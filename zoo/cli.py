@@ -36,6 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--track", action="append", default=[], choices=["tensorboard", "mlflow"],
                      help="also log to TensorBoard (event files in the run dir) or MLflow (MLFLOW_TRACKING_URI)")
 
+    doctor = sub.add_parser("doctor", help="the debugging checklist on your config and data: report.md + plots",
+                            description="Data checks, overfit one batch, LR range test and a short health run on "
+                                        "the recipe's own model, optimizer and data; writes report.md, plots and "
+                                        "suggested.json under RUNS/doctor/. Exit 1 when a check finds an error.")
+    doctor.add_argument("target", help="recipe name or path to a recipe .py file")
+    doctor.add_argument("overrides", nargs="*", help="key=value config overrides")
+    doctor.add_argument("--steps", type=int, default=100, help="steps per training check (default 100)")
+    doctor.add_argument("--budget", help="the training budget the recipe sizes itself for (default: the recipe's)")
+    doctor.add_argument("--seed", type=int, default=0)
+    doctor.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
+    doctor.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
+    doctor.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+
     runs = sub.add_parser("runs", help="list local runs from the results index")
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     runs.add_argument("--tsv", action="store_true", help="export as TSV: commit metric memory_gb status description ...")
@@ -83,9 +96,9 @@ def _main(argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     args.argv = argv
     if extra:  # key=value pairs given after options
-        if args.command not in ("run", "bench") or any(e.startswith("-") or "=" not in e for e in extra):
+        if args.command not in ("run", "bench", "doctor", "sweep") or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command == "run":
+        if args.command in ("run", "doctor", "sweep"):
             args.overrides = args.overrides + extra
         else:
             args.targets = args.targets + extra
@@ -266,6 +279,19 @@ def launch(nproc: int, argv: list[str]) -> int:
         return int(path.read_text()) if path.is_file() and path.read_text().strip() else code
 
 
+def cmd_doctor(args) -> int:
+    from zoo import config as config_mod
+    from zoo import doctor, runs
+
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ZooError("zoo doctor runs in one process: start it without torchrun")
+    spec = _resolve_spec(args.target)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
+    budget = runs.parse_budget_arg(args.budget or spec.budget)
+    return doctor.doctor(spec, cfg, out_root=args.out or runs.default_out(), seed=args.seed, device=args.device,
+                         steps=args.steps, budget=budget, overrides=args.overrides)
+
+
 def cmd_runs(args) -> int:
     from zoo import results, runs
 
@@ -393,4 +419,5 @@ def cmd_new(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "bench": cmd_bench,
-            "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data}
+            "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data,
+            "doctor": cmd_doctor}

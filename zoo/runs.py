@@ -62,6 +62,21 @@ class Run:
     metric: str = ""  # the primary metric: the recipe's own unless set_metric chose one for this data
     higher_is_better: bool | None = None
     home: Path | None = None  # under torchrun, ranks > 0 write side files to a scratch ``dir``; this is rank 0's
+    inspector: object = None  # set by ``zoo doctor``: receives what ``inspect`` is given
+
+    def inspect(self, *, train: tuple, val: tuple | None = None, task: str, num_classes: int | None = None,
+                fine_tune: bool | tuple[str, ...] = False, loop: bool = True) -> None:
+        """Show the data to ``zoo doctor`` (nothing happens in a normal run).
+
+        ``train`` / ``val``: (inputs, targets) as tensors, arrays, frames or lists of strings; (tokens,) for
+        ``task="tokens"``. ``task``: classification | regression | segmentation | tokens | unlabelled.
+        ``fine_tune``: the model starts from pretrained weights, so the relative weight change is checked; a
+        tuple names the new tensors (substrings of their names: a new head, LoRA adapters) left out of it.
+        ``loop=False``: the recipe trains without ``shared.loop.fit`` (trees, ridge, inference only), so the
+        doctor stops after the data checks.
+        """
+        if self.inspector is not None:
+            self.inspector(train=train, val=val, task=task, num_classes=num_classes, fine_tune=fine_tune, loop=loop)
 
     @property
     def main(self) -> bool:
