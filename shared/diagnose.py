@@ -136,8 +136,9 @@ def lr_range(parts: Parts, steps: int, low: float = 1e-4, high: float = 1e2, kin
 
     Only the groups of ``kind`` move (the rest keep their configured LR). The loss is smoothed by a
     bias-corrected EMA; the run stops once the smoothed loss passes ``stop_factor`` x its minimum.
-    The suggestion is a tenth of the multiplier at the smoothed minimum (Smith 2017; fastai's rule),
-    with the steepest-descent multiplier given beside it.
+    The suggestion is the multiplier of steepest descent of the smoothed loss (before its minimum): where
+    the loss falls fastest per unit of log LR. A tenth of the minimum's LR (Smith 2017) is the conservative
+    alternative, reported beside it; on the doctor's tests the steepest point lands nearer a sweep's best.
     """
     parts.reset()
     kinds = group_kinds(parts.optimizer)
@@ -169,7 +170,8 @@ def lr_range(parts: Parts, steps: int, low: float = 1e-4, high: float = 1e2, kin
     i_min = lo_idx + int(np.argmin(s[lo_idx:]))
     grads = np.gradient(s, np.log(np.array(mults[:len(s)])))
     i_steep = lo_idx + int(np.argmin(grads[lo_idx:i_min + 1])) if i_min > lo_idx else i_min
-    return {**result, "min_mult": mults[i_min], "steepest_mult": mults[i_steep], "suggested_mult": mults[i_min] / 10,
+    return {**result, "min_mult": mults[i_min], "steepest_mult": mults[i_steep], "suggested_mult": mults[i_steep],
+            "tenth_of_min_mult": mults[i_min] / 10,
             "fell": bool(s[i_min] < 0.9 * s[lo_idx])}
 
 

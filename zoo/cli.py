@@ -49,6 +49,35 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
     doctor.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
 
+    sweep = sub.add_parser("sweep", help="one variable at a time: zoo sweep NAME key=v1,v2,... [--seeds K]",
+                           description="Each value of each swept key is a normal run (K seeds) at a fixed budget, "
+                                       "kept or discarded against the best so far (within noise: inside the seed "
+                                       "spread). Swept keys go in order of impact: LR, batch size, weight decay, "
+                                       "warmup. Writes sweep.md, best.json and results.tsv under RUNS/sweeps/.")
+    sweep.add_argument("target", help="recipe name or path to a recipe .py file")
+    sweep.add_argument("overrides", nargs="*", help="key=v1,v2,... to sweep; key=value to fix")
+    sweep.add_argument("--seeds", type=int, default=2, help="seeds per value (default 2: the spread is the noise)")
+    sweep.add_argument("--budget", help="training budget per run (default: the recipe's)")
+    sweep.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
+    sweep.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
+    sweep.add_argument("--no-lr-rule", action="store_true",
+                       help="keep LRs as given when the batch size changes (default: LR x sqrt(batch ratio))")
+
+    plan = sub.add_parser("plan", help="which recipe for your data (--data/--kind), what N parameters cost (--params)",
+                          description="--data PATH or --kind KIND --rows N: a recipe and starting config from the "
+                                      "architecture table by data type and size. --params 125M or --recipe llm/gpt "
+                                      "depth=N: Chinchilla tokens, 6ND FLOPs, memory and time here and on GPUs.")
+    plan.add_argument("overrides", nargs="*", help="key=value for --recipe (e.g. depth=12)")
+    plan.add_argument("--data", type=Path, help="your file or folder: its type and size are read from it")
+    plan.add_argument("--kind", help="image, text, tabular, audio, molecules, protein or medical (with --rows)")
+    plan.add_argument("--rows", type=int, help="number of samples (with --kind)")
+    plan.add_argument("--params", help="model size: 125M, 1.3B, 7e9")
+    plan.add_argument("--recipe", help="take the size from a recipe config: llm/gpt depth=N")
+    plan.add_argument("--tokens", help="training tokens (default: 20 per parameter)")
+    plan.add_argument("--gpu", action="append", default=[], help="GPU to time on (repeatable; default H100, A100, RTX 4090)")
+    plan.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    plan.add_argument("--mfu", type=float, help="model FLOPs utilisation to assume, 0-1 (default 0.5 CPU, 0.4 GPU)")
+
     runs = sub.add_parser("runs", help="list local runs from the results index")
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     runs.add_argument("--tsv", action="store_true", help="export as TSV: commit metric memory_gb status description ...")
@@ -96,9 +125,9 @@ def _main(argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     args.argv = argv
     if extra:  # key=value pairs given after options
-        if args.command not in ("run", "bench", "doctor", "sweep") or any(e.startswith("-") or "=" not in e for e in extra):
+        if args.command not in ("run", "bench", "doctor", "sweep", "plan") or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command in ("run", "doctor", "sweep"):
+        if args.command in ("run", "doctor", "sweep", "plan"):
             args.overrides = args.overrides + extra
         else:
             args.targets = args.targets + extra
@@ -143,6 +172,12 @@ def cmd_show(args) -> int:
     print(f"benchmark: {spec.benchmark}   metric: {spec.metric} "
           f"({'higher' if spec.higher_is_better else 'lower'} is better)   default budget: {spec.budget}")
     print(f"scale-out: {spec.scale_out}")
+    from zoo.doctor import lr_fields
+    from zoo.sweep import batch_field
+
+    lrs = ", ".join(f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in lr_fields(spec.config).items())
+    print(f"tuning: zoo doctor {spec.name} (checklist, LR range test) and zoo sweep {spec.name} KEY=a,b,... ; "
+          f"LR fields {lrs or 'none'}; batch field {batch_field(spec.config) or 'none'}")
     print(f"source: {spec.source}\n")
     values = dataclasses.asdict(cfg)
     width = max(len(k) for k in values)
@@ -292,6 +327,63 @@ def cmd_doctor(args) -> int:
                          steps=args.steps, budget=budget, overrides=args.overrides)
 
 
+def cmd_sweep(args) -> int:
+    from zoo import runs, sweep
+
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ZooError("zoo sweep runs its trials one after another in one process: start it without torchrun")
+    spec = _resolve_spec(args.target)
+    return sweep.sweep(spec, args.overrides, seeds=args.seeds, budget_text=args.budget,
+                       out_root=args.out or runs.default_out(), config_file=args.config,
+                       use_lr_rule=not args.no_lr_rule)
+
+
+def cmd_plan(args) -> int:
+    from zoo import plan
+
+    sizing = args.params or args.recipe
+    if not sizing and not args.data and not args.kind:
+        raise ZooError("zoo plan needs --data PATH, --kind KIND --rows N, --params N or --recipe llm/gpt depth=N")
+    if args.overrides and not args.recipe:
+        raise ZooError(f"key=value pairs ({' '.join(args.overrides)}) go with --recipe")
+    if args.data or args.kind:
+        if args.data:
+            kind, rows, counted = plan.detect(args.data)
+            print(f"{args.data}: {kind}, {rows:,} {counted}")
+        else:
+            if args.rows is None:
+                raise ZooError("--kind needs --rows N (the number of samples)")
+            kind, rows = args.kind, args.rows
+        advice = plan.recommend(kind, rows, str(args.data) if args.data else "PATH")
+        print(f"architecture table ({kind}, {rows:,} {'tokens' if kind == 'corpus' else 'samples'}): {advice.table}")
+        if advice.recipe:
+            print(f"start with:  zoo run {advice.recipe} {advice.config}".rstrip())
+            print("then:        zoo doctor on the same config; zoo sweep lr=... around its suggestion")
+        print(f"why:         {advice.reason}")
+        if advice.also:
+            print(f"compare:     {advice.also}")
+        if sizing:
+            print()
+    if sizing:
+        if args.mfu is not None and not 0 < args.mfu <= 1:
+            raise ZooError(f"--mfu {args.mfu}: give a fraction in (0, 1]")
+        if args.gpus < 1:
+            raise ZooError(f"--gpus {args.gpus}: give 1 or more")
+        shape = cfg = None
+        if args.recipe:
+            if args.recipe != "llm/gpt":
+                raise ZooError(f"--recipe {args.recipe}: sizing reads transformer shapes; use llm/gpt depth=N or --params")
+            cfg, shape, params = plan.gpt_shape(args.overrides)
+            print(f"llm/gpt depth {shape.depth}: width {shape.width}, {shape.heads} heads, vocab {shape.vocab}, "
+                  f"context {shape.seq_len}")
+        else:
+            params = plan.parse_count(args.params)
+        tokens = plan.parse_count(args.tokens) if args.tokens else None
+        plan.print_compute(params, tokens=tokens, gpus=args.gpu or list(plan.DEFAULT_GPUS), gpu_count=args.gpus,
+                           mfu=args.mfu, shape=shape, cfg=cfg)
+    return 0
+
+
 def cmd_runs(args) -> int:
     from zoo import results, runs
 
@@ -420,4 +512,4 @@ def cmd_new(args) -> int:
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "bench": cmd_bench,
             "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "sweep": cmd_sweep, "plan": cmd_plan}

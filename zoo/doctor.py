@@ -250,7 +250,9 @@ class Doctor:
         kinds = diagnose.group_kinds(parts.optimizer)
         wanted = sorted(set(kinds)) if len(set(kinds)) > 1 else [None]
         self.ranges = [diagnose.lr_range(parts, self.steps, kind=k) for k in wanted]
-        lines = ["## LR range test", "", "| groups | configured LR | steps | loss lowest at | steepest at | suggested |",
+        lines = ["## LR range test", "", "LR multipliers from x1e-4 to x100 the configured LR over one run; suggested = "
+                 "steepest descent of the smoothed loss (a tenth of the lowest point is the conservative choice)", "",
+                 "| groups | configured LR | steps | loss lowest at | steepest at (suggested) | a tenth of lowest |",
                  "|---|---|---|---|---|---|"]
         for r in self.ranges:
             idx = [i for i, k in enumerate(kinds) if r["kind"] in ("all", k)]
@@ -258,7 +260,7 @@ class Doctor:
             shown = "/".join(_fmt(v) for v in lrs[:3]) + (" ..." if len(lrs) > 3 else "")
             m = r["suggested_mult"]
             lines.append(f"| {r['kind']} | {shown} | {len(r['losses'])} | x{_fmt(r['min_mult'])} | "
-                         f"x{_fmt(r['steepest_mult'])} | x{_fmt(m)} |")
+                         f"x{_fmt(m)} | x{_fmt(r.get('tenth_of_min_mult', float('nan')))} |")
             label = "" if r["kind"] == "all" else f" ({r['kind']} groups)"
             if not math.isfinite(m) or not r.get("fell", False):
                 self.add("warn", "lr/range", f"the loss never fell in the range test{label} "
@@ -273,8 +275,8 @@ class Doctor:
                          f"(lowest at x{_fmt(r['min_mult'])}); suggested x{_fmt(m)}",
                          "lower the LR (suggested.json); raise warmup if the loss spikes early")
             elif m > 3 or m < 1 / 3:
-                self.add("info", "lr/range", f"suggested LR{label} is x{_fmt(m)} the configured one (a tenth of "
-                         f"where the loss was lowest; steepest descent at x{_fmt(r['steepest_mult'])})",
+                self.add("info", "lr/range", f"suggested LR{label} is x{_fmt(m)} the configured one (steepest "
+                         f"descent; the loss was lowest at x{_fmt(r['min_mult'])})",
                          "try it with zoo sweep: the range test is a starting point, the sweep decides")
             else:
                 self.add("ok", "lr/range", f"configured LR{label} within 3x of the suggestion (x{_fmt(m)})")
