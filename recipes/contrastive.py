@@ -384,6 +384,8 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     splits = data.eval
     if splits.train_x.shape[-1] != size:
         vision.resize_splits(splits, size)
+    # labels are for evaluation only; leakage: the kNN/probe queries found among the pretraining images
+    run.inspect(train=(data.pretrain_x,), val=(splits.test_x,), task="unlabelled")
     backbone, dim = build_backbone(cfg, channels, size)
     projector = mlp(dim, cfg.proj_hidden, cfg.proj_dim)
     predictor = mlp(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if method == "byol" else None

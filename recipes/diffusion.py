@@ -448,6 +448,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     channels, size = data.train_x.shape[1], data.train_x.shape[-1]
     num_classes = len(data.classes)
     null = num_classes
+    run.inspect(train=(data.train_x, data.train_y), val=(data.test_x, data.test_y), task="classification",
+                num_classes=num_classes)
     width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log))
     model = build_unet(cfg, width, channels, size, num_classes).to(device)
     run.log(f"{data.name}: {len(data.train_y)} train / {len(data.test_y)} held-out images {tuple(data.train_x.shape[1:])}, "

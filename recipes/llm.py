@@ -13,7 +13,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,8 @@ from zoo.registry import recipe
 
 @dataclass
 class GPTConfig(LoopSettings):
+    # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
+    LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     data: str = "tinyshakespeare"  # dataset name, a text file, a folder of .txt/.md files, or hf:NAME[:CONFIG]
     val_fraction: float = 0.1  # tail held out for validation when there is no val file
     eval_bytes: int = 100_000  # validation bytes scored (the first N of the split): fixed so runs compare
@@ -594,6 +596,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     run.log(f"{splits.name}: {sum(len(d) for d in splits.train):,} train chars -> {len(train_tokens):,} tokens "
             f"({len(''.join(splits.train).encode()) / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
             f"validation scores {cfg.eval_bytes:,} bytes = {len(val_tokens) - 1:,} tokens")
+    run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens")  # leakage: scored windows found in train
 
     world = distributed.world_size()
     # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
@@ -812,6 +815,9 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         val_bytes = sum(e.response_bytes for e in val_examples)
         run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation examples "
                 f"({val_bytes:,} response bytes scored)")
+        # one row per example (prompt + response token ids): exact duplicates across the splits are found
+        run.inspect(train=([e.ids for e in train_examples],), val=([e.ids for e in val_examples],),
+                    task="unlabelled", fine_tune=("lora_",))
 
         def loss_fn(model, batch):
             nats, count = response_nats(model, batch, device)
@@ -831,6 +837,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed)
         run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores {cfg.eval_bytes:,} bytes = "
                 f"{len(val_tokens) - 1:,} tokens")
+        run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))
 
         def loss_fn(model, batch):
             x, y = (t.to(device) for t in batch)

@@ -308,6 +308,21 @@ def load_data(cfg: MedicalConfig, run) -> SegData:
     return load_folder(root, values, cfg.val_fraction)
 
 
+def inspect_view(*splits: list[RawCase]) -> list[tuple]:
+    """``run.inspect``'s (inputs, labels) per split: the images stacked when every case shares one shape, else
+    one content digest per case (exact duplicates still match across splits); the labels as all their voxels."""
+    import hashlib
+
+    def digest(image: np.ndarray) -> str:
+        h = hashlib.blake2b(str(image.shape).encode(), digest_size=12)
+        h.update(np.ascontiguousarray(image))
+        return h.hexdigest()
+
+    same = len({c.image.shape for split in splits for c in split}) == 1
+    return [(np.stack([c.image for c in split]) if same else [digest(c.image) for c in split],
+             np.concatenate([c.label.ravel() for c in split])) for split in splits]
+
+
 # =============================================================================================
 # Fingerprint and plan (nnU-Net's rules, sized for this device and budget)
 # =============================================================================================
@@ -743,6 +758,9 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
     data = load_data(cfg, run)
+    if run.inspecting:
+        train_view, val_view = inspect_view(data.train, data.val)
+        run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
     in_channels, spatial_dims = data.train[0].image.shape[0], data.train[0].image.ndim - 1
     fp = fingerprint(data)
     # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.

@@ -584,6 +584,24 @@ def load_for(cfg: MolConfig, run) -> MolTable:
     return table
 
 
+def inspect_split(run, table: MolTable, split, loop: bool) -> None:
+    """The first split for ``zoo doctor``: canonical SMILES of the standardised molecules (a duplicate is the same
+    molecule however written, salts stripped), validation and test rows held out together; one target only (several
+    targets have gaps the loss masks)."""
+    from rdkit import Chem
+
+    if not run.inspecting:
+        return
+    smiles = [Chem.MolToSmiles(m) for m in table.mols]
+    y = table.y[:, 0] if table.y.shape[1] == 1 else None
+
+    def rows(idx: np.ndarray) -> tuple:
+        return ([smiles[i] for i in idx],) + ((y[idx],) if y is not None else ())
+
+    run.inspect(train=rows(split[0]), val=rows(np.concatenate(split[1:])), task=table.task,
+                num_classes=2 if table.task == "classification" else None, loop=loop)
+
+
 @recipe("molecules/dmpnn", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="directed message passing over bonds (chemprop's D-MPNN) in plain torch; random or "
                               "scaffold splits, k-fold, ensembles; RMSE or ROC-AUC")
@@ -595,6 +613,7 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
     if cfg.ensemble < 1:
         raise ZooError(f"ensemble={cfg.ensemble}: must be at least 1")
     splits = run_splits(cfg, table, run.seed)
+    inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
     results, total_seconds, last = [], 0.0, {}
     for k, split in enumerate(splits):
@@ -633,6 +652,7 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
         features.append(cached("descriptors", table, lambda: rdkit_descriptors(table.mols)))
     X = np.concatenate(features, axis=1)
     splits = run_splits(cfg, table, run.seed)
+    inspect_split(run, table, splits[0], loop=False)
     seconds = run.budget.amount / (len(splits) * table.y.shape[1]) if run.budget.kind == "seconds" else None
     results, total, trees = [], 0.0, []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):

@@ -23,7 +23,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from zoo.registry import recipe
 
 @dataclass
 class ProteinConfig(LoopSettings):
+    LR_FIELDS: ClassVar[dict] = {"all": ("lr", "head_lr")}  # the LRs zoo doctor's range test scales together
     data: str = "p62593"  # dataset name (zoo data list), or a FASTA / CSV / NPZ file
     target: str = ""  # CSV column or NPZ array to predict ('' = the dataset's, else 'target')
     sequence: str = "sequence"  # CSV column holding the sequences
@@ -879,6 +880,26 @@ def masked_marginals(model: nn.Module, alphabet, wt: str, positions: list[int], 
 # The recipes
 # =============================================================================================
 
+def inspect_split(run, data: ProteinData, loop: bool, fine_tune: bool | tuple[str, ...] = False) -> None:
+    """The split for ``zoo doctor``: the sequences as strings (or the NPZ's embeddings), validation and test rows
+    held out together."""
+    train, val, test = data.split
+
+    def rows(idx: np.ndarray) -> tuple:
+        return ([data.seqs[i] for i in idx] if data.seqs is not None else data.emb[idx], data.y[idx])
+
+    run.inspect(train=rows(train), val=rows(np.concatenate([val, test])), task=data.task,
+                num_classes=None if data.classes is None else len(data.classes), fine_tune=fine_tune, loop=loop)
+
+
+def mutant_sequence(wt: str, variant: list[tuple[int, str, str]]) -> str:
+    """The wild type with the variant's mutations applied (H24C:A50G and A50G:H24C are one sequence)."""
+    seq = list(wt)
+    for i, _, mt in variant:
+        seq[i] = mt
+    return "".join(seq)
+
+
 def finish(metrics: dict, data: ProteinData) -> dict:
     metrics["sequences" if data.seqs is not None else "rows"] = len(data.y)
     return metrics
@@ -892,6 +913,7 @@ def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:
         raise ZooError(f"{data.name}: holds embeddings, not sequences: use protein/esm-embed")
+    inspect_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
     X = encode(data.seqs, cfg.encoding)
     run.report("features", f"{X.shape[1]} ({cfg.encoding}, {X.shape[1] // (21 if cfg.encoding == 'onehot' else 20)}"
                            " positions)")
@@ -904,6 +926,7 @@ def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
         scale_out="single process: the embeddings are cached once and the head is a ridge or a small MLP")
 def train_esm_embed(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
+    inspect_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
     start = time.perf_counter()
     if data.emb is not None:
         X = data.emb
@@ -937,6 +960,7 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
     layer, num_layers = resolve_layer(backbone, cfg.layer), backbone.num_layers
     scratch = cfg.esm_model == "scratch"
     mode = "full" if scratch else cfg.finetune
+    inspect_split(run, data, loop=True, fine_tune=False if scratch else ("head.net.", "lora_"))  # new tensors
     if mode == "lora":
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
@@ -992,6 +1016,12 @@ def score_zeroshot(cfg: ProteinConfig, run) -> dict[str, float]:
     if not rows:
         raise ZooError(f"{path}: no rows")
     variants = [parse_mutations(r[cfg.mutant] or "", wt, offset, f"{path} row {i + 2}") for i, r in enumerate(rows)]
+    if target:
+        values = [(r[target] or "").strip() for r in rows]
+        keep = [i for i, v in enumerate(values) if v.lower() not in ("", "nan", "na")]
+        y, _, _ = parse_labels([values[i] for i in keep], [f"{path} row {i + 2}" for i in keep], "regression")
+    mutants = [mutant_sequence(wt, variants[i]) for i in (keep if target else range(len(rows)))]
+    run.inspect(train=(mutants, y) if target else (mutants,), task="regression", loop=False)
     device = choose_device(run.device)
     precision = resolve_precision(device, cfg.precision)
     model, alphabet, what = load_esm(cfg, run.seed)
@@ -1009,12 +1039,9 @@ def score_zeroshot(cfg: ProteinConfig, run) -> dict[str, float]:
     run.report("model", f"{what}, masked marginals at {len(logp)} sites; scores.csv in the run")
     metrics = {"train_seconds": seconds, "variants": len(rows), "peak_mem_mb": peak_memory_mb(device)}
     if target:
-        values = [(r[target] or "").strip() for r in rows]
-        keep = [i for i, v in enumerate(values) if v.lower() not in ("", "nan", "na")]
         if len(keep) < len(rows):
             run.log(f"{len(rows) - len(keep)} variants without a measured {target!r}: scored, not in the Spearman")
             run.report("unmeasured_variants", len(rows) - len(keep))
-        y, _, _ = parse_labels([values[i] for i in keep], [f"{path} row {i + 2}" for i in keep], "regression")
         metrics.update({f"test_{k}": v for k, v in score(y, scores[keep], "regression").items()})
     else:
         run.log(f"no target= column: {len(rows)} variants scored, nothing to correlate with")

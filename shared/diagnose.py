@@ -97,13 +97,13 @@ def _finite(x: float) -> float:
     return x if math.isfinite(x) else float("nan")
 
 
-def loss_noise(parts: Parts, batch) -> float:
-    """Relative difference of two evaluations of the loss on one batch: above ~1% the loss itself is
-    random (noise levels drawn inside it, dropout), so it cannot reach zero even on one batch."""
+def loss_noise(parts: Parts, batch, repeats: int = 3) -> float:
+    """Largest relative difference among evaluations of the loss on one batch: above ~1e-4 the loss is
+    random itself (noise levels drawn inside it, dropout), so it cannot reach zero even on one batch."""
     parts.reset()
-    a, b = parts.loss_on(batch), parts.loss_on(batch)
+    values = [parts.loss_on(batch) for _ in range(repeats)]
     parts.reset()  # batch norm running statistics moved
-    return abs(a - b) / max(abs(a), 1e-12)
+    return (max(values) - min(values)) / max(abs(values[0]), 1e-12)
 
 
 def overfit_batch(parts: Parts, steps: int) -> dict:
@@ -134,11 +134,14 @@ def lr_range(parts: Parts, steps: int, low: float = 1e-4, high: float = 1e2, kin
              beta: float = 0.9, stop_factor: float = 4.0) -> dict:
     """LR multipliers from ``low`` to ``high`` x the configured LR, exponentially over ``steps`` steps.
 
-    Only the groups of ``kind`` move (the rest keep their configured LR). The loss is smoothed by a
+    Only the groups of ``kind`` move; the rest train at their configured LR (held still, a group kind often
+    cannot lower the loss alone: a GPT's matrices behind a frozen, near-zero head). The loss is smoothed by a
     bias-corrected EMA; the run stops once the smoothed loss passes ``stop_factor`` x its minimum.
     The suggestion is the multiplier of steepest descent of the smoothed loss (before its minimum): where
     the loss falls fastest per unit of log LR. A tenth of the minimum's LR (Smith 2017) is the conservative
     alternative, reported beside it; on the doctor's tests the steepest point lands nearer a sweep's best.
+    For one kind of several, the others' training makes the loss fall from the first step whatever this
+    kind's LR, so the steepest point means nothing there and the suggestion is the tenth of the minimum.
     """
     parts.reset()
     kinds = group_kinds(parts.optimizer)
@@ -170,7 +173,7 @@ def lr_range(parts: Parts, steps: int, low: float = 1e-4, high: float = 1e2, kin
     i_min = lo_idx + int(np.argmin(s[lo_idx:]))
     grads = np.gradient(s, np.log(np.array(mults[:len(s)])))
     i_steep = lo_idx + int(np.argmin(grads[lo_idx:i_min + 1])) if i_min > lo_idx else i_min
-    return {**result, "min_mult": mults[i_min], "steepest_mult": mults[i_steep], "suggested_mult": mults[i_steep],
+    return {**result, "min_mult": mults[i_min], "steepest_mult": mults[i_steep], "suggested_mult": mults[i_steep] if kind is None else mults[i_min] / 10,
             "tenth_of_min_mult": mults[i_min] / 10,
             "fell": bool(s[i_min] < 0.9 * s[lo_idx])}
 

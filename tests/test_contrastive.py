@@ -157,3 +157,21 @@ def test_bad_inputs(tmp_path):
     assert "broken.png" in run_bad("contrastive/simclr", f"data={tmp_path / 'unlabelled'}",
                                    f"eval_data={tmp_path / 'labelled'}")
     assert "nope" in run_bad("contrastive/byol", f"data={tmp_path / 'labelled'}", f"eval_data={tmp_path / 'nope'}")
+
+
+def test_doctor_byol_on_digits_checks_queries_against_pretraining_images(tmp_path, capsys):
+    """``zoo doctor`` in-process: the kNN/probe queries are checked against the pretraining images, and the
+    training checks pass (a batch of 8: BYOL memorises it within the 20 steps of the overfit check)."""
+    import json
+
+    from zoo.cli import main
+
+    code = main(["doctor", "contrastive/byol", "width=8", "proj_hidden=32", "batch_size=8", "--steps", "20",
+                 "--out", str(tmp_path)])
+    assert code == 0, capsys.readouterr().out[-3000:]
+    (folder,) = (tmp_path / "doctor" / "contrastive" / "byol").iterdir()
+    assert (folder / "report.md").is_file()
+    found = json.loads((folder / "findings.json").read_text())
+    by_check = {f["check"]: f for f in found}
+    assert by_check["data/leakage"]["severity"] == "ok" and "(360 checked)" in by_check["data/leakage"]["message"]
+    assert "overfit/one-batch" in by_check and not [f for f in found if f["severity"] == "error"]

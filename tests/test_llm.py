@@ -245,3 +245,54 @@ def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert main(["run", "llm/lora", "--budget", "1steps"]) == 2
     assert "llm/lora needs model=PATH" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# zoo doctor: the recipes' data views (run.inspect) and the training checks on tiny configs
+# ---------------------------------------------------------------------------------------------
+
+def doctor(name: str, args: list[str], out) -> tuple[int, dict[str, list[dict]]]:
+    """``zoo doctor`` in-process: (exit code, findings by check) of its one report under out/doctor/NAME/."""
+    from zoo.cli import main
+
+    code = main(["doctor", name, *args, "--out", str(out)])
+    (folder,) = (out / "doctor" / name).iterdir()
+    assert (folder / "report.md").is_file()
+    found: dict[str, list[dict]] = {}
+    for f in json.loads((folder / "findings.json").read_text()):
+        found.setdefault(f["check"], []).append(f)
+    return code, found
+
+
+def test_doctor_gpt_sees_its_token_splits_and_runs_clean(tmp_path, capsys):
+    """The scored validation tokens are checked against the training tokens: a tail of a repeated line
+    is flagged, a separate validation file is not; the training checks pass on a tiny model."""
+    data = tmp_path / "corpus.txt"
+    data.write_text("To be, or not to be, that is the question.\n" * 200)
+    tiny = [f"data={data}", "seq_len=32", "micro_batch=4", "eval_bytes=800", "depth=1", "aspect=32", "head_dim=16",
+            "batch_tokens=128", "vocab_size=300", "samples=0", "compile=false", "--steps", "12"]
+    code, found = doctor("llm/gpt", tiny, tmp_path / "leaky")
+    assert code == 0 and found["data/leakage"][0]["severity"] == "warn", capsys.readouterr().out[-3000:]
+    assert "3 of 3 validation windows of 64 tokens" in found["data/leakage"][0]["message"]
+    (tmp_path / "corpus.val.txt").write_text(TEXT[:1000])  # validation held out by file: not a line of train
+    code, found = doctor("llm/gpt", tiny, tmp_path / "clean")
+    loud = [f for fs in found.values() for f in fs if f["severity"] in ("warn", "error")]
+    assert code == 0 and not loud, loud
+    assert found["data/leakage"][0]["message"].startswith("0 of ")
+    for check in ("overfit/one-batch", "overfit/transfer", "lr/range", "health/schedule", "health/loss"):
+        assert check in found, check
+
+
+def test_doctor_lora_jsonl_rows_and_adapter_tensors(tiny_llama, tmp_path, capsys):
+    """JSONL examples are rows: an example copied into the held-out tail is an exact duplicate; the LoRA
+    tensors are the new ones, so moving them is not 'pretrained weights moved'."""
+    path = tmp_path / "pairs.jsonl"
+    lines = [json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."}) for i in range(19)]
+    path.write_text("\n".join(lines + [lines[0]]) + "\n")  # the last of the 4 held-out examples repeats the first
+    code, found = doctor("llm/lora", [f"model={tiny_llama}", f"data={path}", "seq_len=32", "micro_batch=4",
+                                      "val_fraction=0.2", "lr=0.01", "--steps", "10"], tmp_path)
+    assert code == 1, capsys.readouterr().out[-3000:]  # the leak is an error
+    (leak,) = found["data/leakage"]
+    assert leak["severity"] == "error" and "1 of 4 validation rows are exact copies" in leak["message"]
+    assert "(val 3 = train 0)" in leak["message"]
+    assert found["health/weight-change"][0]["severity"] == "ok"

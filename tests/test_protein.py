@@ -394,3 +394,47 @@ def test_csv_reader_handles_a_byte_order_mark(tmp_path):
     path.write_bytes("\ufeffsequence,target\nMKT,1\nMKA,2\nMKC,3\n".encode())
     data = prot.load_csv(prot.ProteinConfig(), path, str(path))
     assert data.seqs == ["MKT", "MKA", "MKC"]
+
+
+def doctor(name: str, args: list[str], tmp_path) -> tuple[int, list[dict]]:
+    """``zoo doctor`` in-process: (exit code, the findings) of its one report under tmp_path/doctor/NAME/."""
+    from zoo.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
+    try:
+        code = main(["doctor", name, *args, "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    (folder,) = (tmp_path / "doctor" / name).iterdir()
+    assert (folder / "report.md").is_file()
+    return code, json.loads((folder / "findings.json").read_text())
+
+
+@pytest.mark.parametrize("name, extra", [
+    # at the configured LR (1e-3) the MLP heads memorise one batch in ~60-100 steps, not 12
+    ("protein/onehot", ["batch_size=16", "--steps", "60"]),
+    ("protein/esm-embed", ["--steps", "60"]),  # an NPZ: a random tiny ESM-2's embeddings carry little signal
+    ("protein/esm-finetune", ["--steps", "100"]),
+    ("protein/esm-zeroshot", ["--steps", "12"]),  # data checks only
+])
+def test_doctor_runs_clean_on_small_variant_tables(tmp_path, capsys, tiny_esm, name, extra):
+    if name == "protein/esm-zeroshot":
+        (tmp_path / "m.csv").write_text("mutant,y\nK2A,0.1\nT3W,0.5\nK2A:T3W,0.3\nY5F,0.9\nQ9E,\n")
+        args = [f"data={tmp_path / 'm.csv'}", "target=y", f"wt={WT}"]
+    elif name == "protein/esm-embed":
+        rng = np.random.default_rng(0)
+        emb = rng.normal(size=(300, 16)).astype(np.float32)
+        np.savez(tmp_path / "e.npz", emb=emb, fitness=np.tanh(emb[:, 0] + 0.5 * emb[:, 1]) + rng.normal(0, 0.05, 300))
+        args = [f"data={tmp_path / 'e.npz'}", "target=fitness"]
+    else:  # distinct variants: the random draws repeat a few single mutants, which would straddle the split
+        distinct = dict(zip(*variants()[:2]))
+        args = [f"data={write_fasta(tmp_path / 'v.fasta', list(distinct)[:150], list(distinct.values())[:150])}"]
+    code, findings = doctor(name, [*args, f"esm_weights={tiny_esm}", *extra], tmp_path)
+    assert code == 0, capsys.readouterr().out[-3000:]
+    checks = {f["check"] for f in findings}
+    assert "data/target" in checks and not [f for f in findings if f["severity"] == "error"]
+    assert ("data/leakage" in checks) == (name != "protein/esm-zeroshot")  # zero-shot has no split
+    assert ("overfit/one-batch" in checks) == (name != "protein/esm-zeroshot")
+    if name == "protein/esm-finetune":
+        assert "health/weight-change" in checks  # pretrained tensors only: the head and the LoRA adapters are new

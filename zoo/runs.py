@@ -64,6 +64,11 @@ class Run:
     home: Path | None = None  # under torchrun, ranks > 0 write side files to a scratch ``dir``; this is rank 0's
     inspector: object = None  # set by ``zoo doctor``: receives what ``inspect`` is given
 
+    @property
+    def inspecting(self) -> bool:
+        """True under ``zoo doctor``: a recipe can skip building a costly data view otherwise."""
+        return self.inspector is not None
+
     def inspect(self, *, train: tuple, val: tuple | None = None, task: str, num_classes: int | None = None,
                 fine_tune: bool | tuple[str, ...] = False, loop: bool = True) -> None:
         """Show the data to ``zoo doctor`` (nothing happens in a normal run).
