@@ -260,8 +260,8 @@ class Doctor:
         wanted = sorted(set(kinds)) if len(set(kinds)) > 1 else [None]
         self.ranges = [diagnose.lr_range(parts, self.steps, kind=k) for k in wanted]
         lines = ["## LR range test", "", "LR multipliers from x1e-4 to x100 the configured LR over one run; suggested = "
-                 "steepest descent of the smoothed loss; per group kind (the other kinds training at their own LR), "
-                 "a tenth of the lowest point", "",
+                 "the geometric mean of the steepest descent and a tenth of the lowest point; per group kind (the other "
+                 "kinds training at their own LR), a tenth of the lowest point", "",
                  "| groups | configured LR | steps | loss lowest at | steepest at | a tenth of lowest | suggested |",
                  "|---|---|---|---|---|---|---|"]
         for r in self.ranges:
