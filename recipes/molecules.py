@@ -588,10 +588,10 @@ def inspect_split(run, table: MolTable, split, loop: bool) -> None:
     """The first split for ``zoo doctor``: canonical SMILES of the standardised molecules (a duplicate is the same
     molecule however written, salts stripped), validation and test rows held out together; one target only (several
     targets have gaps the loss masks)."""
-    from rdkit import Chem
-
     if not run.inspecting:
         return
+    from rdkit import Chem
+
     smiles = [Chem.MolToSmiles(m) for m in table.mols]
     y = table.y[:, 0] if table.y.shape[1] == 1 else None
 

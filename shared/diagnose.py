@@ -221,7 +221,7 @@ def health_run(parts: Parts, steps: int) -> dict:
     initial = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
     seen_base = list(parts.base_lrs)
     record: dict = {"loss": [], "grad_norm": [], "layer_grads": {}, "expected_lr": [], "applied_lr": [],
-                    "nonfinite_grads": {}, "no_grad": []}
+                    "multiplier": [], "nonfinite_grads": {}}
     step_lrs: list = []
 
     def before_step(optimizer, args, kwargs):  # what the optimizer really uses: grads and LRs at step time
@@ -261,7 +261,7 @@ def health_run(parts: Parts, steps: int) -> dict:
             record["grad_norm"].append(_finite(grad_norm))
             record["expected_lr"].append(expected)
             record["applied_lr"].append(step_lrs[-1] if step_lrs else [float("nan")] * len(expected))
-            record["multiplier"] = record.get("multiplier", []) + [mult if isinstance(mult, (int, float)) else None]
+            record["multiplier"].append(mult if isinstance(mult, (int, float)) else None)
             if not math.isfinite(loss):
                 break
     finally:
@@ -331,9 +331,13 @@ def nonfinite_rows(x) -> np.ndarray:
     return np.flatnonzero(~np.isfinite(flat).all(1))
 
 
-def feature_stats(x, max_features: int = 64) -> list[dict]:
-    """Mean, std, min, max per channel (images: axis 1) or per column (tables)."""
+def feature_stats(x, max_features: int = 64, max_rows: int = 4096) -> list[dict]:
+    """Mean, std, min, max per channel (images: axis 1) or per column (tables), over at most ``max_rows``
+    evenly spaced rows (a large image set would not fit in memory as float64)."""
     x = as_numpy(x)
+    if not isinstance(x, list) and len(x) > max_rows:
+        rows = np.linspace(0, len(x) - 1, max_rows).astype(int)
+        x = x.iloc[rows] if hasattr(x, "iloc") else x[rows]
     if hasattr(x, "iloc"):
         cols = list(x.select_dtypes("number").columns)[:max_features]
         return [{"feature": str(c), "mean": float(np.nanmean(v)), "std": float(np.nanstd(v)),

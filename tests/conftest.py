@@ -40,6 +40,25 @@ def run_bad(*args, budget: str) -> str:
     return r.stderr.strip().splitlines()[-1]
 
 
+def run_doctor(name: str, args: list, out: Path) -> tuple[int, list[dict]]:
+    """``zoo doctor`` in-process: (exit code, the findings) of its one report under out/doctor/NAME/."""
+    import json
+
+    import torch
+
+    from zoo.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
+    try:
+        code = main(["doctor", name, *map(str, args), "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    (folder,) = (out / "doctor" / name).iterdir()
+    assert (folder / "report.md").is_file()
+    return code, json.loads((folder / "findings.json").read_text())
+
+
 def summary_block(stdout: str) -> dict:
     """The key: value lines after the final ``---``."""
     block = stdout.rsplit("---\n", 1)[1]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_tiny_llama, summary_block, zoo
+from conftest import make_tiny_llama, run_doctor, summary_block, zoo
 from recipes import llm
 from shared.budget import parse_budget
 from zoo.errors import ZooError
@@ -252,14 +252,10 @@ def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 
 def doctor(name: str, args: list[str], out) -> tuple[int, dict[str, list[dict]]]:
-    """``zoo doctor`` in-process: (exit code, findings by check) of its one report under out/doctor/NAME/."""
-    from zoo.cli import main
-
-    code = main(["doctor", name, *args, "--out", str(out)])
-    (folder,) = (out / "doctor" / name).iterdir()
-    assert (folder / "report.md").is_file()
+    """``zoo doctor`` in-process: (exit code, findings by check)."""
+    code, findings = run_doctor(name, args, out)
     found: dict[str, list[dict]] = {}
-    for f in json.loads((folder / "findings.json").read_text()):
+    for f in findings:
         found.setdefault(f["check"], []).append(f)
     return code, found
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import summary_block, zoo
+from conftest import run_doctor, summary_block, zoo
 from recipes import molecules as mol
 from zoo.errors import ZooError
 
@@ -190,25 +190,10 @@ def test_descriptors_are_finite_float32_or_nan():
     assert d.dtype == np.float32 and not np.isinf(d).any()
 
 
-def doctor(name: str, args: list[str], tmp_path) -> tuple[int, list[dict]]:
-    """``zoo doctor`` in-process: (exit code, the findings) of its one report under tmp_path/doctor/NAME/."""
-    from zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
-    try:
-        code = main(["doctor", name, *args, "--out", str(tmp_path)])
-    finally:
-        torch.set_num_threads(threads)
-    (folder,) = (tmp_path / "doctor" / name).iterdir()
-    assert (folder / "report.md").is_file()
-    return code, json.loads((folder / "findings.json").read_text())
-
-
 @pytest.mark.parametrize("name", ["molecules/dmpnn", "molecules/fp-xgb"])
 def test_doctor_runs_clean_on_a_small_table(tmp_path, capsys, name):
     data = write_table(tmp_path / "alcohols.csv", [("C" * n + "O", n) for n in range(1, 30)])
-    code, findings = doctor(name, [f"data={data}", "target=y", "n_estimators=20", "bits=64", "--steps", "12"],
+    code, findings = run_doctor(name, [f"data={data}", "target=y", "n_estimators=20", "bits=64", "--steps", "12"],
                             tmp_path)
     assert code == 0, capsys.readouterr().out[-3000:]
     checks = {f["check"] for f in findings}
@@ -220,6 +205,6 @@ def test_doctor_compares_molecules_not_spellings(tmp_path):
     """Each alcohol twice, written forwards and backwards (CCO, OCC): copies the doctor must see across the split."""
     rows = [(s, n) for n in range(1, 30) for s in ("C" * n + "O", "O" + "C" * n)]
     data = write_table(tmp_path / "twice.csv", rows)
-    code, findings = doctor("molecules/fp-xgb", [f"data={data}", "target=y", "bits=64", "--steps", "12"], tmp_path)
+    code, findings = run_doctor("molecules/fp-xgb", [f"data={data}", "target=y", "bits=64", "--steps", "12"], tmp_path)
     leak = next(f for f in findings if f["check"] == "data/leakage")
     assert code == 1 and leak["severity"] == "error" and "exact copies of training rows" in leak["message"]

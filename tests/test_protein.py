@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import conftest
-from conftest import make_tiny_esm, zoo
+from conftest import make_tiny_esm, run_doctor, zoo
 from recipes import protein as prot
 from zoo.errors import ZooError
 
@@ -396,21 +396,6 @@ def test_csv_reader_handles_a_byte_order_mark(tmp_path):
     assert data.seqs == ["MKT", "MKA", "MKC"]
 
 
-def doctor(name: str, args: list[str], tmp_path) -> tuple[int, list[dict]]:
-    """``zoo doctor`` in-process: (exit code, the findings) of its one report under tmp_path/doctor/NAME/."""
-    from zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
-    try:
-        code = main(["doctor", name, *args, "--out", str(tmp_path)])
-    finally:
-        torch.set_num_threads(threads)
-    (folder,) = (tmp_path / "doctor" / name).iterdir()
-    assert (folder / "report.md").is_file()
-    return code, json.loads((folder / "findings.json").read_text())
-
-
 @pytest.mark.parametrize("name, extra", [
     # at the configured LR (1e-3) the MLP heads memorise one batch in ~60-100 steps, not 12
     ("protein/onehot", ["batch_size=16", "--steps", "60"]),
@@ -430,7 +415,7 @@ def test_doctor_runs_clean_on_small_variant_tables(tmp_path, capsys, tiny_esm, n
     else:  # distinct variants: the random draws repeat a few single mutants, which would straddle the split
         distinct = dict(zip(*variants()[:2]))
         args = [f"data={write_fasta(tmp_path / 'v.fasta', list(distinct)[:150], list(distinct.values())[:150])}"]
-    code, findings = doctor(name, [*args, f"esm_weights={tiny_esm}", *extra], tmp_path)
+    code, findings = run_doctor(name, [*args, f"esm_weights={tiny_esm}", *extra], tmp_path)
     assert code == 0, capsys.readouterr().out[-3000:]
     checks = {f["check"] for f in findings}
     assert "data/target" in checks and not [f for f in findings if f["severity"] == "error"]

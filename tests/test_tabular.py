@@ -1,7 +1,6 @@
 """Tabular: reading tables and their bad inputs, task inference, engineered features, the network's
 encoding, and both recipes end to end on scikit-learn's bundled tables and small synthetic CSVs."""
 import functools
-import json
 import os
 
 import numpy as np
@@ -9,7 +8,7 @@ import pandas as pd
 import pytest
 
 import conftest
-from conftest import summary_block, zoo
+from conftest import run_doctor, summary_block, zoo
 from recipes import tabular as tab
 from zoo.errors import ZooError
 
@@ -181,26 +180,9 @@ def test_parquet_tables_read_like_csv(houses, tmp_path):
     assert s["status"] == "ok" and float(s["value"]) < 25_000
 
 
-def doctor(name: str, args: list[str], tmp_path) -> tuple[int, list[dict]]:
-    """``zoo doctor`` in-process: (exit code, the findings) of its one report under tmp_path/doctor/NAME/."""
-    import torch
-
-    from zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
-    try:
-        code = main(["doctor", name, *args, "--out", str(tmp_path)])
-    finally:
-        torch.set_num_threads(threads)
-    (folder,) = (tmp_path / "doctor" / name).iterdir()
-    assert (folder / "report.md").is_file()
-    return code, json.loads((folder / "findings.json").read_text())
-
-
 @pytest.mark.parametrize("name", ["tabular/xgb", "tabular/mlp"])
 def test_doctor_runs_clean_on_a_small_table(tmp_path, capsys, name):
-    code, findings = doctor(name, ["data=wine", "bagging=1", "--steps", "12"], tmp_path)
+    code, findings = run_doctor(name, ["data=wine", "bagging=1", "--steps", "12"], tmp_path)
     assert code == 0, capsys.readouterr().out[-3000:]
     checks = {f["check"] for f in findings}
     assert {"data/balance", "data/leakage"} <= checks and not [f for f in findings if f["severity"] == "error"]
@@ -213,7 +195,7 @@ def test_doctor_finds_test_rows_copied_from_training_rows(tmp_path):
     frame.loc[:9, "a"] = np.nan  # missing values are the models' business, not a data error
     path = tmp_path / "twice.csv"
     pd.concat([frame, frame]).to_csv(path, index=False)  # every row twice: the split puts copies on both sides
-    code, findings = doctor("tabular/xgb", [f"data={path}", "target=y", "--steps", "12"], tmp_path)
+    code, findings = run_doctor("tabular/xgb", [f"data={path}", "target=y", "--steps", "12"], tmp_path)
     leak = next(f for f in findings if f["check"] == "data/leakage")
     assert leak["severity"] in ("warn", "error") and "exact copies of training rows" in leak["message"]
     assert code == 1 and not any(f["check"] == "data/nonfinite" for f in findings)

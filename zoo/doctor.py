@@ -185,7 +185,7 @@ class Doctor:
         stats = diagnose.feature_stats(x)
         if not stats:
             return
-        lines += ["", "| feature / channel | mean | std | min | max |", "|---|---|---|---|---|"]
+        lines += ["", "| feature / channel (over up to 4096 rows) | mean | std | min | max |", "|---|---|---|---|---|"]
         lines += [f"| {s['feature']} | {_fmt(s['mean'])} | {_fmt(s['std'])} | {_fmt(s['min'])} | {_fmt(s['max'])} |"
                   for s in stats[:32]]
         constant = [s["feature"] for s in stats if s["std"] == 0]
@@ -308,7 +308,7 @@ class Doctor:
                     gap = abs(a / e - 1)
                     if gap > worst:
                         worst, where = gap, (i, j, e, a)
-        if any(m is None for m in h.get("multiplier", [])):
+        if any(m is None for m in h["multiplier"]):
             self.add("warn", "health/schedule", "update_hparams returns no LR multiplier: the applied LR cannot be "
                      "compared with the schedule", "return the multiplier (shared.schedule.apply_schedules does)")
         elif worst > 0.01:
@@ -317,7 +317,7 @@ class Doctor:
                      f"lr {_fmt(a)} where the schedule says {_fmt(e)}",
                      "set each group's lr every step (shared.schedule.apply_schedules) and print the LR each step")
         else:
-            mults = [m for m in h.get("multiplier", []) if m is not None]
+            mults = [m for m in h["multiplier"] if m is not None]
             self.add("ok", "health/schedule", f"every step used the scheduled LR (multiplier {_fmt(min(mults))}.."
                      f"{_fmt(max(mults))})" if mults else "no steps")
         losses = [x for x in h["loss"] if math.isfinite(x)]
