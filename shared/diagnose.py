@@ -20,11 +20,14 @@ import copy
 import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from shared.loop import _train_step
+from shared.precision import autocast, grad_scaler, resolve_precision
 
 
 @dataclass
@@ -39,17 +42,16 @@ class Parts:
     settings: object
     device: torch.device
     on_step: Callable | None = None
-    _model_state: dict = field(default_factory=dict)
-    _optim_state: dict = field(default_factory=dict)
-    _batch_state: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self.precision = resolve_precision(self.device, self.settings.precision)
         self._model_state = copy.deepcopy(self.model.state_dict())
         self._optim_state = copy.deepcopy(self.optimizer.state_dict())
         self._groups = len(self.optimizer.param_groups)
         self._trainable = [p.requires_grad for p in self.model.parameters()]
         self._batch_state = self.batches.state_dict()
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]
+        self.scaler = grad_scaler(self.device, self.precision)
 
     def reset(self) -> None:
         self.model.load_state_dict(self._model_state)
@@ -60,26 +62,20 @@ class Parts:
         self.optimizer.zero_grad(set_to_none=True)
         self.batches.load_state_dict(self._batch_state)
         self.model.train()
+        self.scaler = grad_scaler(self.device, self.precision)  # fp16's loss scale starts afresh with each check
 
     def trainable(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def step(self, batches=None) -> tuple[float, float]:
         """One optimizer step through the loop's own step (accumulation, autocast, clipping)."""
-        from shared.loop import _train_step
-        from shared.precision import grad_scaler, resolve_precision
-
-        precision = resolve_precision(self.device, self.settings.precision)
         loss, grad_norm = _train_step(self.model, self.optimizer, batches or self.batches, self.loss_fn,
-                                      self.settings, grad_scaler(self.device, precision), self.trainable(),
-                                      self.device, precision)
+                                      self.settings, self.scaler, self.trainable(), self.device, self.precision)
         return float(loss), float(grad_norm)
 
     @torch.no_grad()
     def loss_on(self, batch) -> float:
-        from shared.precision import autocast, resolve_precision
-
-        with autocast(self.device, resolve_precision(self.device, self.settings.precision)):
+        with autocast(self.device, self.precision):
             return float(self.loss_fn(self.model, batch))
 
 

@@ -335,7 +335,8 @@ def cmd_sweep(args) -> int:
     spec = _resolve_spec(args.target)
     return sweep.sweep(spec, args.overrides, seeds=args.seeds, budget_text=args.budget,
                        out_root=args.out or runs.default_out(), config_file=args.config,
-                       use_lr_rule=not args.no_lr_rule)
+                       use_lr_rule=not args.no_lr_rule,
+                       recipe_file=str(Path(args.target).resolve()) if args.target.endswith(".py") else None)
 
 
 def cmd_plan(args) -> int:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -539,19 +537,26 @@ def lr_fields(config_cls) -> dict[str, tuple[str, ...]]:
 
 
 def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, budget, overrides: list[str]) -> int:
-    from shared import loop
-    from shared.precision import seed_everything
     from zoo import runs
 
     if steps < 10:
         raise ZooError(f"--steps {steps}: the checks need at least 10 steps")
     out_dir = runs.new_run_dir(out_root / "doctor", spec.name)
-    logger = logging.getLogger(f"zoo.doctor.{out_dir}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(out_dir / "log.txt")):
-        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
+    logger = runs.make_logger(out_dir)  # the terminal and log.txt, as a run's
+    try:
+        return _examine(spec, cfg, out_dir, logger, seed=seed, device=device, steps=steps, budget=budget,
+                        overrides=overrides)
+    finally:
+        for handler in logger.handlers:
+            handler.close()
+        logger.handlers.clear()
+
+
+def _examine(spec, cfg, out_dir: Path, logger, *, seed, device, steps, budget, overrides) -> int:
+    from shared import loop
+    from shared.precision import seed_everything
+    from zoo import runs
+
     doc = Doctor(spec, cfg, out_dir, steps, log=logger.info)
     run = runs.Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=out_dir, device=device, logger=logger,
                    inspector=doc.check_data)
@@ -563,11 +568,6 @@ def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, bud
             spec.train(cfg, run)
     except _Done:
         pass
-    finally:
-        for handler in logger.handlers:
-            handler.close()
-        logger.handlers.clear()
-    logger.addHandler(logging.StreamHandler(sys.stdout))
     if not doc.data_seen:
         doc.add("info", "data", f"{spec.name} does not show its data to the doctor (run.inspect): data checks skipped")
     if not doc.loop_seen and not any(f.check == "training" for f in doc.findings):
@@ -587,5 +587,4 @@ def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, bud
                 f"{counts['ok']} ok)")
     if suggested:
         logger.info(f"suggested LR config: {out_dir / 'suggested.json'} {json.dumps(suggested)}")
-    logger.handlers.clear()
     return 1 if counts["error"] else 0

@@ -176,7 +176,7 @@ def new_run_dir(out_root: Path, name: str) -> Path:
     return path
 
 
-def _make_logger(run_dir: Path) -> logging.Logger:
+def make_logger(run_dir: Path) -> logging.Logger:
     logger = logging.getLogger(f"zoo.run.{run_dir}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -237,7 +237,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
-                  resuming=resume_dir is not None, logger=_make_logger(run_dir))
+                  resuming=resume_dir is not None, logger=make_logger(run_dir))
     else:
         run_dir = _agree(None)
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=Path(tempfile.mkdtemp(prefix="zoo-rank-")),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,14 +75,12 @@ class Trial:
 
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values) if self.values else float("nan")
+        return statistics.fmean(self.values) if self.values else float("nan")
 
     @property
     def std(self) -> float:
-        if len(self.values) < 2:
-            return float("nan")
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (len(self.values) - 1))
+        """The seed spread (sample std); NaN from one seed: no estimate of the noise."""
+        return statistics.stdev(self.values) if len(self.values) > 1 else float("nan")
 
 
 def describe(name: str, overrides: dict[str, str]) -> str:
@@ -122,7 +121,7 @@ def lr_rule(cfg, key: str, value: str, config_cls) -> tuple[dict[str, str], str]
 
 
 def sweep(spec, overrides: list[str], *, seeds: int, budget_text: str | None, out_root: Path,
-          config_file: str | None = None, use_lr_rule: bool = True, log=print) -> int:
+          config_file: str | None = None, use_lr_rule: bool = True, recipe_file: str | None = None, log=print) -> int:
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")
     fixed, swept = split_overrides(overrides, spec.config)
@@ -145,7 +144,7 @@ def sweep(spec, overrides: list[str], *, seeds: int, budget_text: str | None, ou
         cfg = config.build(spec.config, spec.defaults, config_file, [f"{k}={v}" for k, v in over.items()], spec.name)
         for seed in range(seeds):
             outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
-                                   description=describe(spec.name, over))
+                                   description=describe(spec.name, over), recipe_file=recipe_file)
             trial.run_dirs.append(str(outcome.run_dir))
             if outcome.code != runs.EXIT_OK:
                 trial.status = outcome.summary.get("status", "crash")
