@@ -229,7 +229,8 @@ class Doctor:
         elif final <= 0.1 * start or final < 0.02:
             self.add("ok", "overfit/one-batch", f"memorised one batch: loss {_fmt(start)} -> {_fmt(final)}")
         elif final <= 0.5 * start and (noise > NOISY or _plateaued(out["train"])):
-            why = "the loss draws noise itself" if noise > NOISY else "label smoothing, mixing or a noise term"
+            why = ("noise drawn inside the loss" if noise > NOISY
+                   else "a floor of the loss itself (label smoothing, mixing, contrastive negatives)")
             self.add("ok", "overfit/one-batch", f"the loss fell {100 * (1 - final / start):.0f}% on one batch and "
                      f"levelled off at {_fmt(final)} ({why} keeps it above zero)")
         elif final <= 0.5 * start:
