@@ -192,7 +192,7 @@ ELEMENTS = list(range(1, 101))  # atomic numbers, one-hot, plus "other"
 DEGREES = [0, 1, 2, 3, 4, 5]
 CHARGES = [-2, -1, 0, 1, 2]
 HYDROGENS = [0, 1, 2, 3, 4]
-FEATURE_VERSION = "2"  # bump when features change: invalidates the cache
+FEATURE_VERSION = "3"  # bump when features change: invalidates the cache (3: tensors only, weights_only loads)
 
 
 def _one_hot(value, choices) -> list[float]:
@@ -265,19 +265,32 @@ def bond_dim() -> int:
     return len(bonds) + 1 + 2 + len(stereo) + 1
 
 
-def cached(kind: str, table: MolTable, make):
-    """``make()``'s result cached under ~/.cache/zoo/features by the molecules and the feature version."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features"
+def cache_path(kind: str, table: MolTable) -> Path:
+    """Where ``cached`` keeps a feature kind of these molecules: ~/.cache/zoo/features, keyed by content."""
     from rdkit import Chem
 
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features"
     digest = hashlib.sha256("\n".join(Chem.MolToSmiles(m) for m in table.mols).encode()).hexdigest()[:16]
-    path = root / f"{kind}-v{FEATURE_VERSION}-{digest}.pt"
+    return root / f"{kind}-v{FEATURE_VERSION}-{digest}.pt"
+
+
+def cached(kind: str, table: MolTable, make):
+    """``make()``'s result (a ``Graphs`` or an array) cached as plain tensors and read back with
+    ``weights_only=True``: a cache file replaced by a pickle that carries code is refused, never run."""
+    path = cache_path(kind, table)
     if path.is_file():
-        return torch.load(path, weights_only=False)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # weights_only refuses any pickle beyond tensors and containers
+            raise ZooError(f"{path}: not a plain tensor file, refused unread ({type(exc).__name__}); "
+                           "delete it and the features are computed again") from None
+        return Graphs(**state["graphs"]) if "graphs" in state else state["array"].numpy()
     value = make()
-    root.mkdir(parents=True, exist_ok=True)
+    state = ({"graphs": {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
+             if isinstance(value, Graphs) else {"array": torch.from_numpy(np.ascontiguousarray(value))})
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
-    torch.save(value, tmp)
+    torch.save(state, tmp)
     os.replace(tmp, path)
     return value
 
