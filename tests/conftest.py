@@ -40,6 +40,34 @@ def run_bad(*args, budget: str) -> str:
     return r.stderr.strip().splitlines()[-1]
 
 
+def bad_input(capfd, args: list, out: Path, *needles: str, budget: str = "3steps") -> str:
+    """``zoo run ARGS`` in-process on bad input: exit 2, one line on stderr naming ``needles``, no traceback,
+    and no ``ok`` row in the results index. Returns the line. (In-process: a table of cases costs no imports.)"""
+    import torch
+
+    from zoo import results
+    from zoo.cli import main
+
+    capfd.readouterr()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = main(["run", *map(str, args), "--budget", budget, "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("zoo: error: "), err[-2000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    index = out / "index.sqlite"
+    if index.exists():
+        assert all(r["status"] != "ok" for r in results.all_rows(index))
+    return lines[0]
+
+
 def run_doctor(name: str, args: list, out: Path) -> tuple[int, list[dict]]:
     """``zoo doctor`` in-process: (exit code, the findings) of its one report under out/doctor/NAME/."""
     import json
