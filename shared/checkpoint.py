@@ -11,25 +11,57 @@ import torch
 def save_atomic(obj, path: str | os.PathLike) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``.
 
-    A crash mid-write leaves the previous checkpoint intact: rename is atomic on POSIX.
+    A crash mid-write leaves the previous checkpoint intact: rename is atomic on POSIX. Temp files a killed
+    writer left behind are removed after the next successful write.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            out = _Writes(f)
+            try:
+                torch.save(obj, out)
+            except RuntimeError:
+                if out.error is None:
+                    raise
+                raise out.error from None  # torch's writer hides the OSError (disk full, ...) in a RuntimeError
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # name the checkpoint, not a file descriptor
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write (SIGKILL)
+        stale.unlink(missing_ok=True)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+class _Writes:
+    """A file object that remembers the OSError its writes raised."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.f.flush()
+        except OSError as exc:
+            self.error = exc
+            raise
 
 
 def load(path: str | os.PathLike, map_location="cpu"):

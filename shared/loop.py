@@ -49,6 +49,26 @@ class Interrupted(RuntimeError):
         super().__init__(f"{signal.Signals(signum).name} at step {step}; checkpoint saved, resumable")
 
 
+class OutOfMemory(RuntimeError):
+    """A training step ran out of device (or host) memory; carries what the fixes need to name."""
+
+    def __init__(self, step: int, micro_batch: int, accum_steps: int, device: torch.device, precision: str,
+                 can_checkpoint: bool, detail: str):
+        self.step, self.micro_batch, self.accum_steps = step, micro_batch, accum_steps
+        self.device, self.precision, self.can_checkpoint = device, precision, can_checkpoint
+        self.detail = detail.strip().splitlines()[-1][:200] if detail.strip() else "out of memory"
+        super().__init__(f"out of memory at step {step} with a micro-batch of {micro_batch} "
+                         f"(x{accum_steps} accumulation): {self.detail}")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA/MPS out-of-memory errors and the CPU allocator's failure (a RuntimeError) alike."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
+
+
 @dataclass
 class LoopSettings:
     accum_steps: int = 1  # micro-batches per optimizer step
@@ -141,6 +161,12 @@ class BestState:
 
     def restore(self, model: nn.Module) -> None:
         model.load_state_dict(self.state)
+
+    def state_dict(self) -> dict:  # kept in the checkpoint (``fit(keep=...)``): a resumed run returns to the same best
+        return {"value": self.value, "state": self.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value, self.state = state["value"], state["state"]
 
 
 class _StopSignals:
@@ -236,13 +262,15 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         settings: LoopSettings | None = None, checkpoint_path: Path | None = None,
         resume_from: Path | None = None, on_eval: Callable[[dict], None] | None = None,
         on_train_log: Callable[[dict], None] | None = None, log: Callable[[str], None] = print,
-        on_step: Callable[[float, int], None] | None = None) -> FitResult:
+        on_step: Callable[[float, int], None] | None = None, keep: dict | None = None) -> FitResult:
     """Train ``model`` until ``budget`` is spent; returns the stats and the final evaluation.
 
     ``loss_fn(model, batch) -> scalar loss`` (moves the batch to the device itself);
     ``update_hparams(optimizer, progress, step) -> lr multiplier`` applies the schedules;
     ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary);
-    ``on_eval(row)`` gets each evaluation, ``on_train_log(row)`` the training loss every 1% of the budget.
+    ``on_eval(row)`` gets each evaluation, ``on_train_log(row)`` the training loss every 1% of the budget;
+    ``keep`` names more objects with ``state_dict``/``load_state_dict`` (a ``BestState``, say) that the
+    checkpoint carries, so a resumed run ends exactly where an uninterrupted one does.
 
     Under torchrun (N processes) ``batches`` is sharded by rank, the model trains under DDP (or as the
     recipe sharded it with FSDP2), and the loss, step time and stop/save decisions are agreed by all ranks
@@ -286,8 +314,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     train_model = wrap()
     untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
     state = _State()
+    keep = keep or {}
+    last_metrics: dict[str, float] = {}
     if resume_from is not None:
-        _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state, fsdp)
+        last_metrics = _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state, keep, fsdp)
         log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
     thresholds = eval_thresholds(s.eval_every)
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
@@ -298,7 +328,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     flops_per_step, peak = None, peak_flops(device)
     timed_steps = timed_seconds = 0.0
     last_ckpt = last_log = time.time()
-    last_metrics: dict[str, float] = {}
     grad_norm = torch.zeros(())
     lr_mult = 0.0
     gc_frozen = False
@@ -306,7 +335,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
 
     def save():
         if checkpoint_path is not None:
-            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, fsdp)
+            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, keep, last_metrics, fsdp)
 
     def progress_now() -> float:
         return budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
@@ -342,9 +371,15 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 lr_mult = update_hparams(optimizer, progress, state.step)
                 t0 = time.perf_counter()
                 # FLOPs are counted once, on this process's first step (which is then not timed).
-                with counting_flops() if flops_per_step is None else contextlib.nullcontext() as counter:
-                    loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
-                                                  device, precision)
+                try:
+                    with counting_flops() if flops_per_step is None else contextlib.nullcontext() as counter:
+                        loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
+                                                      device, precision)
+                except Exception as exc:
+                    if not is_out_of_memory(exc):
+                        raise
+                    raise OutOfMemory(state.step, batches.batch_size, s.accum_steps, device, precision,
+                                      hasattr(model, "blocks"), str(exc)) from None
                 if counter is not None:
                     flops_per_step = float(counter.get_total_flops())
                 if slow is not None and (state.step + 1) % 5 == 0:
@@ -478,7 +513,8 @@ def _train_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm) -
     return row
 
 
-def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsdp: bool = False) -> None:
+def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, keep: dict, metrics: dict,
+          fsdp: bool = False) -> None:
     """Rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
     if fsdp:
         model_state, optim_state = distributed.gathered_state(model, optimizer)
@@ -491,12 +527,15 @@ def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsd
             "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
             "lookahead": slow.state_dict() if slow is not None else None,
             "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
+            "keep": {name: obj.state_dict() for name, obj in keep.items()}, "metrics": dict(metrics),
         }, path)
     distributed.barrier()  # nobody goes on (or exits) before the file is complete
 
 
-def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, fsdp: bool = False) -> None:
-    """Every rank reads rank 0's checkpoint; each takes back its own RNG state when the world size matches."""
+def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, keep: dict,
+             fsdp: bool = False) -> dict[str, float]:
+    """Every rank reads rank 0's checkpoint; each takes back its own RNG state when the world size matches.
+    Returns the last evaluation's metrics (a run killed after its final evaluation has nothing left to run)."""
     blob = ckpt.load(path)
     if fsdp:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
@@ -518,6 +557,11 @@ def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, 
     if slow is not None and blob.get("lookahead") is not None:
         slow.load_state_dict(blob["lookahead"])
     batches.load_state_dict(blob["batches"])
+    saved = blob.get("keep") or {}
+    for name, obj in keep.items():
+        if name not in saved:
+            raise ValueError(f"{path}: the checkpoint holds no {name!r} state (written by another version)")
+        obj.load_state_dict(saved[name])
     for k, v in blob["loop"].items():
         setattr(state, k, v)
     ranks = blob.get("rng_ranks") or [blob["rng"]]
@@ -525,3 +569,4 @@ def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, 
         raise ValueError(f"{path}: written by {len(ranks)} process(es); resume it with --nproc {len(ranks)} "
                          "(the data position and RNG states are per process)")
     set_rng_state(ranks[distributed.rank()])
+    return dict(blob.get("metrics") or {})

@@ -9,7 +9,7 @@ from torch import nn
 from shared import checkpoint
 from shared.batches import TensorBatches
 from shared.budget import Budget
-from shared.loop import Diverged, Interrupted, LoopSettings, eval_thresholds, fit
+from shared.loop import BestState, Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
 from shared.schedule import apply_schedules, make_schedule
 
 
@@ -86,6 +86,58 @@ def test_resume_after_stop_equals_uninterrupted(tmp_path):
         assert torch.equal(a, b)
     assert [r["loss"] for r in rows] == [r["loss"] for r in ref_rows[-len(rows):]]
     assert res.metrics == ref.metrics
+
+
+def test_best_state_and_last_metrics_survive_a_resume(tmp_path):
+    """A BestState handed to fit(keep=...) travels in the checkpoint. The metric here is best at the first
+    evaluation (step 6); the run stops at step 11, so without it the resumed run would keep step 12's state."""
+    budget = Budget("steps", 24)
+
+    def go(model, x, y, **kw):
+        best = BestState(higher_is_better=True)
+
+        def evaluate(m):
+            loss = loss_fn(m, (x, y)).item()
+            best.update(loss, m)  # "higher is better" on the loss: the earliest evaluation wins
+            return {"loss": loss}
+
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        result = fit(model, opt, TensorBatches((x, y), 16, seed=7), loss_fn, budget, device=torch.device("cpu"),
+                     evaluate=evaluate, settings=LoopSettings(eval_every=0.25, log_every=1e9),
+                     update_hparams=kw.pop("update", lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant"))),
+                     log=lambda s: None, keep={"best": best}, **kw)
+        return result, best
+
+    ref_model, x, y = make_problem()
+    ref, ref_best = go(ref_model, x, y)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def interrupt_at_10(o, p, step):
+        if step == 10:
+            os.kill(os.getpid(), signal.SIGINT)
+        return apply_schedules(o, p, step, lr=make_schedule("constant"))
+
+    with pytest.raises(Interrupted):
+        go(make_problem()[0], x, y, update=interrupt_at_10, checkpoint_path=ckpt)
+    res, best = go(make_problem(seed=5)[0], x, y, checkpoint_path=ckpt, resume_from=ckpt)
+    assert best.value == ref_best.value
+    assert all(torch.equal(best.state[k], ref_best.state[k]) for k in ref_best.state)
+    # a run killed after its last evaluation resumes with nothing left to train, and still has its metrics
+    done, _ = go(make_problem(seed=6)[0], x, y, checkpoint_path=ckpt, resume_from=ckpt)
+    assert done.metrics == ref.metrics and done.steps == 24
+
+
+def test_out_of_memory_names_the_micro_batch():
+    model, x, y = make_problem()
+
+    def oom_loss(m, batch):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(OutOfMemory, match="at step 0 with a micro-batch of 16 \\(x2 accumulation\\): CUDA out"):
+        fit(model, opt, TensorBatches((x, y), 16, seed=0), oom_loss, Budget("steps", 3), device=torch.device("cpu"),
+            evaluate=lambda m: {}, update_hparams=lambda o, p, s: 1.0, settings=LoopSettings(accum_steps=2),
+            log=lambda s: None)
 
 
 def test_nan_loss_diverges():

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import statistics
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -133,10 +134,17 @@ def _reported_table(rows: list[dict]) -> list[str]:
 def write_board() -> Path:
     board = board_dir() / "leaderboard.md"
     text = render(load_rows(rows_file()), load_rows(reported_file()))
-    tmp = board.with_suffix(".md.tmp")
     board.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(text)
-    os.replace(tmp, board)  # atomic: readers never see half a leaderboard
+    fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=".leaderboard.", suffix=".tmp")  # one per writer
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, board)  # atomic: readers never see half a leaderboard, writers never share a temp file
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return board
 
 

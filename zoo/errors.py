@@ -5,3 +5,9 @@ class ZooError(Exception):
     """Bad input, a bad config or a missing file: a one-line message naming the file, row or key."""
 
     exit_code = 2
+
+
+class ResourceError(ZooError):
+    """The machine ran out of memory or disk, or a path cannot be written: one line with the fixes, exit 1."""
+
+    exit_code = 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from shared.budget import Budget, parse_budget
 from zoo import results
-from zoo.errors import ZooError
+from zoo.errors import ResourceError, ZooError
 from zoo.registry import RecipeSpec
 
 CODE_DIR = Path(__file__).resolve().parent.parent
@@ -176,12 +177,19 @@ def new_run_dir(out_root: Path, name: str) -> Path:
     return path
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """On a full disk the log file stops; the console keeps every line (no logging traceback per line)."""
+
+    def handleError(self, record) -> None:
+        pass
+
+
 def make_logger(run_dir: Path) -> logging.Logger:
     logger = logging.getLogger(f"zoo.run.{run_dir}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "log.txt")):
+    for handler in (logging.StreamHandler(sys.stdout), _QuietFileHandler(run_dir / "log.txt")):
         handler.setFormatter(fmt)
         logger.addHandler(handler)
     return logger
@@ -270,7 +278,7 @@ def _agree(make_dir):
 def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
              track) -> Outcome:
     from shared import distributed, envinfo
-    from shared.loop import Diverged, Interrupted
+    from shared.loop import Diverged, Interrupted, OutOfMemory
     from shared.precision import seed_everything
 
     run_dir = run.home or run.dir
@@ -310,7 +318,11 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
             raise RuntimeError(f"recipe returned no finite {run.metric!r}")
     except ZooError as exc:
         run.log(f"error: {exc}")
-        status, code, input_error = "crash", EXIT_BAD_INPUT, exc
+        status, code, input_error = "crash", exc.exit_code, exc
+    except OutOfMemory as exc:
+        input_error = ResourceError(oom_advice(exc, cfg))
+        run.log(f"error: {input_error}")
+        status, code = "crash", input_error.exit_code
     except Diverged as exc:
         run.log(f"diverged: {exc}")
         status, code = "diverged", EXIT_DIVERGED
@@ -320,11 +332,15 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     except KeyboardInterrupt:
         run.log("interrupted twice: stopped without a new checkpoint")
         status, code = "interrupted", 130
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:  # not a full or read-only disk: a crash like any other
+            status, code = _crash(run)
+        else:
+            input_error = ResourceError(write_advice(exc, run_dir, run.checkpoint_path.exists()))
+            run.log(f"error: {input_error}")
+            status, code = "crash", input_error.exit_code
     except Exception:  # a bug or an unexpected failure: keep the traceback in the log
-        run.log("crash:\n" + traceback.format_exc())
-        if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
-            print(f"[rank {distributed.rank()}] crash:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        status, code = "crash", EXIT_CRASH
+        status, code = _crash(run)
     if not run.main:
         if input_error is not None:
             raise input_error
@@ -351,6 +367,47 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     if input_error is not None:
         raise input_error  # the CLI prints it as one line on stderr and exits 2
     return Outcome(code, run_dir, summary)
+
+
+def _crash(run: Run) -> tuple[str, int]:
+    from shared import distributed
+
+    run.log("crash:\n" + traceback.format_exc())
+    if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
+        print(f"[rank {distributed.rank()}] crash:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+    return "crash", EXIT_CRASH
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+
+
+def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
+    """One line for a full, read-only or forbidden path met mid-run."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
+    kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
+    return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"
+
+
+def oom_advice(exc, cfg) -> str:
+    """The out-of-memory message with the fixes in the order they cost least: the same global batch in smaller
+    micro-batches, activation checkpointing, bf16 on a GPU, then a smaller model or shorter inputs."""
+    names = {f.name for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(cfg) else set()
+    b, a = exc.micro_batch, exc.accum_steps
+    fixes = []
+    if b > 1:
+        if {"micro_batch", "batch_tokens"} <= names:
+            fixes.append(f"micro_batch={b // 2} (accumulation doubles to keep batch_tokens)")
+        elif {"batch_size", "accum_steps"} <= names:
+            fixes.append(f"batch_size={b // 2} accum_steps={2 * a} (the same global batch)")
+        else:
+            fixes.append(f"a micro-batch of {b // 2} with {2 * a} accumulation steps (the same global batch)")
+    if exc.can_checkpoint and "activation_checkpointing" in names:
+        fixes.append("activation_checkpointing=true (recompute each block in backward)")
+    if exc.device.type == "cuda" and exc.precision == "fp32" and "precision" in names:
+        fixes.append("precision=bf16")
+    fixes.append("a smaller model or shorter inputs")
+    return f"{exc}. Try, in order: " + "; ".join(f"{i}) {fix}" for i, fix in enumerate(fixes, 1))
 
 
 def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:

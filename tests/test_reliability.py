@@ -1,0 +1,340 @@
+"""Faults a long run meets: killed (SIGKILL, SIGTERM, mid-checkpoint), disk full, out of memory, data gone,
+many runs at once. Each must end with a clear answer and nothing lost or corrupted."""
+import csv
+import multiprocessing
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, summary_block, zoo
+from test_board import row, small_run_args
+from zoo import board, results
+
+# Under a step budget a resumed run must end bit for bit where an uninterrupted one ends. A checkpoint is
+# written before every step (checkpoint_every=0), so the kill lands anywhere: between steps or mid-write.
+KILL_CASES = {
+    "vision/resnet": (["eval_every=0.5"], "60steps", 25),
+    "llm/gpt": (["eval_every=0.5"], "40steps", 15),
+    "tabular/mlp": (["eval_every=0.25"], "60steps", 25),  # the best validation state must survive the resume
+    "medical/unet": (["eval_every=0.5", "batch_size=4"], "30steps", 12),
+}
+
+
+def start(args: list, out: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "zoo", "run", *map(str, args), "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def wait_for_step(proc: subprocess.Popen, step: int, checkpoint_of: Path | None = None, percent: float = 0) -> None:
+    """Read progress lines (log_every=0 prints one per step) until ``step`` and ``percent`` of the budget; with
+    ``checkpoint_of`` (the runs root) also until a checkpoint exists."""
+    for line in proc.stdout:
+        parts = line.split()  # "HH:MM:SS step N | P% | loss ..."
+        if " | " in line and len(parts) > 4 and parts[1] == "step" and int(parts[2]) >= step \
+                and float(parts[4].rstrip("%")) >= percent:
+            if checkpoint_of is None or any(checkpoint_of.rglob("checkpoint.pt")):
+                return
+    raise AssertionError(f"the run ended before step {step} (exit {proc.wait()})")
+
+
+def rows_without_timing(run_dir: Path, name: str) -> list[dict]:
+    with open(run_dir / name) as f:
+        return [{k: v for k, v in r.items() if k != "train_seconds"} for r in csv.DictReader(f)]
+
+
+def the_run_dir(out: Path, recipe: str) -> Path:
+    (run_dir,) = (out / recipe).iterdir()
+    return run_dir
+
+
+def assert_same_run(ref_dir: Path, run_dir: Path) -> None:
+    for name in ("metrics.csv", "train.csv"):  # same steps, losses and metrics; only timings differ
+        assert rows_without_timing(run_dir, name) == rows_without_timing(ref_dir, name), name
+    if (ref_dir / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        a, b = load_file(ref_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("recipe", list(KILL_CASES))
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
+    extra, steps, kill_at = KILL_CASES[recipe]
+    args = [recipe, *small_run_args(recipe, tmp_path), *extra, "log_every=0", "checkpoint_every=0",
+            "--budget", steps, "--seed", "3"]
+    ref = zoo("run", *args, "--out", tmp_path / "ref")
+    assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-2000:]
+    out = tmp_path / "runs"
+    proc = start(args, out)
+    wait_for_step(proc, kill_at, checkpoint_of=out)
+    proc.kill()  # SIGKILL: no handler runs, no last checkpoint, the index row is left "running"
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    run_dir = the_run_dir(out, recipe)
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["running"]
+    resumed = zoo("run", "--resume", run_dir, "--out", out)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
+    assert_same_run(the_run_dir(tmp_path / "ref", recipe), run_dir)
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]
+    assert not list(run_dir.glob(".checkpoint.pt.*.tmp"))  # a temp file from a kill mid-write is cleaned up
+
+
+def test_sigterm_checkpoints_exits_143_and_resumes_exactly(tmp_path):
+    args = ["tabular/mlp", *small_run_args("tabular/mlp", tmp_path), "eval_every=0.25", "log_every=0",
+            "--budget", "60steps", "--seed", "4"]
+    ref = zoo("run", *args, "--out", tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out = tmp_path / "runs"
+    proc = start(args, out)
+    wait_for_step(proc, 20)
+    proc.terminate()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 143, rest
+    assert summary_block(rest)["status"] == "interrupted" and "Resume with: zoo run --resume" in rest
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["interrupted"]
+    resumed = zoo("run", "--resume", the_run_dir(out, "tabular/mlp"), "--out", out)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
+    assert_same_run(the_run_dir(tmp_path / "ref", "tabular/mlp"), the_run_dir(out, "tabular/mlp"))
+
+
+def test_time_budget_resume_continues_the_schedule_from_the_saved_time(tmp_path):
+    """A time budget ends at another step by nature; the resumed run must go on from the time already trained,
+    not start its schedule again."""
+    out = tmp_path / "runs"
+    proc = start(["vision/resnet", "width=8", "eval_every=0", "log_every=0", "--budget", "6s"], out)
+    wait_for_step(proc, 5, percent=30)
+    proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    assert proc.wait(timeout=60) == 130
+    run_dir = the_run_dir(out, "vision/resnet")
+    with open(run_dir / "train.csv") as f:
+        before = list(csv.DictReader(f))
+    saved = float(before[-1]["train_seconds"])
+    assert 0 < saved < 6
+    resumed = zoo("run", "--resume", run_dir, "--out", out)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with open(run_dir / "train.csv") as f:
+        rows = list(csv.DictReader(f))
+    after = rows[len(before):]
+    assert after and rows[:len(before)] == before
+    seconds = [float(r["train_seconds"]) for r in rows]
+    assert seconds == sorted(seconds) and float(after[0]["train_seconds"]) > saved
+    assert float(after[0]["progress"]) > float(before[-1]["progress"])  # the schedule goes on, it does not restart
+    lr = [float(r["lr"]) for r in rows]  # the LR curve goes on where it was; a restarted schedule would jump back
+    assert abs(lr[len(before)] - lr[len(before) - 1]) < abs(lr[len(before)] - lr[0])
+    assert 6 <= float(summary_block(resumed.stdout)["train_seconds"]) < 8
+
+
+def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
+    """A process SIGKILLed halfway through writing a checkpoint: the previous one still loads."""
+    path = tmp_path / "checkpoint.pt"
+    script = textwrap.dedent(f"""
+        import sys, time, torch
+        sys.path.insert(0, {str(ROOT)!r})
+        from shared import checkpoint
+        checkpoint.save_atomic({{"w": torch.ones(4), "step": 1}}, {str(path)!r})
+        real = torch.save
+        def slow_save(obj, f):  # write half of a real checkpoint, then stall: the kill lands mid-write
+            import io
+            buf = io.BytesIO()
+            real(obj, buf)
+            f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+        torch.save = slow_save
+        checkpoint.save_atomic({{"w": torch.zeros(1 << 20), "step": 2}}, {str(path)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.kill()
+    proc.wait(timeout=30)
+    from shared import checkpoint
+
+    (partial,) = tmp_path.glob(".checkpoint.pt.*.tmp")
+    assert partial.stat().st_size > 0
+    blob = checkpoint.load(path)
+    assert blob["step"] == 1 and torch.equal(blob["w"], torch.ones(4))
+    checkpoint.save_atomic({"step": 3}, path)  # the next save removes what the killed writer left
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def _limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+
+
+def test_full_disk_at_a_checkpoint_gives_one_line_and_keeps_the_run_resumable(tmp_path):
+    """Every file may grow to 256 KiB only: the vision checkpoint (about 0.4 MB) cannot be written. The write
+    error must name the file and the fix, exit 1, leave no half checkpoint, and the run resumes elsewhere."""
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "zoo", "run", "vision/resnet", "width=8", "--budget", "10steps",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limit_file_size)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "checkpoint.pt: File too large; free some space or give --out another disk" in lines[0]
+    run_dir = the_run_dir(out, "vision/resnet")
+    assert not list(run_dir.glob("*checkpoint.pt*"))  # no partial checkpoint, no temp file
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["crash"]
+    assert summary_block(proc.stdout)["status"] == "crash"
+
+
+def test_unwritable_output_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = zoo("run", "tabular/mlp", "--budget", "2steps", "--out", blocker / "runs")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"zoo: error: {blocker / 'runs'}: cannot create the run directory: Not a directory"]
+    if os.geteuid() != 0:  # root writes through permission bits
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        proc = zoo("run", "tabular/mlp", "--budget", "2steps", "--out", locked)
+        assert proc.returncode == 2 and "Permission denied" in proc.stderr
+
+
+def test_out_of_memory_in_the_first_step_names_the_batch_and_the_fixes(tmp_path):
+    """A real allocation failure: the address space is capped 1 GiB above what the process has mapped
+    once torch is loaded, and the micro-batch needs more."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("To be, or not to be, that is the question.\n" * 6000)
+    argv = ["run", "llm/gpt", f"data={text}", "depth=2", "aspect=128", "head_dim=32", "seq_len=128",
+            "micro_batch=512", "batch_tokens=65536", "eval_bytes=1500", "vocab_size=300", "samples=0", "compile=false",
+            "--budget", "2steps", "--out", str(tmp_path / "runs")]
+    script = textwrap.dedent(f"""
+        import resource, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import torch
+        from zoo.cli import main
+        import recipes.llm
+        mapped = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), resource.RLIM_INFINITY))
+        sys.exit(main({argv!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("zoo: error: out of memory at step 0 with a micro-batch of 512"), line
+    assert "can't allocate memory" in line
+    assert "Try, in order: 1) micro_batch=256 (accumulation doubles to keep batch_tokens); " \
+           "2) activation_checkpointing=true" in line and line.endswith("a smaller model or shorter inputs")
+    assert [r["status"] for r in results.all_rows(tmp_path / "runs" / "index.sqlite")] == ["crash"]
+
+
+def test_data_deleted_mid_run(tmp_path):
+    """The data is read once at the start: deleting the file mid-run changes nothing in that run. Resuming
+    after it is gone names the file (exit 2); with the file back the run resumes and ends ok."""
+    data = tmp_path / "table.csv"
+    rng = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 3, generator=rng)
+    data.write_text("a,b,c,y\n" + "".join(f"{a:.4f},{b:.4f},{c:.4f},{a + b * c:.4f}\n" for a, b, c in x.tolist()))
+    content = data.read_bytes()
+    out = tmp_path / "runs"
+    args = ["tabular/mlp", f"data={data}", "target=y", "hidden=16", "log_every=0", "--budget", "400steps"]
+    proc = start(args, out)
+    wait_for_step(proc, 10)
+    data.unlink()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == 0, rest
+    assert summary_block(rest)["status"] == "ok"
+    data.write_bytes(content)
+    proc = start(args, out)
+    wait_for_step(proc, 10)
+    proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    assert proc.wait(timeout=60) == 130
+    data.unlink()
+    run_dir = max((out / "tabular" / "mlp").iterdir())
+    gone = zoo("run", "--resume", run_dir, "--out", out)
+    assert gone.returncode == 2 and "Traceback" not in gone.stderr
+    assert str(data) in gone.stderr.strip().splitlines()[-1]
+    data.write_bytes(content)
+    back = zoo("run", "--resume", run_dir, "--out", out)
+    assert back.returncode == 0 and summary_block(back.stdout)["status"] == "ok"
+
+
+USER_RECIPE = '''
+from dataclasses import dataclass
+import torch
+from shared.batches import TensorBatches
+from shared.loop import fit
+from shared.schedule import apply_schedules, make_schedule
+from zoo.registry import recipe
+
+
+@dataclass
+class Config:
+    lr: float = 0.05  # LR
+
+
+@recipe("mine/many", config=Config, benchmark="synthetic", metric="loss", higher_is_better=False, budget="20steps")
+def train(cfg, run):
+    g = torch.Generator().manual_seed(run.seed)
+    x = torch.randn(64, 4, generator=g)
+    y = x.sum(1, keepdim=True)
+    model = torch.nn.Linear(4, 1)
+    loss_fn = lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
+    res = fit(model, torch.optim.SGD(model.parameters(), lr=cfg.lr), TensorBatches((x, y), 16, seed=run.seed),
+              loss_fn, run.budget, device=torch.device("cpu"), evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()},
+              update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")),
+              checkpoint_path=run.checkpoint_path, on_eval=run.record_eval, log=run.log)
+    return {**res.stats(), **res.metrics}
+'''
+
+
+def test_eight_runs_at_once_all_land_in_the_index(tmp_path):
+    recipe = tmp_path / "many.py"
+    recipe.write_text(USER_RECIPE)
+    out = tmp_path / "runs"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "zoo", "run", str(recipe), "--seed", str(seed), "--out", str(out)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in range(8)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [e[-1500:] for _, e in outputs]
+    rows = results.all_rows(out / "index.sqlite")
+    assert len(rows) == 8 and len({r["run_id"] for r in rows}) == 8
+    assert sorted(r["seed"] for r in rows) == list(range(8))
+    assert all(r["status"] == "ok" and r["metric"] is not None and r["finished"] for r in rows)
+    values = {r["seed"]: r["metric"] for r in rows}
+    for (stdout, _), seed in zip(outputs, range(8)):
+        assert float(summary_block(stdout)["value"]) == pytest.approx(values[seed], abs=5e-5)  # printed to 4 places
+    with sqlite3.connect(out / "index.sqlite") as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _rewrite_board(n: int) -> None:
+    for _ in range(n):
+        board.write_board()
+
+
+def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkeypatch):
+    """Four processes rewrite leaderboard.md while it is read: every read is the one complete text."""
+    monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path))
+    board.append_rows([row(f"r{i}", i / 200) for i in range(200)])
+    expected = board.write_board().read_text()
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_rewrite_board, args=(40,)) for _ in range(4)]
+    for w in writers:
+        w.start()
+    reads = 0
+    while any(w.is_alive() for w in writers) or reads < 50:
+        assert (tmp_path / "leaderboard.md").read_text() == expected
+        reads += 1
+    for w in writers:
+        w.join()
+        assert w.exitcode == 0
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["leaderboard.md"]
