@@ -108,8 +108,10 @@ def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
     """Every image under ``root`` (any depth, class folders or none); other files are counted."""
     from recipes import vision
 
-    if not root.is_dir():
+    if not root.exists():
         raise ZooError(f"{root}: folder not found")
+    if not root.is_dir():
+        raise ZooError(f"{root}: not a folder (with eval_data, data is a folder of unlabelled images)")
     files = sorted(p for p in root.rglob("*") if p.is_file())
     images = [vision._decode(p, size) for p in files if p.suffix.lower() in vision.IMAGE_SUFFIXES]
     if not images:

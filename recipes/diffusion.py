@@ -395,13 +395,19 @@ class InceptionFeatures:
         if not file.is_file():
             raise ZooError(f"inception_weights={path}: file not found")
         try:  # refuse a pickle that carries code before torch-fidelity (weights_only=False) loads it
-            torch.load(file, map_location="cpu", weights_only=True)
+            state = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:
             raise ZooError(f"inception_weights={file}: not a plain state dict ({type(exc).__name__})") from None
+        if not isinstance(state, dict):
+            raise ZooError(f"inception_weights={file}: not a plain state dict ({type(state).__name__})")
         from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
-        self.net = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"],
-                                               feature_extractor_weights_path=str(file)).to(device).eval()
+        try:
+            net = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(file))
+        except RuntimeError as exc:  # another network's weights: missing keys or other shapes
+            raise ZooError(f"inception_weights={file}: not torch-fidelity's Inception-v3 weights "
+                           f"(pt_inception-2015-12-05; {str(exc).splitlines()[-1].strip()[:160]})") from None
+        self.net = net.to(device).eval()
         self.device = device
 
     @torch.no_grad()
@@ -443,7 +449,12 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
             raise ZooError(f"{key}={getattr(cfg, key)}: must be at least 2")
     if not 0 <= cfg.cond_drop < 1:
         raise ZooError(f"cond_drop={cfg.cond_drop}: must be in [0, 1)")
+    # a bad weights file fails before the data loads and the fid_zoo classifier trains
+    inception = InceptionFeatures(cfg.inception_weights, device) if cfg.inception_weights else None
     data = load_data(cfg, run)
+    if len(data.classes) < 2:  # before the network is sized and built: fid_zoo's classifier needs two classes
+        raise ZooError(f"data={cfg.data}: one class folder ({data.classes[0]!r}); fid_zoo trains its feature "
+                       "classifier on class labels: put the images in two or more class subfolders")
     flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist") else "on")
     channels, size = data.train_x.shape[1], data.train_x.shape[-1]
     num_classes = len(data.classes)
@@ -466,8 +477,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     floor_idx = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(0))[:cfg.n_samples]
     feats, net_acc = feature_net(data, run.log)
     extractors = {"fid_zoo": feats}
-    if cfg.inception_weights:
-        extractors["fid"] = InceptionFeatures(cfg.inception_weights, device)
+    if inception is not None:
+        extractors["fid"] = inception
         run.set_metric("fid", higher_is_better=False)
     real_features = {k: e.embed(real) for k, e in extractors.items()}
     floors = {f"{k}_floor": fid(e.embed(to_model_range(data.train_x[floor_idx])), real_features[k])

@@ -116,13 +116,18 @@ def read_text(path: Path) -> str:
         raise ZooError(f"{path}: cannot read: {exc.strerror}") from None
     if not raw.strip():
         raise ZooError(f"{path}: empty file")
+
+    def line(offset: int) -> int:
+        return raw.count(b"\n", 0, offset) + 1
+
     nul = raw.find(b"\0")
     if nul >= 0:
-        raise ZooError(f"{path}: looks binary (NUL byte at offset {nul}); give a UTF-8 text file")
+        raise ZooError(f"{path}: looks binary (NUL byte at offset {nul}, line {line(nul)}); give a UTF-8 text file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        raise ZooError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}) on line "
+                       f"{line(exc.start)}") from None
 
 
 def _text_files(folder: Path) -> list[Path]:
@@ -298,12 +303,13 @@ class TokenWindows:
     """(input, target) windows from one token stream. Each epoch shifts the window grid by a random
     offset and shuffles it, so every token is trained on once per epoch; state is (epoch, index)."""
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int, batch_size: int, seed: int):
+    def __init__(self, tokens: torch.Tensor, seq_len: int, batch_size: int, seed: int, source: str = ""):
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
         self.windows = (len(tokens) - 1 - seq_len) // seq_len  # a grid shifted by < seq_len still fits
         if self.windows < batch_size:
-            raise ZooError(f"the training split has {len(tokens):,} tokens: fewer than one batch of {batch_size} "
-                           f"windows of {seq_len}; lower micro_batch or seq_len, or give more text")
+            raise ZooError(f"{source + ': ' if source else ''}the training split has {len(tokens):,} tokens: fewer "
+                           f"than one batch of {batch_size} windows of {seq_len}; lower micro_batch or seq_len, or "
+                           "give more text")
         self.epoch, self.index, self._grid = 0, 0, None
         self.rank, self.world = 0, 1
         self.offsets = torch.arange(seq_len + 1)
@@ -615,7 +621,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
                 f"{per_micro}: using {accum * per_micro}")
     settings = LoopSettings.of(cfg)
     settings.accum_steps = accum
-    batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed)
+    batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
     if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
         distributed.fully_shard_blocks(model)
         run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")
@@ -677,30 +683,65 @@ def write_samples(model: GPT, tok, cfg: GPTConfig, run) -> None:
 # LoRA fine-tuning of a transformers causal LM
 # =============================================================================================
 
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
 def load_causal_lm(cfg: LoRAConfig, dtype: torch.dtype, log=print):
-    """Model and tokenizer from a local ``save_pretrained`` folder, or the hub when online."""
+    """Model and tokenizer from a local ``save_pretrained`` folder, or the hub when online.
+    A broken local folder names its file: config.json, the tokenizer files, or the weights."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()  # stderr is kept for one-line errors
+    try:  # the hub client's own retry notices (offline) would also land on stderr
+        from huggingface_hub.utils import logging as hub_logging
+
+        hub_logging.set_verbosity_error()
+    except ImportError:
+        pass
     if not cfg.model:
         raise ZooError("llm/lora needs model=PATH: a transformers causal LM folder (or a hub name when online)")
     local = Path(cfg.model).expanduser()
+    if not local.exists() and (local.is_absolute() or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1):
+        raise ZooError(f"{cfg.model}: no such model folder (give a transformers save_pretrained folder)")
     if local.exists() and not (local / "config.json").is_file():
         raise ZooError(f"{local}: not a transformers model folder (no config.json)")
     source = str(local) if local.exists() else cfg.model
+    where = "the folder" if local.exists() else "the hub (offline, or no such model)"
+    # a local folder's broken file is named; from the hub, the model name is
+    name = (lambda file: str(local / file)) if local.exists() else (lambda file: f"model={cfg.model}")
+    from safetensors import SafetensorError
+
     try:
         config = AutoConfig.from_pretrained(source)
-        limit = getattr(config, "max_position_embeddings", None)
-        if limit is not None and cfg.seq_len > limit:
-            raise ZooError(f"seq_len={cfg.seq_len} is over the model's context limit of {limit} tokens "
-                           f"(max_position_embeddings in {cfg.model}/config.json)")
+    except (OSError, ValueError, KeyError) as exc:  # unreadable JSON, an unknown model_type
+        raise ZooError(f"{name('config.json')}: cannot load the model config from {where}: "
+                       f"{_first_line(exc)}") from None
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and cfg.seq_len > limit:
+        raise ZooError(f"seq_len={cfg.seq_len} is over the model's context limit of {limit} tokens "
+                       f"(max_position_embeddings in {cfg.model}/config.json)")
+    try:
         tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:  # tokenizers' own errors are ValueErrors
+        where_tok = next((f for f in ("tokenizer.json", "tokenizer_config.json") if (local / f).is_file()),
+                         "tokenizer files")
+        raise ZooError(f"{name(where_tok)}: cannot load the tokenizer from {where}: {_first_line(exc)}") from None
+    try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    except OSError as exc:
-        where = "the folder" if local.exists() else "the hub (offline, or no such model)"
-        raise ZooError(f"model={cfg.model}: cannot load from {where}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError, EOFError) as exc:
+        weights = next((f for f in WEIGHT_FILES if (local / f).is_file()), "") if local.exists() else ""
+        why = _first_line(exc)
+        if isinstance(exc, RuntimeError) and "mismatched" in why:  # transformers' report of each shape went to its log
+            why = "the weights do not fit the shapes in config.json (another size of the model?)"
+        raise ZooError(f"{name(weights)}: cannot load the model weights from {where}: {why}") from None
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if start is None:
         raise ZooError(f"model={cfg.model}: its tokenizer has neither a BOS nor an EOS token to start documents")
@@ -727,10 +768,16 @@ def load_jsonl(path: Path, tokenizer, seq_len: int, log=print) -> list[Example]:
         except json.JSONDecodeError as exc:
             raise ZooError(f"{path} line {number}: not valid JSON ({exc.msg})") from None
         if not isinstance(item, dict):
-            raise ZooError(f"{path} line {number}: expected an object with 'prompt' and 'response'")
+            raise ZooError(f"{path} line {number}: expected an object with 'prompt' and 'response', "
+                           f"got {type(item).__name__}")
         for key in ("prompt", "response"):
-            if not isinstance(item.get(key), str):
-                raise ZooError(f"{path} line {number}: missing string field {key!r}")
+            if key not in item:
+                near = [k for k in item if isinstance(k, str) and k.lower().strip() == key]
+                raise ZooError(f"{path} line {number}: missing string field {key!r}"
+                               + (f" (found {near[0]!r})" if near else f" (fields: {', '.join(map(str, item))})"))
+            if not isinstance(item[key], str):
+                raise ZooError(f"{path} line {number}: field {key!r} must be a string, got "
+                               f"{type(item[key]).__name__}")
         prompt = tokenizer(item["prompt"], add_special_tokens=True).input_ids
         response = tokenizer(item["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
         if len(prompt) + len(response) > seq_len + 1:
@@ -741,7 +788,8 @@ def load_jsonl(path: Path, tokenizer, seq_len: int, log=print) -> list[Example]:
         log(f"{path}: {too_long} of {len(examples) + too_long} examples are longer than seq_len={seq_len} + 1 "
             "tokens and were dropped (raise seq_len to keep them)")
     if not examples:
-        raise ZooError(f"{path}: no usable {{'prompt', 'response'}} examples")
+        raise ZooError(f"{path}: no usable {{'prompt', 'response'}} examples"
+                       + (f" ({too_long} longer than seq_len={seq_len} + 1 tokens)" if too_long else ""))
     return examples
 
 
@@ -834,7 +882,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
         train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
         val_tokens = torch.tensor([start] + tokenizer(scored, add_special_tokens=False).input_ids)
-        batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed)
+        batches = TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
         run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores {cfg.eval_bytes:,} bytes = "
                 f"{len(val_tokens) - 1:,} tokens")
         run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))

@@ -138,10 +138,13 @@ def map_labels(labels: list[np.ndarray], values: list[int] | None,
                paths: list[Path]) -> tuple[list[np.ndarray], list[int]]:
     """Mask values -> class indices 0..K-1 (``values`` in class order); a value outside it names its file."""
     if values is None:
-        found = sorted({int(v) for label in labels for v in np.unique(label)})
+        uniques = [np.unique(label) for label in labels]
+        found = sorted({int(v) for u in uniques for v in u})
         if len(found) > 32:
-            raise ZooError(f"masks hold {len(found)} distinct values (first in {paths[0]}); a segmentation mask "
-                           "holds class values: give label_values=... or check the mask folder")
+            worst = max(range(len(labels)), key=lambda i: len(uniques[i]))
+            raise ZooError(f"{paths[worst]}: mask holds {len(uniques[worst])} distinct values ({len(found)} across "
+                           "the masks); a segmentation mask holds class values: give label_values=... or check "
+                           "the mask folder")
         values = found
     known = np.array(values)
     order = np.argsort(known)
@@ -190,9 +193,12 @@ def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None)
     mapped, values = map_labels([p[1] for p in pairs], values, labels)
     cases = [RawCase(_stem(path), image, label, spacing, str(path))
              for path, (image, _, spacing), label in zip(images, pairs, mapped)]
-    channels = {c.image.shape[0] for c in cases}
-    if len(channels) > 1:
-        raise ZooError(f"images have different channel counts {sorted(channels)} (e.g. {cases[0].source})")
+    channels = [c.image.shape[0] for c in cases]
+    if len(set(channels)) > 1:
+        usual = max(set(channels), key=channels.count)
+        odd = next(c for c in cases if c.image.shape[0] != usual)
+        raise ZooError(f"{odd.source}: {odd.image.shape[0]} channel(s), but most images have {usual} "
+                       f"(channel counts found: {sorted(set(channels))})")
     return cases, values
 
 
@@ -241,6 +247,8 @@ def load_msd(root: Path, values: list[int] | None, val_fraction: float) -> SegDa
         meta = json.loads((root / "dataset.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ZooError(f"{root / 'dataset.json'}: cannot read ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ZooError(f"{root / 'dataset.json'}: expected a JSON object with 'labels' and 'training'")
     labels = meta.get("labels")
     if not isinstance(labels, dict) or not labels:
         raise ZooError(f"{root / 'dataset.json'}: no 'labels' mapping")
@@ -251,11 +259,15 @@ def load_msd(root: Path, values: list[int] | None, val_fraction: float) -> SegDa
         raise ZooError(f"{root / 'dataset.json'}: 'labels' must map values to names (or names to values)") from None
     if "training" in meta:
         entries = meta["training"]
-        try:
-            images = [root / e["image"] for e in entries]
-            masks = [root / e["label"] for e in entries]
-        except (TypeError, KeyError):
-            raise ZooError(f"{root / 'dataset.json'}: each 'training' entry needs 'image' and 'label'") from None
+        if not isinstance(entries, list):
+            raise ZooError(f"{root / 'dataset.json'}: 'training' must be a list of {{'image', 'label'}} entries")
+        images, masks = [], []
+        for number, e in enumerate(entries, 1):
+            if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("image", "label")):
+                raise ZooError(f"{root / 'dataset.json'}: 'training' entry {number} needs 'image' and 'label' paths "
+                               f"(got {str(e)[:80]})")
+            images.append(root / e["image"])
+            masks.append(root / e["label"])
     else:  # nnU-Net v2: imagesTr/<case>_0000.nii.gz and labelsTr/<case>.nii.gz
         masks = sorted((root / "labelsTr").glob("*.nii*"))
         images = [root / "imagesTr" / (_stem(m) + "_0000" + m.name[len(_stem(m)):]) for m in masks]

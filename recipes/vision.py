@@ -138,26 +138,36 @@ def _decode(path: Path, size: int | None):
 
 
 def load_class_folder(root: Path, size: int | None, classes: list[str] | None = None, log=print):
-    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes). Non-image files are counted."""
-    if not root.is_dir():
+    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes). Non-image files are counted.
+    ``classes`` given: the held-out split of a training folder (one of its class folders may be empty)."""
+    training = classes is None
+    if not root.exists():
         raise ZooError(f"{root}: folder not found")
+    if not root.is_dir():
+        raise ZooError(f"{root}: not a folder (expected {root}/<class>/<image files>)")
     found = sorted(d.name for d in root.iterdir() if d.is_dir())
     classes = classes or found
     if not classes:
         raise ZooError(f"{root}: no class subfolders (expected {root}/<class>/<image files>)")
-    images, labels, skipped = [], [], 0
+    images, labels, skipped, empty = [], [], 0, []
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
             raise ZooError(f"{root}: class folder {name!r} is missing here but present in the training split")
+        before = len(images)
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
                 images.append(_decode(path, size))
                 labels.append(label)
             elif path.is_file():
                 skipped += 1
+        if len(images) == before:
+            empty.append(folder)
     if not images:
         raise ZooError(f"{root}: no images found in {len(classes)} class folders")
+    if empty and training:  # a class the model could never learn: almost always a copy that went wrong
+        raise ZooError(f"{empty[0]}: class folder holds no images ({len(empty)} of {len(classes)} class folders "
+                       "are empty); add images or remove the folder")
     shapes = {tuple(im.shape) for im in images}
     if len(shapes) > 1:
         raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")
@@ -414,11 +424,16 @@ def build_model(cfg: VisionConfig, in_channels: int, num_classes: int, image_siz
         if not path.exists():
             raise ZooError(f"weights={cfg.weights}: file or folder not found")
         file = path / "model.safetensors" if path.is_dir() else path
+        import pickle
+
+        from safetensors import SafetensorError
+
         try:
             model = timm.create_model(cfg.model, pretrained=True, pretrained_cfg_overlay={"file": str(file)},
                                       **kwargs)
-        except (RuntimeError, OSError, KeyError) as exc:
-            raise ZooError(f"weights={file}: cannot load into {cfg.model} ({str(exc).splitlines()[0]})") from None
+        except (RuntimeError, OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError) as exc:
+            raise ZooError(f"weights={file}: cannot read weights into {cfg.model} "
+                           f"({str(exc).splitlines()[0][:160]})") from None
     else:
         model = timm.create_model(cfg.model, **kwargs)
     if image_size <= 64 and hasattr(model, "conv1") and hasattr(model, "maxpool"):
@@ -432,19 +447,35 @@ def build_model(cfg: VisionConfig, in_channels: int, num_classes: int, image_siz
     return model, model.pretrained_cfg.get("classifier", "fc")
 
 
+def _read_state(file: Path) -> dict:
+    """A state dict from a .safetensors file or a torch checkpoint (its ``model`` entry), tensors only."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(file))
+        blob = torch.load(file, map_location="cpu", weights_only=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError) as exc:
+        why = ("not a torch checkpoint of plain tensors" if isinstance(exc, pickle.UnpicklingError)
+               else (str(exc).splitlines() or [type(exc).__name__])[0][:160])
+        raise ZooError(f"weights={file}: cannot read weights ({why})") from None
+    state = blob.get("model", blob) if isinstance(blob, dict) else None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ZooError(f"weights={file}: cannot read weights (not a state dict of tensors)")
+    return state
+
+
 def _load_own_weights(model: nn.Module, path: str, name: str) -> None:
     """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
     file = Path(path)
     file = file / "model.safetensors" if file.is_dir() else file
     if not file.is_file():
         raise ZooError(f"weights={path}: file not found")
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(file))
-    else:
-        blob = torch.load(file, map_location="cpu", weights_only=True)
-        state = blob.get("model", blob)
+    state = _read_state(file)
     state = {k: v for k, v in state.items() if not k.startswith("head.")}
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)

@@ -175,3 +175,71 @@ def test_doctor_byol_on_digits_checks_queries_against_pretraining_images(tmp_pat
     by_check = {f["check"]: f for f in found}
     assert by_check["data/leakage"]["severity"] == "ok" and "(360 checked)" in by_check["data/leakage"]["message"]
     assert "overfit/one-batch" in by_check and not [f for f in found if f["severity"] == "error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: exit 2, one line naming the file (and the item or key), no ok row
+# ---------------------------------------------------------------------------------------------
+
+def _contrastive_bad_case(case: str, tmp):
+    """(recipe args, needles the error line must hold, budget) for one bad input."""
+    labelled = tmp / "labelled"
+    for cls in ("a", "b"):
+        _write_images(labelled / cls, 4, size=8)
+    _write_images(tmp / "unlabelled" / "batch1", 6, size=8)
+    own = [f"data={tmp / 'unlabelled'}", f"eval_data={labelled}"]
+    if case == "missing_data":
+        return [f"data={tmp / 'nowhere'}"], ["nowhere", "not a vision dataset"], "3steps"
+    if case == "missing_unlabelled_folder":
+        return [f"data={tmp / 'nowhere'}", f"eval_data={labelled}"], ["nowhere", "folder not found"], "3steps"
+    if case == "unlabelled_is_a_file":
+        (tmp / "list.txt").write_text("0.png\n")
+        return [f"data={tmp / 'list.txt'}", f"eval_data={labelled}"], ["list.txt", "not a folder"], "3steps"
+    if case == "empty_unlabelled_folder":
+        (tmp / "empty").mkdir()
+        return [f"data={tmp / 'empty'}", f"eval_data={labelled}"], ["empty", "no images found"], "3steps"
+    if case == "corrupt_unlabelled_image":
+        (tmp / "unlabelled" / "batch1" / "3.png").write_bytes(b"\xff\xfe\xfa garbage")
+        return own, [str(tmp / "unlabelled" / "batch1" / "3.png"), "cannot decode image"], "3steps"
+    if case == "truncated_unlabelled_image":
+        path = tmp / "unlabelled" / "big.png"
+        Image.frombytes("RGB", (32, 32), bytes(range(256)) * 12).save(path)
+        path.write_bytes(path.read_bytes()[:100])
+        return own, [str(path), "cannot decode image"], "3steps"
+    if case == "corrupt_eval_image":
+        (labelled / "b" / "2.png").write_bytes(b"")
+        return own, [str(labelled / "b" / "2.png"), "cannot decode image"], "3steps"
+    if case == "missing_eval_folder":
+        return [f"data={tmp / 'unlabelled'}", f"eval_data={tmp / 'gone'}"], ["gone", "folder not found"], "3steps"
+    if case == "eval_without_class_subfolders":
+        return ([f"data={tmp / 'unlabelled'}", f"eval_data={tmp / 'unlabelled' / 'batch1'}"],
+                [str(tmp / "unlabelled" / "batch1"), "no class subfolders"], "3steps")
+    if case == "labelled_data_with_corrupt_image":  # no eval_data: data is the labelled folder itself
+        (labelled / "a" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        return [f"data={labelled}"], [str(labelled / "a" / "1.png"), "cannot decode image"], "3steps"
+    if case == "typo_key":
+        return [*own, "temprature=0.1"], ["unknown key 'temprature'", "did you mean 'temperature'?"], "3steps"
+    if case == "bad_int":
+        return [*own, "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [*own, "lr=fast"], ["lr='fast'", "not a valid float"], "3steps"
+    if case == "bad_choice":
+        return [*own, "optimizer=sgd"], ["optimizer='sgd'", "must be one of"], "3steps"
+    if case == "bad_value":
+        return [*own, "temperature=0"], ["temperature=0", "must be positive"], "3steps"
+    if case == "zero_budget":
+        return own, ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return own, ["'-5'", "expected a number and a unit"], "-5"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "missing_data", "missing_unlabelled_folder", "unlabelled_is_a_file", "empty_unlabelled_folder",
+    "corrupt_unlabelled_image", "truncated_unlabelled_image", "corrupt_eval_image", "missing_eval_folder",
+    "eval_without_class_subfolders", "labelled_data_with_corrupt_image", "typo_key", "bad_int", "bad_float",
+    "bad_choice", "bad_value", "zero_budget", "negative_budget"])
+def test_bad_input_table(case, tmp_path, capfd):
+    args, needles, budget = _contrastive_bad_case(case, tmp_path)
+    conftest.bad_input(capfd, ["contrastive/simclr", *args, "width=8", "proj_hidden=32", "image_size=8"],
+                       tmp_path / "runs", *needles, budget=budget)

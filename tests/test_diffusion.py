@@ -176,3 +176,92 @@ def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch
     severity = {f["check"]: f["severity"] for f in findings}
     assert severity["data/balance"] == "ok" and severity["data/leakage"] == "ok"
     assert "overfit/one-batch" in severity and not [f for f in findings if f["severity"] == "error"], findings
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: exit 2, one line naming the file (and the item or key), no ok row
+# ---------------------------------------------------------------------------------------------
+
+def _class_folder(root, classes=("a", "b"), n=10, size=8):
+    rng = np.random.default_rng(0)
+    for cls in classes:
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
+    return root
+
+
+def _diffusion_bad_case(case: str, tmp):
+    """(recipe args, needles the error line must hold, budget) for one bad input."""
+    good = _class_folder(tmp / "good")
+    if case == "missing_folder":
+        return [f"data={tmp / 'nowhere'}"], ["nowhere", "not a diffusion dataset"], "3steps"
+    if case == "file_not_folder":
+        (tmp / "faces.zip").write_bytes(b"PK\x03\x04")
+        return [f"data={tmp / 'faces.zip'}"], ["faces.zip", "not a folder"], "3steps"
+    if case == "empty_folder":
+        (tmp / "empty").mkdir()
+        return [f"data={tmp / 'empty'}"], ["empty", "no class subfolders"], "3steps"
+    if case == "no_class_subfolders":
+        (tmp / "flat").mkdir()
+        Image.new("RGB", (8, 8)).save(tmp / "flat" / "0.png")
+        return [f"data={tmp / 'flat'}"], ["flat", "no class subfolders"], "3steps"
+    if case == "class_folders_without_images":
+        for cls in ("a", "b"):
+            (tmp / "noimg" / cls).mkdir(parents=True)
+        return [f"data={tmp / 'noimg'}"], ["noimg", "no images found"], "3steps"
+    if case == "corrupt_png":
+        (good / "a" / "3.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 20)
+        return [f"data={good}"], [str(good / "a" / "3.png"), "cannot decode image"], "3steps"
+    if case == "truncated_png":
+        full = good / "b" / "1.png"
+        Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(full)
+        full.write_bytes(full.read_bytes()[:200])
+        return [f"data={good}"], [str(full), "cannot decode image"], "3steps"
+    if case == "corrupt_jpg":
+        (good / "b" / "9.jpg").write_bytes(b"\xff\xd8\xff\xdb" + b"\xff" * 10)
+        return [f"data={good}"], [str(good / "b" / "9.jpg"), "cannot decode image"], "3steps"
+    if case == "too_few_held_out":
+        _class_folder(tmp / "tiny", n=4)
+        return [f"data={tmp / 'tiny'}"], [str(tmp / "tiny"), "1 held-out image(s)"], "3steps"
+    if case == "one_class":
+        _class_folder(tmp / "mono", classes=("only",), n=20)
+        return [f"data={tmp / 'mono'}"], [f"data={tmp / 'mono'}", "one class folder ('only')"], "3steps"
+    if case == "missing_inception_weights":
+        return ([f"data={good}", f"inception_weights={tmp / 'pt_inception.pth'}"],
+                ["pt_inception.pth", "file not found"], "3steps")
+    if case == "corrupt_inception_weights":
+        (tmp / "pt_inception.pth").write_bytes(b"\xff\xfe\xfa")
+        return ([f"data={good}", f"inception_weights={tmp / 'pt_inception.pth'}"],
+                [str(tmp / "pt_inception.pth"), "not a plain state dict"], "3steps")
+    if case == "wrong_inception_weights":  # a plain state dict, but not of an Inception-v3
+        torch.save({"fc.weight": torch.zeros(2, 2)}, tmp / "other.pth")
+        return ([f"data={good}", f"inception_weights={tmp / 'other.pth'}"],
+                [str(tmp / "other.pth"), "not torch-fidelity's Inception-v3 weights"], "3steps")
+    if case == "typo_key":
+        return [f"data={good}", "sampel_steps=3"], ["unknown key 'sampel_steps'", "did you mean 'sample_steps'?"], \
+            "3steps"
+    if case == "bad_int":
+        return [f"data={good}", "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [f"data={good}", "lr=fast"], ["lr='fast'", "not a valid float"], "3steps"
+    if case == "bad_choice":
+        return [f"data={good}", "sampler=dpm"], ["sampler='dpm'", "must be one of"], "3steps"
+    if case == "bad_value":
+        return [f"data={good}", "cond_drop=1.0"], ["cond_drop=1.0", "[0, 1)"], "3steps"
+    if case == "zero_budget":
+        return [f"data={good}"], ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return [f"data={good}"], ["'-5'", "expected a number and a unit"], "-5"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "missing_folder", "file_not_folder", "empty_folder", "no_class_subfolders", "class_folders_without_images",
+    "corrupt_png", "truncated_png", "corrupt_jpg", "too_few_held_out", "one_class", "missing_inception_weights",
+    "corrupt_inception_weights", "wrong_inception_weights", "typo_key", "bad_int", "bad_float", "bad_choice",
+    "bad_value", "zero_budget", "negative_budget"])
+def test_bad_input_table(case, tmp_path, capfd):
+    args, needles, budget = _diffusion_bad_case(case, tmp_path)
+    conftest.bad_input(capfd, ["diffusion/ddpm", *args, "image_size=8", "levels=2", *TINY], tmp_path / "runs",
+                       *needles, budget=budget)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_tiny_llama, run_doctor, summary_block, zoo
+from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
 from recipes import llm
 from shared.budget import parse_budget
 from zoo.errors import ZooError
@@ -292,3 +292,166 @@ def test_doctor_lora_jsonl_rows_and_adapter_tensors(tiny_llama, tmp_path, capsys
     assert leak["severity"] == "error" and "1 of 4 validation rows are exact copies" in leak["message"]
     assert "(val 3 = train 0)" in leak["message"]
     assert found["health/weight-change"][0]["severity"] == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: exit 2, one line naming the file (and the line, item or key), no ok row
+# ---------------------------------------------------------------------------------------------
+
+GPT_TINY = ["seq_len=32", "micro_batch=4", "eval_bytes=800", "depth=1", "aspect=32", "head_dim=16",
+            "batch_tokens=128", "vocab_size=300", "samples=0", "compile=false"]
+PAIR = json.dumps({"prompt": "Q: speak?", "response": " Speak, speak."})
+
+
+def _gpt_bad_case(case: str, tmp):
+    """llm/gpt: (args, needles the error line must hold, budget) for one bad input."""
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(TEXT * 2)
+    if case == "missing_file":
+        return [f"data={tmp / 'missing.txt'}"], ["missing.txt", "no such file or folder"], "3steps"
+    if case == "empty_file":
+        (tmp / "empty.txt").write_bytes(b"")
+        return [f"data={tmp / 'empty.txt'}"], [str(tmp / "empty.txt"), "empty file"], "3steps"
+    if case == "blank_file":
+        (tmp / "blank.txt").write_text(" \n\n\t\n")
+        return [f"data={tmp / 'blank.txt'}"], [str(tmp / "blank.txt"), "empty file"], "3steps"
+    if case == "non_utf8":
+        (tmp / "latin.txt").write_bytes(b"line one\nline two\n\xff\xfe\xfa three\n")
+        return ([f"data={tmp / 'latin.txt'}"],
+                [str(tmp / "latin.txt"), "not UTF-8 text (byte 0xff at offset 18) on line 3"], "3steps")
+    if case == "binary_file":
+        (tmp / "model.txt").write_bytes(b"PK\x03\x04\x00\x00junk")
+        return [f"data={tmp / 'model.txt'}"], [str(tmp / "model.txt"), "NUL byte at offset 4, line 1"], "3steps"
+    if case == "empty_folder":
+        (tmp / "docs").mkdir()
+        return [f"data={tmp / 'docs'}"], [str(tmp / "docs"), "no .txt or .md files"], "3steps"
+    if case == "folder_with_only_val":
+        (tmp / "docs" / "val").mkdir(parents=True)
+        (tmp / "docs" / "val" / "a.txt").write_text(TEXT)
+        return [f"data={tmp / 'docs'}"], [str(tmp / "docs"), "no .txt or .md files to train on"], "3steps"
+    if case == "non_utf8_file_in_folder":
+        (tmp / "docs").mkdir()
+        (tmp / "docs" / "a.txt").write_text(TEXT)
+        (tmp / "docs" / "b.md").write_bytes(b"# notes\n\xe9t\xe9\n")
+        return [f"data={tmp / 'docs'}"], [str(tmp / "docs" / "b.md"), "not UTF-8", "line 2"], "3steps"
+    if case == "non_utf8_val_file":
+        (tmp / "corpus.val.txt").write_bytes(b"\xff\xfe\xfa")
+        return [f"data={corpus}"], [str(tmp / "corpus.val.txt"), "not UTF-8", "line 1"], "3steps"
+    if case == "too_little_validation":
+        return [f"data={corpus}", "eval_bytes=1000000"], [str(corpus), "fewer than eval_bytes=1,000,000"], "3steps"
+    if case == "too_little_training":
+        (tmp / "short.txt").write_text(TEXT[:400])  # at most 360 training tokens: fewer than 16 windows of 32
+        return ([f"data={tmp / 'short.txt'}", "eval_bytes=20", "micro_batch=16"],
+                [str(tmp / "short.txt"), "fewer than one batch"], "3steps")
+    if case == "missing_tokenizer":
+        return [f"data={corpus}", f"tokenizer={tmp / 'tok.json'}"], ["tok.json", "not bpe, bytes or"], "3steps"
+    if case == "corrupt_tokenizer":
+        (tmp / "tok.json").write_bytes(b"{\xff\xfe")
+        return ([f"data={corpus}", f"tokenizer={tmp / 'tok.json'}"],
+                [str(tmp / "tok.json"), "not a tokenizers JSON file"], "3steps")
+    if case == "typo_key":
+        return [f"data={corpus}", "sequence_len=64"], ["unknown key 'sequence_len'"], "3steps"
+    if case == "typo_key_near":
+        return [f"data={corpus}", "micro_bach=4"], ["unknown key 'micro_bach'", "did you mean 'micro_batch'?"], "3steps"
+    if case == "bad_int":
+        return [f"data={corpus}", "micro_batch=abc"], ["micro_batch='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [f"data={corpus}", "matrix_lr=fast"], ["matrix_lr='fast'", "not a valid float"], "3steps"
+    if case == "bad_choice":
+        return [f"data={corpus}", "mlp=gelu"], ["mlp='gelu'", "must be one of"], "3steps"
+    if case == "zero_budget":
+        return [f"data={corpus}"], ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return [f"data={corpus}"], ["'-5'", "expected a number and a unit"], "-5"
+    raise AssertionError(case)
+
+
+def _lora_bad_case(case: str, tmp, model):
+    """llm/lora: (args, needles the error line must hold, budget) for one bad input."""
+    pairs = tmp / "pairs.jsonl"
+    pairs.write_text("\n".join([PAIR] * 6) + "\n")
+    good = [f"data={pairs}"]
+    if case == "missing_jsonl":
+        return [f"data={tmp / 'missing.jsonl'}"], [str(tmp / "missing.jsonl"), "cannot read"], "3steps"
+    if case == "empty_jsonl":
+        (tmp / "empty.jsonl").write_text("\n\n")
+        return [f"data={tmp / 'empty.jsonl'}"], [str(tmp / "empty.jsonl"), "empty file"], "3steps"
+    if case == "non_utf8_jsonl":
+        pairs.write_bytes(PAIR.encode() + b"\n" + b'{"prompt": "\xff\xfe\xfa", "response": "x"}\n')
+        return good, [str(pairs), "not UTF-8", "on line 2"], "3steps"
+    if case == "invalid_json_line":
+        pairs.write_text(PAIR + "\n" + PAIR + "\n{\"prompt\": \"a\",\n")
+        return good, [f"{pairs} line 3", "not valid JSON"], "3steps"
+    if case == "not_an_object":
+        pairs.write_text(PAIR + "\n" + json.dumps(["Q", "A"]) + "\n")
+        return good, [f"{pairs} line 2", "expected an object", "got list"], "3steps"
+    if case == "wrong_field_name":
+        pairs.write_text(PAIR + "\n" + json.dumps({"prompt": "Q", "completion": "A"}) + "\n")
+        return good, [f"{pairs} line 2", "missing string field 'response'", "completion"], "3steps"
+    if case == "wrong_field_type":
+        pairs.write_text(PAIR + "\n" + PAIR + "\n" + json.dumps({"prompt": 5, "response": "A"}) + "\n")
+        return good, [f"{pairs} line 3", "field 'prompt' must be a string, got int"], "3steps"
+    if case == "all_too_long":
+        pairs.write_text(json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
+        return good, [str(pairs), "no usable", "longer than seq_len=32"], "3steps"
+    if case == "one_example":
+        pairs.write_text(PAIR + "\n")
+        return good, [str(pairs), "1 examples leave none to train on"], "3steps"
+    if case == "non_utf8_text":
+        (tmp / "book.txt").write_bytes(TEXT.encode() + b"\xfa")
+        return [f"data={tmp / 'book.txt'}"], [str(tmp / "book.txt"), "not UTF-8", f"offset {len(TEXT)}"], "3steps"
+    if case == "missing_model_folder":
+        return [*good, f"model={tmp / 'no-model'}"], [str(tmp / "no-model"), "no such model folder"], "3steps"
+    if case in ("corrupt_config", "corrupt_tokenizer", "corrupt_weights", "unknown_model_type", "weights_do_not_fit"):
+        import shutil
+
+        broken = tmp / "broken"
+        shutil.copytree(model, broken)
+        file, content, needle = {
+            "corrupt_config": ("config.json", b"{not json", "cannot load the model config"),
+            "unknown_model_type": ("config.json", None, "cannot load the model config"),
+            "corrupt_tokenizer": ("tokenizer.json", b"\xff\xfe\xfa", "cannot load the tokenizer"),
+            "corrupt_weights": ("model.safetensors", b"\x00garbage", "cannot load the model weights"),
+            "weights_do_not_fit": ("model.safetensors", None, "do not fit")}[case]
+        if case == "unknown_model_type":
+            config = json.loads((broken / file).read_text())
+            (broken / file).write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
+        elif case == "weights_do_not_fit":  # config.json promises a wider model than the weights hold
+            config = json.loads((broken / "config.json").read_text())
+            (broken / "config.json").write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
+        else:
+            (broken / file).write_bytes(content)
+        return [*good, f"model={broken}"], [str(broken / file), needle], "3steps"
+    if case == "typo_key":
+        return [*good, "rnak=4"], ["unknown key 'rnak'", "did you mean 'rank'?"], "3steps"
+    if case == "bad_int":
+        return [*good, "micro_batch=abc"], ["micro_batch='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [*good, "lr=fast"], ["lr='fast'", "not a valid float"], "3steps"
+    if case == "zero_budget":
+        return good, ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return good, ["'-5'", "expected a number and a unit"], "-5"
+    raise AssertionError(case)
+
+
+GPT_CASES = ["missing_file", "empty_file", "blank_file", "non_utf8", "binary_file", "empty_folder",
+             "folder_with_only_val", "non_utf8_file_in_folder", "non_utf8_val_file", "too_little_validation",
+             "too_little_training", "missing_tokenizer", "corrupt_tokenizer", "typo_key", "typo_key_near", "bad_int",
+             "bad_float", "bad_choice", "zero_budget", "negative_budget"]
+LORA_CASES = ["missing_jsonl", "empty_jsonl", "non_utf8_jsonl", "invalid_json_line", "not_an_object",
+              "wrong_field_name", "wrong_field_type", "all_too_long", "one_example", "non_utf8_text",
+              "missing_model_folder", "corrupt_config", "unknown_model_type", "corrupt_tokenizer", "corrupt_weights",
+              "weights_do_not_fit", "typo_key", "bad_int", "bad_float", "zero_budget", "negative_budget"]
+
+
+@pytest.mark.parametrize("recipe,case", [("llm/gpt", c) for c in GPT_CASES] + [("llm/lora", c) for c in LORA_CASES])
+def test_bad_input_table(recipe, case, tmp_path, capfd, request):
+    if recipe == "llm/gpt":
+        args, needles, budget = _gpt_bad_case(case, tmp_path)
+        args = [*GPT_TINY, *args]
+    else:
+        model = request.getfixturevalue("tiny_llama")
+        args, needles, budget = _lora_bad_case(case, tmp_path, model)
+        args = [f"model={model}", "seq_len=32", "micro_batch=2", "eval_bytes=200", *args]
+    bad_input(capfd, [recipe, *args], tmp_path / "runs", *needles, budget=budget)

@@ -236,3 +236,113 @@ def test_doctor_sees_the_cases_and_finds_no_error(tmp_path, capsys):
             for n, s in (("a", (4, 4)), ("b", (4, 6))))
     (train_x, train_y), (val_x, _) = med.inspect_view([a, b], [b])
     assert len(set(train_x)) == 2 and val_x == train_x[1:] and train_y.shape == (40,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: exit 2, one line naming the file (and the item or key), no ok row
+# ---------------------------------------------------------------------------------------------
+
+def _medical_bad_case(case: str, tmp: Path, request):
+    """(recipe args, needles the error line must hold, budget) for one bad input."""
+    from PIL import Image
+
+    if case == "missing_folder":
+        return [f"data={tmp / 'nowhere'}"], ["nowhere", "not a medical dataset"], "3steps"
+    if case == "file_not_folder":
+        (tmp / "scan.png").write_bytes(b"x")
+        return [f"data={tmp / 'scan.png'}"], ["scan.png", "expected a folder"], "3steps"
+    if case == "empty_folder":
+        (tmp / "empty").mkdir()
+        return [f"data={tmp / 'empty'}"], ["empty", "expected an images/ and a masks/"], "3steps"
+    if case == "empty_images_folder":
+        (tmp / "hollow" / "images").mkdir(parents=True)
+        (tmp / "hollow" / "masks").mkdir()
+        return [f"data={tmp / 'hollow'}"], [str(tmp / "hollow" / "images"), "no images"], "3steps"
+    if case.startswith("decathlon_"):
+        root = request.getfixturevalue("decathlon")
+        dataset_json, meta = root / "dataset.json", json.loads((root / "dataset.json").read_text())
+        if case == "decathlon_bad_json":
+            dataset_json.write_text('{"labels": {"0": "background",')
+            return [f"data={root}"], [str(dataset_json), "cannot read"], "3steps"
+        if case == "decathlon_json_not_object":
+            dataset_json.write_text(json.dumps([meta]))
+            return [f"data={root}"], [str(dataset_json), "expected a JSON object"], "3steps"
+        if case == "decathlon_no_labels":
+            dataset_json.write_text(json.dumps({**meta, "labels": []}))
+            return [f"data={root}"], [str(dataset_json), "no 'labels' mapping"], "3steps"
+        if case == "decathlon_entry_without_label":
+            del meta["training"][2]["label"]
+            dataset_json.write_text(json.dumps(meta))
+            return [f"data={root}"], [str(dataset_json), "'training' entry 3", "'label'"], "3steps"
+        if case == "decathlon_listed_file_missing":
+            (root / "labelsTr" / "case1.nii.gz").unlink()
+            return [f"data={root}"], [str(root / "labelsTr" / "case1.nii.gz"), "not found"], "3steps"
+        if case == "decathlon_nan_image":
+            nifti(root / "imagesTr" / "case2.nii.gz", np.full((40, 40, 8), np.inf, np.float32), (1.0, 1.0, 5.0))
+            return [f"data={root}"], [str(root / "imagesTr" / "case2.nii.gz"), "NaN or infinite"], "3steps"
+        if case == "decathlon_mask_not_whole":
+            nifti(root / "labelsTr" / "case0.nii.gz", np.full((40, 40, 8), 0.5, np.float32), (1.0, 1.0, 5.0))
+            return [f"data={root}"], [str(root / "labelsTr" / "case0.nii.gz"), "not whole numbers"], "3steps"
+        if case == "decathlon_label_out_of_range":
+            label = np.zeros((40, 40, 8), np.uint8)
+            label[3, 3, 3] = 4
+            nifti(root / "labelsTr" / "case1.nii.gz", label, (1.0, 1.0, 5.0))
+            return [f"data={root}"], [str(root / "labelsTr" / "case1.nii.gz"), "unexpected label value 4"], "3steps"
+        raise AssertionError(case)
+    root = png_folder(tmp / "cells", n=4)
+    images, masks = root / "images", root / "masks"
+    if case == "corrupt_image":
+        (images / "slice2.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+        return [f"data={root}"], [str(images / "slice2.png"), "cannot read image"], "3steps"
+    if case == "corrupt_mask":
+        (masks / "slice1.png").write_bytes(b"\xff\xfe\xfa not a png")
+        return [f"data={root}"], [str(masks / "slice1.png"), "cannot read image"], "3steps"
+    if case == "mask_missing":
+        (masks / "slice3.png").unlink()
+        return [f"data={root}"], [str(images / "slice3.png"), "no matching file in"], "3steps"
+    if case == "image_missing":
+        Image.fromarray(np.zeros((48, 48), np.uint8)).save(masks / "slice7.png")
+        return [f"data={root}"], [str(masks / "slice7.png"), "no matching file in"], "3steps"
+    if case == "mask_size_mismatch":
+        Image.fromarray(np.zeros((40, 48), np.uint8)).save(masks / "slice2.png")
+        return [f"data={root}"], [str(masks / "slice2.png"), "does not match image slice2.png"], "3steps"
+    if case == "mask_value_out_of_range":
+        mask = np.zeros((48, 48), np.uint8)
+        mask[:4, :4] = 7
+        Image.fromarray(mask).save(masks / "slice1.png")
+        return ([f"data={root}", "label_values=0,255"],
+                [str(masks / "slice1.png"), "unexpected label value 7 (expected one of [0, 255])"], "3steps")
+    if case == "masks_are_photos":  # a folder of images given as masks: hundreds of values
+        photo = np.random.default_rng(0).integers(0, 256, (48, 48), dtype=np.uint8)
+        Image.fromarray(photo).save(masks / "slice2.png")
+        return [f"data={root}"], [str(masks / "slice2.png"), "distinct values"], "3steps"
+    if case == "channel_mismatch":
+        Image.new("RGB", (48, 48), (10, 20, 30)).save(images / "slice3.png")
+        return [f"data={root}"], [str(images / "slice3.png"), "channel"], "3steps"
+    good = [f"data={root}"]
+    if case == "bad_label_values":
+        return [*good, "label_values=0,x"], ["label_values='0,x'", "whole numbers"], "3steps"
+    if case == "typo_key":
+        return [*good, "lossx=ce"], ["unknown key 'lossx'", "did you mean 'loss'?"], "3steps"
+    if case == "bad_int":
+        return [*good, "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [*good, "lr=fast"], ["lr='fast'", "not a valid float"], "3steps"
+    if case == "bad_choice":
+        return [*good, "loss=dice"], ["loss='dice'", "must be one of"], "3steps"
+    if case == "zero_budget":
+        return good, ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return good, ["'-5'", "expected a number and a unit"], "-5"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "missing_folder", "file_not_folder", "empty_folder", "empty_images_folder", "decathlon_bad_json",
+    "decathlon_json_not_object", "decathlon_no_labels", "decathlon_entry_without_label",
+    "decathlon_listed_file_missing", "decathlon_nan_image", "decathlon_mask_not_whole", "decathlon_label_out_of_range", "corrupt_image", "corrupt_mask", "mask_missing",
+    "image_missing", "mask_size_mismatch", "mask_value_out_of_range", "masks_are_photos", "channel_mismatch",
+    "bad_label_values", "typo_key", "bad_int", "bad_float", "bad_choice", "zero_budget", "negative_budget"])
+def test_bad_input_table(case, tmp_path, capfd, request):
+    args, needles, budget = _medical_bad_case(case, tmp_path, request)
+    conftest.bad_input(capfd, ["medical/unet", *args, *TINY], tmp_path / "runs", *needles, budget=budget)

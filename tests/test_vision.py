@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import summary_block, zoo
+from conftest import bad_input, summary_block, zoo
 from recipes import vision
 from zoo.errors import ZooError
 
@@ -170,3 +170,103 @@ def test_tta_levels_average_views():
     torch.testing.assert_close(mirrored, expected)
     torch.testing.assert_close(no_flip, plain)
     assert vision.predict(model, x, normalize, 2, True).shape == (5, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: exit 2, one line naming the file (and the item or key), no ok row
+# ---------------------------------------------------------------------------------------------
+
+def _image_folder(root, classes=("a", "b"), n=3, size=8):
+    from PIL import Image
+
+    for c, cls in enumerate(classes):
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.new("RGB", (size, size), (40 * i, 60 * c, 90)).save(root / cls / f"{i}.png")
+    return root
+
+
+def _png_bytes(size=8) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), (1, 2, 3)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _vision_bad_case(case: str, tmp):
+    """(recipe args, needles the error line must hold, budget) for one bad input."""
+    good = _image_folder(tmp / "good")
+    if case == "missing_folder":
+        return [f"data={tmp / 'nowhere'}"], ["nowhere", "not a vision dataset"], "3steps"
+    if case == "empty_folder":
+        (tmp / "empty").mkdir()
+        return [f"data={tmp / 'empty'}"], ["empty", "no class subfolders"], "3steps"
+    if case == "file_not_folder":
+        (tmp / "pics.csv").write_text("path,label\n0.png,a\n")
+        return [f"data={tmp / 'pics.csv'}"], ["pics.csv", "not a folder"], "3steps"
+    if case == "no_class_subfolders":  # images straight in the folder
+        (tmp / "flat").mkdir()
+        for i in range(3):
+            (tmp / "flat" / f"{i}.png").write_bytes(_png_bytes())
+        return [f"data={tmp / 'flat'}"], ["flat", "no class subfolders"], "3steps"
+    if case == "class_folders_without_images":
+        for cls in ("a", "b"):
+            (tmp / "noimg" / cls).mkdir(parents=True)
+            (tmp / "noimg" / cls / "readme.txt").write_text("no pictures here")
+        return [f"data={tmp / 'noimg'}"], ["noimg", "no images found"], "3steps"
+    if case == "empty_class_folder":
+        (good / "c").mkdir()
+        return [f"data={good}"], [str(good / "c"), "no images"], "3steps"
+    if case == "corrupt_png":
+        (good / "b" / "7.png").write_bytes(b"\x00\x01garbage bytes, not an image")
+        return [f"data={good}"], [str(good / "b" / "7.png"), "cannot decode image"], "3steps"
+    if case == "truncated_png":
+        (good / "a" / "8.png").write_bytes(_png_bytes(64)[:60])
+        return [f"data={good}"], [str(good / "a" / "8.png"), "cannot decode image"], "3steps"
+    if case == "corrupt_jpg":
+        (good / "a" / "9.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
+        return [f"data={good}"], [str(good / "a" / "9.jpg"), "cannot decode image"], "3steps"
+    if case == "empty_image_file":
+        (good / "a" / "0.png").write_bytes(b"")
+        return [f"data={good}"], [str(good / "a" / "0.png"), "cannot decode image"], "3steps"
+    if case == "val_split_missing_a_class":
+        _image_folder(tmp / "split" / "train")
+        _image_folder(tmp / "split" / "val", classes=("a",))
+        return [f"data={tmp / 'split'}"], [str(tmp / "split" / "val"), "class folder 'b' is missing"], "3steps"
+    if case == "typo_key":
+        return [f"data={good}", "batch_sise=4"], ["unknown key 'batch_sise'", "did you mean 'batch_size'?"], "3steps"
+    if case == "bad_int":
+        return [f"data={good}", "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"
+    if case == "bad_float":
+        return [f"data={good}", "lr=fast"], ["lr='fast'", "not a valid float"], "3steps"
+    if case == "bad_choice":
+        return [f"data={good}", "optimizer=adam"], ["optimizer='adam'", "must be one of"], "3steps"
+    if case == "zero_budget":
+        return [f"data={good}"], ["'0s'", "must be positive"], "0s"
+    if case == "negative_budget":
+        return [f"data={good}"], ["'-5'", "expected a number and a unit"], "-5"
+    if case == "missing_weights":
+        return [f"data={good}", f"weights={tmp / 'w.safetensors'}"], ["w.safetensors", "not found"], "3steps"
+    if case in ("corrupt_weights", "corrupt_weights_pt"):
+        name = "w.safetensors" if case == "corrupt_weights" else "w.pt"
+        (tmp / name).write_bytes(b"\x00not really weights")
+        return [f"data={good}", f"weights={tmp / name}"], [str(tmp / name), "cannot read weights"], "3steps"
+    if case == "finetune_corrupt_weights":  # the timm path of vision/finetune
+        (tmp / "w.safetensors").write_bytes(b"\x00not really weights")
+        return (["vision/finetune", f"data={good}", "model=test_resnet", f"weights={tmp / 'w.safetensors'}"],
+                [str(tmp / "w.safetensors"), "cannot read weights into test_resnet"], "3steps")
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "missing_folder", "empty_folder", "file_not_folder", "no_class_subfolders", "class_folders_without_images",
+    "empty_class_folder", "corrupt_png", "truncated_png", "corrupt_jpg", "empty_image_file",
+    "val_split_missing_a_class", "typo_key", "bad_int", "bad_float", "bad_choice", "zero_budget", "negative_budget",
+    "missing_weights", "corrupt_weights", "corrupt_weights_pt", "finetune_corrupt_weights"])
+def test_bad_input_table(case, tmp_path, capfd):
+    args, needles, budget = _vision_bad_case(case, tmp_path)
+    recipe = args.pop(0) if args[0].startswith("vision/") else "vision/resnet"
+    bad_input(capfd, [recipe, *args, "width=8", "image_size=8"], tmp_path / "runs", *needles, budget=budget)
