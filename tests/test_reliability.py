@@ -88,23 +88,25 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     assert not list(run_dir.glob(".checkpoint.pt.*.tmp"))  # a temp file from a kill mid-write is cleaned up
 
 
-def test_sigterm_checkpoints_exits_143_and_resumes_exactly(tmp_path):
+def test_ctrl_c_and_sigterm_checkpoint_exit_130_143_and_resume_exactly(tmp_path):
     args = ["tabular/mlp", *small_run_args("tabular/mlp", tmp_path), "eval_every=0.25", "log_every=0",
             "--budget", "60steps", "--seed", "4"]
     ref = zoo("run", *args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-2000:]
-    out = tmp_path / "runs"
-    proc = start(args, out)
-    wait_for_step(proc, 20)
-    proc.terminate()
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=60) == 143, rest
-    assert summary_block(rest)["status"] == "interrupted" and "Resume with: zoo run --resume" in rest
-    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["interrupted"]
-    resumed = zoo("run", "--resume", the_run_dir(out, "tabular/mlp"), "--out", out)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
-    assert_same_run(the_run_dir(tmp_path / "ref", "tabular/mlp"), the_run_dir(out, "tabular/mlp"))
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        out = tmp_path / sig.name
+        proc = start(args, out)
+        wait_for_step(proc, 20)
+        proc.send_signal(sig)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == code, rest
+        assert summary_block(rest)["status"] == "interrupted" and "Resume with: zoo run --resume" in rest
+        assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["interrupted"]
+        resumed = zoo("run", "--resume", the_run_dir(out, "tabular/mlp"), "--out", out)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
+        assert_same_run(the_run_dir(tmp_path / "ref", "tabular/mlp"), the_run_dir(out, "tabular/mlp"))
+        assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]  # the same row, updated
 
 
 def test_time_budget_resume_continues_the_schedule_from_the_saved_time(tmp_path):
