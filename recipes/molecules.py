@@ -28,6 +28,7 @@ from shared.budget import Budget, xgboost_time_limit
 from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
 from shared.metrics import summarize_folds
 from shared.precision import choose_device
+from zoo.data import column_list, not_utf8
 from zoo.errors import ZooError
 from zoo.registry import recipe
 
@@ -122,17 +123,23 @@ def read_table(cfg: MolConfig, data_path) -> MolTable:
     smiles_col = cfg.smiles or smiles_col
     targets = [t.strip() for t in cfg.target.split(",") if t.strip()] if cfg.target else targets
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             columns = reader.fieldnames or []
             rows = list(reader)
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except csv.Error as exc:
+        raise ZooError(f"{path} row {reader.line_num}: cannot read as a CSV ({exc})") from None
+    except OSError as exc:
         raise ZooError(f"{path}: cannot read as a UTF-8 CSV ({exc})") from None
+    if not columns:
+        raise ZooError(f"{path}: empty file (no header row, no rows)")
     if not targets:
-        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {', '.join(columns)})")
+        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(columns)})")
     for col in [smiles_col, *targets]:
         if col not in columns:
-            raise ZooError(f"{path}: no column {col!r} (columns: {', '.join(columns)}); set smiles= / target=")
+            raise ZooError(f"{path}: no column {col!r} (columns: {column_list(columns)}); set smiles= / target=")
     if not rows:
         raise ZooError(f"{path}: no rows")
     y = np.full((len(rows), len(targets)), np.nan)
@@ -160,7 +167,8 @@ def read_table(cfg: MolConfig, data_path) -> MolTable:
     skip = cfg.on_invalid == "skip" or (cfg.on_invalid == "auto" and known_bad and len(bad) == known_bad)
     if bad and not skip:
         first = ", ".join(str(i + 2) for i in bad[:5])
-        raise ZooError(f"{path}: {len(bad)} SMILES do not parse (rows {first}{', ...' if len(bad) > 5 else ''}); "
+        raise ZooError(f"{path}: {len(bad)} SMILES do not parse (rows {first}{', ...' if len(bad) > 5 else ''}): "
+                       f"row {bad[0] + 2} is {(rows[bad[0]][smiles_col] or '').strip()[:100]!r}; "
                        "fix them or set on_invalid=skip")
     keep = [i for i in range(len(rows)) if i not in set(bad)]
     mols = [standardize(mols[i]) if cfg.standardize else mols[i] for i in keep]

@@ -34,6 +34,7 @@ from shared import optim, schedule
 from shared.batches import TensorBatches
 from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
 from shared.precision import autocast, choose_device, resolve_precision
+from zoo.data import column_list, not_utf8
 from zoo.errors import ZooError
 from zoo.registry import recipe
 
@@ -161,6 +162,11 @@ def parse_labels(labels: list[str], where: list[str], task: str) -> tuple[np.nda
         except ValueError:
             numbers.append(None)
     numeric = all(v is not None for v in numbers)
+    words = [i for i, v in enumerate(numbers) if v is None]
+    if task == "auto" and words and 2 * len(words) <= len(labels):  # a typo among numbers more often than a class
+        i = words[0]
+        raise ZooError(f"{where[i]}: target {labels[i]!r} is not a number ({len(words)} of {len(labels)} labels "
+                       "are not numbers); fix them, or set task=classification if they are class names")
     if task == "auto":
         task = "classification" if not numeric or set(numbers) <= {0.0, 1.0} else "regression"
     if task == "regression":
@@ -191,7 +197,9 @@ def read_fasta(path: Path) -> list[tuple[str, str, int]]:
                     if not records:
                         raise ZooError(f"{path} line {n}: sequence before the first '>' header; is this FASTA?")
                     records[-1][1].append(line)
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise not_utf8(path, "line") from None
+    except OSError as exc:
         raise ZooError(f"{path}: cannot read as a UTF-8 FASTA file ({exc})") from None
     if not records:
         raise ZooError(f"{path}: no FASTA records")
@@ -203,15 +211,22 @@ def read_csv_rows(path: Path | io.StringIO, name: str) -> tuple[list[str], list[
         f = open(path, newline="", encoding="utf-8-sig") if isinstance(path, Path) else path
         with f:
             reader = csv.DictReader(f)
-            return list(reader.fieldnames or []), list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            columns, rows = list(reader.fieldnames or []), list(reader)
+    except UnicodeDecodeError as exc:
+        if isinstance(path, Path):
+            raise not_utf8(path) from None
         raise ZooError(f"{name}: cannot read as a UTF-8 CSV ({exc})") from None
+    except (OSError, csv.Error) as exc:
+        raise ZooError(f"{name}: cannot read as a UTF-8 CSV ({exc})") from None
+    if not columns:
+        raise ZooError(f"{name}: empty file (no header row, no rows)")
+    return columns, rows
 
 
 def need_columns(name: str, columns: list[str], wanted: list[str], hint: str) -> None:
     for col in wanted:
         if col not in columns:
-            raise ZooError(f"{name}: no column {col!r} (columns: {', '.join(columns)}); {hint}")
+            raise ZooError(f"{name}: no column {col!r} (columns: {column_list(columns)}); {hint}")
 
 
 def load_fasta(cfg: ProteinConfig, path: Path) -> ProteinData:
@@ -263,7 +278,7 @@ def load_npz(cfg: ProteinConfig, path: Path, default_target: str) -> ProteinData
     target = cfg.target or default_target
     for key in ("emb", target):
         if key not in arrays:
-            raise ZooError(f"{path}: no array {key!r} (arrays: {', '.join(arrays)}); embeddings go in 'emb', "
+            raise ZooError(f"{path}: no array {key!r} (arrays: {column_list(arrays)}); embeddings go in 'emb', "
                            "the label in target=")
     emb, raw = arrays["emb"], arrays[target]
     if emb.ndim != 2 or raw.ndim != 1 or len(emb) != len(raw):
@@ -549,7 +564,7 @@ def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Modul
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg),
                  checkpoint_path=run.checkpoint_path if checkpoint else None,
                  resume_from=run.resume_from if checkpoint else None,
-                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log)
+                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, keep={"best": best})
     best.restore(model)
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value

@@ -27,6 +27,7 @@ from shared.budget import xgboost_time_limit
 from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
 from shared.metrics import summarize_folds
 from shared.precision import choose_device
+from zoo.data import column_list, not_utf8
 from zoo.errors import ZooError
 from zoo.registry import recipe
 
@@ -128,12 +129,17 @@ def read_frame(cfg: TabularConfig, run):
             frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
         else:
             raise ZooError(f"{path}: expected a .csv, .tsv or .parquet file")
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
-        raise ZooError(f"{path}: cannot read the table ({str(exc).splitlines()[0][:200]})") from None
+    except pd.errors.EmptyDataError:
+        raise ZooError(f"{path}: empty file (no header row, no rows)") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ZooError(f"{path}: cannot read the table ({first[:200]})") from None
     if frame.empty:
         raise ZooError(f"{path}: no rows")
     if not cfg.target:
-        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {', '.join(map(str, frame))})")
+        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(frame)})")
     return frame, cfg.target, None, str(path)
 
 
@@ -143,10 +149,12 @@ def load_table(cfg: TabularConfig, run) -> Table:
     target = cfg.target or target
     notes: list[str] = []
     if target not in frame:
-        raise ZooError(f"{name}: no column {target!r} (columns: {', '.join(frame.columns)}); set target=")
+        raise ZooError(f"{name}: no column {target!r} (columns: {column_list(frame.columns)}); set target=")
     for col in columns_list(cfg.drop) + columns_list(cfg.categorical):
         if col not in frame:
-            raise ZooError(f"{name}: drop/categorical names {col!r}, not a column (columns: {', '.join(frame.columns)})")
+            raise ZooError(f"{name}: drop/categorical names {col!r}, not a column "
+                           f"(columns: {column_list(frame.columns)})")
+    check_target(frame[target], cfg.task, name, target)
     missing = frame[target].isna().to_numpy()
     if missing.any():
         first = int(np.where(missing)[0][0])
@@ -166,6 +174,29 @@ def load_table(cfg: TabularConfig, run) -> Table:
     return Table(name, X, y, task, classes, test_rows, notes)
 
 
+def check_target(s, task: str, name: str, target: str) -> None:
+    """The target's bad rows, named: an infinite number; a word among numbers (a typo more often than a
+    class: set task=multiclass when the words are classes); any word when task=regression."""
+    import pandas as pd
+
+    present = s.notna().to_numpy()
+    if pd.api.types.is_numeric_dtype(s):
+        bad = np.where(present & ~np.isfinite(s.to_numpy(np.float64, na_value=np.nan)))[0]
+        if len(bad):
+            raise ZooError(f"{name} row {bad[0] + 2}: target {target!r} is {s.iloc[bad[0]]}, not a finite number "
+                           f"({len(bad)} rows in all)")
+        return
+    if task in ("binary", "multiclass"):
+        return
+    text = s.astype("string").str.strip()
+    words = present & pd.to_numeric(text, errors="coerce").isna().to_numpy()
+    if words.any() and (task == "regression" or 2 * int(words.sum()) <= int(present.sum())):
+        first = int(np.where(words)[0][0])
+        raise ZooError(f"{name} row {first + 2}: target {target!r} is {text.iloc[first]!r}, not a number "
+                       f"({int(words.sum())} of {int(present.sum())} values are text); fix them"
+                       + ("" if task == "regression" else ", or set task=multiclass if they are class names"))
+
+
 def prepare_columns(frame, categorical: set[str], name: str, notes: list[str]):
     """Numbers stay numbers (NaN left to the model); text and named columns become pandas categories;
     a column that mixes numbers and words is an error; id-like columns are dropped and reported."""
@@ -181,7 +212,7 @@ def prepare_columns(frame, categorical: set[str], name: str, notes: list[str]):
             if is_id_like(s, numeric=True):
                 notes.append(f"column {col!r} looks like an id (all distinct integers in order): dropped")
                 continue
-            out[col] = s.astype(np.float32)
+            out[col] = finite_feature(s, col, name)
             continue
         text = s.astype("string").str.strip()
         numbers = pd.to_numeric(text, errors="coerce")
@@ -193,7 +224,7 @@ def prepare_columns(frame, categorical: set[str], name: str, notes: list[str]):
                            f"values are not numbers (first: row {bad[0] + 2}, {text.iloc[bad[0]]!r}); fix them, "
                            "or list the column in categorical=")
         if numeric_share == 1.0:
-            out[col] = numbers.astype(np.float32)
+            out[col] = finite_feature(numbers, col, name)
             continue
         if is_id_like(text, numeric=False):
             notes.append(f"column {col!r} looks like an id (a distinct value in every row): dropped")
@@ -202,6 +233,20 @@ def prepare_columns(frame, categorical: set[str], name: str, notes: list[str]):
     if not out:
         raise ZooError(f"{name}: no feature columns left to learn from")
     return pd.DataFrame(out)
+
+
+def finite_feature(s, col: str, name: str):
+    """A numeric column as float32 (NaN stays: missing); an infinite value, or one past float32's range, is an
+    error naming the row (the models cannot take it)."""
+    import pandas as pd
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = s.to_numpy(np.float64, na_value=np.nan).astype(np.float32)
+    bad = np.where(np.isinf(v))[0]
+    if len(bad):
+        raise ZooError(f"{name} row {bad[0] + 2}: column {col!r} is {s.iloc[bad[0]]}, not a finite (float32) number "
+                       f"({len(bad)} rows in all); fix them, or drop={col}")
+    return pd.Series(v, index=s.index, name=s.name)
 
 
 def is_id_like(s, numeric: bool) -> bool:
@@ -675,7 +720,7 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
                  checkpoint_path=run.checkpoint_path if not label else None,
                  resume_from=run.resume_from if not label else None,
                  on_eval=run.record_eval if not label else None, on_train_log=run.record_train if not label else None,
-                 log=run.log)
+                 log=run.log, keep={"best": best})
     best.restore(model)
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value

@@ -1,9 +1,11 @@
 """Training budgets: seconds, optimizer steps or epochs, parsed from ``90s``, ``5m``, ``300steps``."""
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 
 _UNITS = {"s": ("seconds", 1), "sec": ("seconds", 1), "m": ("seconds", 60), "min": ("seconds", 60),
           "h": ("seconds", 3600), "steps": ("steps", 1), "step": ("steps", 1),
@@ -17,12 +19,13 @@ class Budget:
     amount: float
 
     def __str__(self) -> str:
+        """The text that parses back to this budget: ``90s``, ``5m``, ``300steps``."""
         if self.kind == "seconds":
             s = self.amount
-            if s >= 60 and s % 60 == 0:
-                return f"{int(s // 60)}m"
-            return f"{s:g}s"
-        return f"{self.amount:g}{self.kind}"
+            if s >= 60 and s % 60 == 0 and (s // 60) * 60 == s:
+                return f"{_number(s // 60)}m"
+            return f"{_number(s)}s"
+        return f"{_number(self.amount)}{self.kind}"
 
     def progress(self, *, seconds: float, steps: int, steps_per_epoch: int) -> float:
         if self.kind == "seconds":
@@ -34,6 +37,17 @@ class Budget:
         return min(1.0, done)
 
 
+def _number(x: float) -> str:
+    """``x`` as short as ``%g`` writes it, in full where that would round it or use an exponent (which
+    the parser does not read): 1e-07 -> 0.0000001, 12345678.0 -> 12345678."""
+    text = f"{x:g}"
+    if "e" in text or float(text) != x:
+        text = format(Decimal(repr(x)), "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+    return text
+
+
 def parse_budget(text: str) -> Budget:
     """``90s``, ``5m``, ``1h``, ``300steps``, ``3epochs``; the amount must be positive."""
     m = _PATTERN.match(str(text).lower())
@@ -43,6 +57,8 @@ def parse_budget(text: str) -> Budget:
     amount = float(m.group(1)) * scale
     if amount <= 0:
         raise ValueError(f"budget {text!r} must be positive")
+    if not math.isfinite(amount):
+        raise ValueError(f"budget {text!r} is too large")
     if kind == "steps" and amount != int(amount):
         raise ValueError(f"budget {text!r}: steps must be a whole number")
     return Budget(kind, amount)

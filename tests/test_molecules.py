@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_doctor, summary_block, zoo
+from conftest import bad_input, run_doctor, summary_block, zoo
 from recipes import molecules as mol
 from zoo.errors import ZooError
 
@@ -237,3 +237,52 @@ def test_feature_cache_round_trips_tensors_and_refuses_a_pickle_with_code(tmp_pa
     with pytest.raises(ZooError, match="not a plain tensor file, refused unread"):
         mol.cached("graphs", table, lambda: pytest.fail("must not recompute silently"))
     assert not marker.exists()  # the payload never ran
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: each case through `zoo run` in-process, one line naming the file and row or key
+# ---------------------------------------------------------------------------------------------
+
+def _alcohols(smiles=lambda n: "C" * n + "O", y=lambda n: n) -> str:
+    """Rows 2.. of the file hold the alcohols with 1.. carbons."""
+    return "smiles,y\n" + "".join(f"{smiles(n)},{y(n)}\n" for n in range(1, 30))
+
+
+GOOD = _alcohols()
+TINY = ["target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
+
+
+@pytest.mark.parametrize("recipe, name, content, args, needles, budget", [
+    ("molecules/dmpnn", "nope.csv", None, TINY, ["nope.csv", "no such CSV file"], "3steps"),
+    ("molecules/fp-xgb", "zero.csv", b"", TINY, ["zero.csv", "empty file"], "3steps"),
+    ("molecules/dmpnn", "header.csv", "smiles,y\n", TINY, ["header.csv", "no rows"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", GOOD, [*TINY, "smiles=smi"], ["t.csv", "no column 'smi' (columns: smiles, y)"],
+     "3steps"),
+    ("molecules/dmpnn", "t.csv", GOOD, [*TINY, "target=logp"], ["t.csv", "no column 'logp'"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", _alcohols(y=lambda n: "high" if n == 4 else n), TINY,
+     ["t.csv row 5", "target 'y' is 'high', not a number"], "3steps"),
+    ("molecules/dmpnn", "t.csv", _alcohols(y=lambda n: "" if n in (3, 8) else n), TINY,
+     ["t.csv", "2 rows have no target value (first: row 4)"], "3steps"),
+    ("molecules/dmpnn", "t.csv", _alcohols(smiles=lambda n: "C1CC" if n == 6 else "C" * n + "O"), TINY,
+     ["t.csv", "1 SMILES do not parse (rows 7)", "row 7 is 'C1CC'"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", _alcohols(smiles=lambda n: "CXO" if n in (2, 5) else "C" * n + "O"), TINY,
+     ["t.csv", "2 SMILES do not parse (rows 3, 6)", "row 3 is 'CXO'"], "3steps"),
+    ("molecules/fp-xgb", "latin.csv", GOOD.encode().replace(b"\nCCCO,", b"\nCC\xff\xfe\xfa,"), TINY,
+     ["latin.csv row 4", "0xff", "not UTF-8"], "3steps"),
+    ("molecules/dmpnn", "t.csv", GOOD, [*TINY, "smile=smiles"], ["unknown key 'smile'", "did you mean 'smiles'"],
+     "3steps"),
+    ("molecules/fp-xgb", "t.csv", GOOD, [*TINY, "n_estimator=5"],
+     ["unknown key 'n_estimator'", "did you mean 'n_estimators'"], "3steps"),
+    ("molecules/dmpnn", "t.csv", GOOD, [*TINY, "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", GOOD, TINY, ["budget '0s'", "positive"], "0s"),
+    ("molecules/dmpnn", "t.csv", GOOD, TINY, ["budget '-5'"], "-5"),
+], ids=["missing-file", "empty-0-bytes", "header-only", "no-smiles-column", "no-target-column", "text-target",
+        "nan-target", "invalid-smiles-dmpnn", "invalid-smiles-fp-xgb", "non-utf8", "typo-key-dmpnn",
+        "typo-key-fp-xgb", "ill-typed-value", "budget-0s", "budget-negative"])
+def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)

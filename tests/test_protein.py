@@ -380,7 +380,7 @@ def test_bad_csv_and_npz_inputs(tmp_path):
     assert "no such file, and not a dataset name" in run_bad("protein/onehot", "data=p6259")
     bad_bytes = tmp_path / "latin.fasta"
     bad_bytes.write_bytes(b">a|1\nMK\xe9\n")
-    assert "cannot read as a UTF-8 FASTA file" in run_bad("protein/onehot", f"data={bad_bytes}")
+    assert "latin.fasta line 2: byte 0xe9 is not UTF-8 text" in run_bad("protein/onehot", f"data={bad_bytes}")
 
 
 def test_registered_datasets_are_listed():
@@ -423,3 +423,79 @@ def test_doctor_runs_clean_on_small_variant_tables(tmp_path, capsys, tiny_esm, n
     assert ("overfit/one-batch" in checks) == (name != "protein/esm-zeroshot")
     if name == "protein/esm-finetune":
         assert "health/weight-change" in checks  # pretrained tensors only: the head and the LoRA adapters are new
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: each case through `zoo run` in-process, one line naming the file and record or key
+# ---------------------------------------------------------------------------------------------
+
+def _fasta(label=lambda i: f"{i % 7 / 7:.3f}", seq=lambda i: f"MKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR") -> str:
+    """40 records; record i's header is on line 2i + 1."""
+    return "".join(f">v{i}|{label(i)}\n{seq(i)}\n" for i in range(40))
+
+
+def _csv(target=lambda i: f"{i % 7 / 7:.3f}", seq=lambda i: f"MKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR") -> str:
+    return "sequence,target\n" + "".join(f"{seq(i)},{target(i)}\n" for i in range(40))
+
+
+FASTA, CSV = _fasta(), _csv()
+MUTANTS = "mutant,y\nM1A,0.1\nK2A,0.5\nT3W,0.2\nM1C:K2D,0.9\n"
+TINY = ["hidden=16", "batch_size=8"]
+ZERO = ["target=y", "wt=MKTAYIAKQR"]
+
+
+@pytest.mark.parametrize("recipe, name, content, args, needles, budget", [
+    ("protein/onehot", "nope.fasta", None, TINY, ["nope.fasta", "no such file"], "3steps"),
+    ("protein/esm-zeroshot", "nope.csv", None, ZERO, ["nope.csv", "no such CSV file"], "3steps"),
+    ("protein/esm-embed", "zero.fasta", b"", TINY, ["zero.fasta", "no FASTA records"], "3steps"),
+    ("protein/onehot", "zero.csv", b"", TINY, ["zero.csv", "empty file"], "3steps"),
+    ("protein/esm-finetune", "header.csv", "sequence,target\n", TINY, ["header.csv", "no rows"], "3steps"),
+    ("protein/onehot", "header.fasta", ">a|1.0\n", TINY, ["header.fasta record 'a|1.0' (line 1)", "empty sequence"],
+     "3steps"),
+    ("protein/onehot", "t.csv", CSV.replace("sequence,", "seq,", 1), TINY,
+     ["t.csv", "no column 'sequence' (columns: seq, target)"], "3steps"),
+    ("protein/esm-embed", "t.csv", CSV, [*TINY, "target=fitness"], ["t.csv", "no column 'fitness'"], "3steps"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS, [*ZERO, "mutant=mut"], ["m.csv", "no column 'mut'"], "3steps"),
+    ("protein/onehot", "t.fasta", _fasta(label=lambda i: "abc" if i == 5 else i / 7), TINY,
+     ["t.fasta record 'v5|abc' (line 11)", "target 'abc' is not a number"], "3steps"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS.replace("0.5", "high"), ZERO,
+     ["m.csv row 3", "target 'high' is not a finite number"], "3steps"),
+    ("protein/esm-finetune", "t.fasta", _fasta(label=lambda i: "nan" if i == 3 else i / 7), TINY,
+     ["t.fasta record 'v3|nan' (line 7)", "not a finite number"], "3steps"),
+    ("protein/onehot", "t.csv", _csv(target=lambda i: "" if i == 8 else i / 7), TINY,
+     ["t.csv row 10", "target '' is not a number"], "3steps"),
+    ("protein/esm-embed", "t.fasta", _fasta(seq=lambda i: "MKTJYIAKQR" if i == 2 else "MKTAYIAKQR"), TINY,
+     ["t.fasta record 'v2|0.286' (line 5)", "unknown amino-acid letter 'J' at position 4"], "3steps"),
+    ("protein/onehot", "t.csv", _csv(seq=lambda i: "MKTAYIAK*R" if i == 6 else "MKTAYIAKQR"), TINY,
+     ["t.csv row 8", "unknown amino-acid letter '*' at position 9"], "3steps"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS.replace("T3W", "T3J"), ZERO,
+     ["m.csv row 4", "T3J mutates to 'J'"], "3steps"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS, ["target=y", "wt=MKTAYIBKQRZ1"],
+     ["wild type (MKTAYIBKQRZ1)", "unknown amino-acid letter '1' at position 12"], "3steps"),
+    ("protein/onehot", "latin.fasta", FASTA.encode().replace(b">v1|", b">v1\xff\xfe\xfa|"), TINY,
+     ["latin.fasta line 3", "0xff", "not UTF-8"], "3steps"),
+    ("protein/esm-zeroshot", "latin.csv", MUTANTS.encode().replace(b"K2A", b"K2\xff\xfe\xfa"), ZERO,
+     ["latin.csv row 3", "0xff", "not UTF-8"], "3steps"),
+    ("protein/onehot", "t.fasta", FASTA, [*TINY, "hiden=16"], ["unknown key 'hiden'", "did you mean 'hidden'"],
+     "3steps"),
+    ("protein/esm-finetune", "t.fasta", FASTA, [*TINY, "finetun=full"],
+     ["unknown key 'finetun'", "did you mean 'finetune'"], "3steps"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS, [*ZERO, "ofset=1"], ["unknown key 'ofset'", "did you mean 'offset'"],
+     "3steps"),
+    ("protein/esm-finetune", "t.fasta", FASTA, ["batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"),
+    ("protein/esm-embed", "t.fasta", FASTA, TINY, ["budget '0s'", "positive"], "0s"),
+    ("protein/esm-zeroshot", "m.csv", MUTANTS, ZERO, ["budget '-5'"], "-5"),
+], ids=["missing-file", "missing-file-zeroshot", "empty-0-bytes-fasta", "empty-0-bytes-csv", "header-only-csv",
+        "header-only-fasta", "no-sequence-column", "no-target-column", "no-mutant-column", "text-target",
+        "text-target-zeroshot", "nan-target", "empty-target-csv", "unknown-amino-acid-fasta", "unknown-amino-acid-csv",
+        "unknown-amino-acid-mutant", "unknown-amino-acid-wild-type", "non-utf8-fasta", "non-utf8-csv",
+        "typo-key-onehot", "typo-key-finetune", "typo-key-zeroshot", "ill-typed-value", "budget-0s",
+        "budget-negative"])
+def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    weights = [f"esm_weights={make_tiny_esm(tmp_path / 'esm2_tiny.pt')}"] if "esm" in recipe else []
+    conftest.bad_input(capfd, [recipe, f"data={path}", *args, *weights], tmp_path / "runs", *needles, budget=budget)

@@ -199,3 +199,47 @@ def test_doctor_finds_test_rows_copied_from_training_rows(tmp_path):
     leak = next(f for f in findings if f["check"] == "data/leakage")
     assert leak["severity"] in ("warn", "error") and "exact copies of training rows" in leak["message"]
     assert code == 1 and not any(f["check"] == "data/nonfinite" for f in findings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input, one table: each case through `zoo run` in-process, one line naming the file and row or key
+# ---------------------------------------------------------------------------------------------
+
+def _table(rows: int = 30, y=lambda i: f"{i * 1.5}") -> str:
+    return "a,b,y\n" + "".join(f"{i},{i % 3},{y(i)}\n" for i in range(rows))
+
+
+GOOD = _table()
+
+
+@pytest.mark.parametrize("recipe, name, content, args, needles, budget", [
+    ("tabular/xgb", "nope.csv", None, ["target=y"], ["nope.csv", "no such file"], "3steps"),
+    ("tabular/mlp", "zero.csv", b"", ["target=y"], ["zero.csv", "empty file"], "3steps"),
+    ("tabular/xgb", "header.csv", "a,b,y\n", ["target=y"], ["header.csv", "no rows"], "3steps"),
+    ("tabular/mlp", "t.csv", GOOD, ["target=price"], ["t.csv", "no column 'price' (columns: a, b, y)"], "3steps"),
+    ("tabular/xgb", "t.csv", _table(y=lambda i: "abc" if i == 4 else i * 1.5), ["target=y"],
+     ["t.csv row 6", "'abc'", "not a number"], "3steps"),
+    ("tabular/mlp", "t.csv", _table(y=lambda i: "high" if i == 0 else i), ["target=y", "task=regression"],
+     ["t.csv row 2", "'high'"], "3steps"),
+    ("tabular/mlp", "t.csv", _table(y=lambda i: "" if i in (2, 9) else i * 1.5), ["target=y"],
+     ["t.csv", "2 rows have no 'y' (first: row 4)"], "3steps"),
+    ("tabular/xgb", "t.csv", _table(y=lambda i: "inf" if i == 7 else i * 1.5), ["target=y"],
+     ["t.csv row 9", "not a finite number"], "3steps"),
+    ("tabular/xgb", "latin.csv", GOOD.encode().replace(b"\n2,", b"\n\xff\xfe\xfa,"), ["target=y"],
+     ["latin.csv row 4", "0xff", "not UTF-8"], "3steps"),
+    ("tabular/mlp", "t.csv", GOOD, ["target=y", "hiden=16"], ["unknown key 'hiden'", "did you mean 'hidden'"],
+     "3steps"),
+    ("tabular/xgb", "t.csv", GOOD, ["targt=y"], ["unknown key 'targt'", "did you mean 'target'"], "3steps"),
+    ("tabular/mlp", "t.csv", GOOD, ["target=y", "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"),
+    ("tabular/xgb", "t.csv", GOOD, ["target=y"], ["budget '0s'", "positive"], "0s"),
+    ("tabular/mlp", "t.csv", GOOD, ["target=y"], ["budget '-5'"], "-5"),
+], ids=["missing-file", "empty-0-bytes", "header-only", "no-target-column", "text-in-numeric-target",
+        "text-in-regression-target", "nan-target", "inf-target", "non-utf8", "typo-key-mlp", "typo-key-xgb",
+        "ill-typed-value", "budget-0s", "budget-negative"])
+def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    conftest.bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)

@@ -9,6 +9,7 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -33,13 +34,16 @@ def coerce(key: str, value, annotation, source: str):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if type(None) in options:
                 return None
+        errors = []
         for option in options:
             if option is type(None):
                 continue
             try:
                 return coerce(key, value, option, source)
-            except ZooError:
-                continue
+            except ZooError as exc:
+                errors.append(exc)
+        if len(errors) == 1:  # Optional[X]: X's own message, with 'or none'
+            raise ZooError(f"{errors[0]} (or none)") from None
         raise ZooError(f"{source}: {key}={value!r} is not a valid {annotation}")
     if origin is typing.Literal:
         choices = typing.get_args(annotation)
@@ -62,12 +66,14 @@ def coerce(key: str, value, annotation, source: str):
             if isinstance(value, bool):
                 raise ValueError
             out = float(value)
+            if not math.isfinite(out):  # a NaN or infinite LR, weight or fraction is never meant
+                raise ZooError(f"{source}: {key}={value!r} is not a finite number")
             return out
         if annotation is str:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):  # TypeError: a JSON null or list; OverflowError: 10**400 as float
         name = getattr(annotation, "__name__", str(annotation))
         raise ZooError(f"{source}: {key}={value!r} is not a valid {name}") from None
     raise ZooError(f"{source}: {key} has an unsupported type {annotation}")
