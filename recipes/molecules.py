@@ -578,8 +578,9 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
     settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, budget, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
-                 checkpoint_path=None, resume_from=None, on_eval=run.record_eval if label == "" else None,
-                 on_train_log=run.record_train if label == "" else None, log=run.log)
+                 checkpoint_path=run.checkpoint_path if label == "" else None,
+                 resume_from=run.resume_from if label == "" else None, on_eval=run.record_eval if label == "" else None,
+                 on_train_log=run.record_train if label == "" else None, log=run.log, keep={"best": best})
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
     test_pred = unscale(predict(model, graphs, test_idx, extra, device, task))
     stats = result.stats()

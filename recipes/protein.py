@@ -537,7 +537,7 @@ def head_loss(pred: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
 
 
 def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
-                     optimizer: torch.optim.Optimizer, device, predict_fn, checkpoint: bool) -> tuple[np.ndarray, dict]:
+                     optimizer: torch.optim.Optimizer, device, predict_fn) -> tuple[np.ndarray, dict]:
     """The core loop on (inputs, targets) rows; the best validation state predicts the test rows."""
     train, val, test = data.split
     mean, std = (float(data.y[train].mean()), float(data.y[train].std()) or 1.0) if data.task == "regression" \
@@ -562,8 +562,7 @@ def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Modul
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
     result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg),
-                 checkpoint_path=run.checkpoint_path if checkpoint else None,
-                 resume_from=run.resume_from if checkpoint else None,
+                 checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
                  on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, keep={"best": best})
     best.restore(model)
     stats = result.stats()
@@ -588,7 +587,7 @@ def train_mlp_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, sc
     model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
     pred, stats = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
-                                   functools.partial(predict_rows, device=device), checkpoint=False)
+                                   functools.partial(predict_rows, device=device))
     return pred, stats, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
 
 
@@ -993,7 +992,7 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
     tokens = tokenize(alphabet, data.seqs)
     pred, stats = train_supervised(
         cfg, run, data, model, tokens, batch, optimizer, device,
-        functools.partial(predict_tokens, device=device, precision=precision, batch=batch * 4), checkpoint=True)
+        functools.partial(predict_tokens, device=device, precision=precision, batch=batch * 4))
     if mode == "lora":
         model.esm.save_pretrained(run.dir / "adapter")
     torch.save({k: v for k, v in model.state_dict().items() if k.startswith("head.")}, run.dir / "head.pt")

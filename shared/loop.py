@@ -241,6 +241,7 @@ class _State:
     next_train_log: int = 1  # train rows are logged at every TRAIN_LOG_EVERY of progress
     train_window_loss: float = 0.0
     train_window_steps: int = 0
+    flops_per_step: float = -1.0  # counted on the run's first step (-1: not yet); a resumed run never counts again
 
 
 _INTERCEPT: list[Callable] = []  # ``zoo doctor`` takes the parts a recipe hands to ``fit`` instead of training
@@ -325,7 +326,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     log(f"global batch {global_batch} = {batches.batch_size} per device x {s.accum_steps} accumulation step(s) x "
         f"{world} process(es)" + (" (FSDP2)" if fsdp else " (DDP)" if world > 1 else ""))
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
-    flops_per_step, peak = None, peak_flops(device)
+    peak = peak_flops(device)
     timed_steps = timed_seconds = 0.0
     last_ckpt = last_log = time.time()
     grad_norm = torch.zeros(())
@@ -370,9 +371,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                         params, train_model = now, wrap()
                 lr_mult = update_hparams(optimizer, progress, state.step)
                 t0 = time.perf_counter()
-                # FLOPs are counted once, on this process's first step (which is then not timed).
+                # FLOPs are counted once, on the run's first step (which is then not timed). The counter runs the
+                # ops under a dispatch mode, which can round differently: a resumed run reuses the saved count.
                 try:
-                    with counting_flops() if flops_per_step is None else contextlib.nullcontext() as counter:
+                    with counting_flops() if state.flops_per_step < 0 else contextlib.nullcontext() as counter:
                         loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
                                                       device, precision)
                 except Exception as exc:
@@ -381,7 +383,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     raise OutOfMemory(state.step, batches.batch_size, s.accum_steps, device, precision,
                                       hasattr(model, "blocks"), str(exc)) from None
                 if counter is not None:
-                    flops_per_step = float(counter.get_total_flops())
+                    state.flops_per_step = float(counter.get_total_flops())
                 if slow is not None and (state.step + 1) % 5 == 0:
                     slow.update(model, decay=s.lookahead ** 5 * progress ** 3)
                     slow.copy_to(model)
@@ -429,7 +431,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     finally:
         gc.enable()
         gc.unfreeze()
-    flops_per_step = flops_per_step or 0.0
+    flops_per_step = max(state.flops_per_step, 0.0)
     mfu = 100 * flops_per_step * timed_steps / timed_seconds / peak if peak and timed_seconds > 0 else float("nan")
     return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,

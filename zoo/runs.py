@@ -286,7 +286,8 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES) if run.main else {}
     if run.resuming:
         if not run.checkpoint_path.exists():
-            raise ZooError(f"{run_dir}: no checkpoint.pt to resume from")
+            raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "
+                           f"checkpoint, or {spec.name} trains without the core loop); start it again")
         _trim_metrics(run)
     elif run.main:
         _write_json(run_dir / "config.json", {
