@@ -340,3 +340,12 @@ def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkey
         w.join()
         assert w.exitcode == 0
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["leaderboard.md"]
+
+
+def test_debug_shows_the_traceback_the_one_line_hides(tmp_path):
+    from zoo.cli import main
+    from zoo.errors import ZooError
+
+    assert main(["run", "tabular/mlp", "lrr=1", "--out", str(tmp_path)]) == 2
+    with pytest.raises(ZooError, match="unknown key 'lrr'; did you mean 'lr'"):
+        main(["--debug", "run", "tabular/mlp", "lrr=1", "--out", str(tmp_path)])
