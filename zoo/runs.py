@@ -345,6 +345,8 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     if not run.main:
         if input_error is not None:
             raise input_error
+        if status == "ok":  # leave together: a rank exiting while rank 0 still talks can abort gloo's peer
+            distributed.barrier()
         return Outcome(code, run_dir, {})
     if "processes" in metrics and metrics["processes"] > 1:
         run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
@@ -367,6 +369,8 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     run.logger.handlers.clear()
     if input_error is not None:
         raise input_error  # the CLI prints it as one line on stderr and exits 2
+    if status == "ok":
+        distributed.barrier()
     return Outcome(code, run_dir, summary)
 
 
