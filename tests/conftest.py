@@ -40,6 +40,15 @@ def run_bad(*args, budget: str) -> str:
     return r.stderr.strip().splitlines()[-1]
 
 
+def write_file(path: Path, content: str | bytes | None) -> Path:
+    """A test file: text, raw bytes (a bad encoding, say), or nothing at all (None: the file is missing)."""
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    return path
+
+
 def bad_input(capfd, args: list, out: Path, *needles: str, budget: str = "3steps") -> str:
     """``zoo run ARGS`` in-process on bad input: exit 2, one line on stderr naming ``needles``, no traceback,
     and no ``ok`` row in the results index. Returns the line. (In-process: a table of cases costs no imports.)"""

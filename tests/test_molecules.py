@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, run_doctor, summary_block, zoo
+from conftest import bad_input, run_doctor, summary_block, write_file, zoo
 from recipes import molecules as mol
 from zoo.errors import ZooError
 
@@ -280,9 +280,5 @@ TINY = ["target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
         "nan-target", "invalid-smiles-dmpnn", "invalid-smiles-fp-xgb", "non-utf8", "typo-key-dmpnn",
         "typo-key-fp-xgb", "ill-typed-value", "budget-0s", "budget-negative"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
-    path = tmp_path / name
-    if isinstance(content, str):
-        path.write_text(content)
-    elif content is not None:
-        path.write_bytes(content)
+    path = write_file(tmp_path / name, content)
     bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)

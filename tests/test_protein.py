@@ -492,10 +492,6 @@ ZERO = ["target=y", "wt=MKTAYIAKQR"]
         "typo-key-onehot", "typo-key-finetune", "typo-key-zeroshot", "ill-typed-value", "budget-0s",
         "budget-negative"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
-    path = tmp_path / name
-    if isinstance(content, str):
-        path.write_text(content)
-    elif content is not None:
-        path.write_bytes(content)
+    path = conftest.write_file(tmp_path / name, content)
     weights = [f"esm_weights={make_tiny_esm(tmp_path / 'esm2_tiny.pt')}"] if "esm" in recipe else []
     conftest.bad_input(capfd, [recipe, f"data={path}", *args, *weights], tmp_path / "runs", *needles, budget=budget)

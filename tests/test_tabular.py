@@ -237,9 +237,5 @@ GOOD = _table()
         "text-in-regression-target", "nan-target", "inf-target", "non-utf8", "typo-key-mlp", "typo-key-xgb",
         "ill-typed-value", "budget-0s", "budget-negative"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
-    path = tmp_path / name
-    if isinstance(content, str):
-        path.write_text(content)
-    elif content is not None:
-        path.write_bytes(content)
+    path = conftest.write_file(tmp_path / name, content)
     conftest.bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)
