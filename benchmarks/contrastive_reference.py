@@ -22,9 +22,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recipes import contrastive as con  # noqa: E402
-from recipes import vision  # noqa: E402
-from zoo.data import locate  # noqa: E402
+from recipe_zoo.recipes import contrastive as con  # noqa: E402
+from recipe_zoo.recipes import vision  # noqa: E402
+from recipe_zoo.data import locate  # noqa: E402
 
 
 def main() -> None:

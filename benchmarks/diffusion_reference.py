@@ -20,8 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recipes import diffusion as dif  # noqa: E402
-from zoo.data import locate  # noqa: E402
+from recipe_zoo.recipes import diffusion as dif  # noqa: E402
+from recipe_zoo.data import locate  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     if args.data == "mnist":
         data = dif.load_mnist_generative(locate("mnist"))
     else:
-        from recipes.vision import load_digits_splits
+        from recipe_zoo.recipes.vision import load_digits_splits
 
         data = load_digits_splits()
     net, acc = dif.feature_net(data, print)

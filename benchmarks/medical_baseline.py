@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zoo.data import locate  # noqa: E402
+from recipe_zoo.data import locate  # noqa: E402
 
 
 def load(root: Path, ids):

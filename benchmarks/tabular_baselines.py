@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recipes import tabular as tab  # noqa: E402
-from zoo.data import locate  # noqa: E402
+from recipe_zoo.recipes import tabular as tab  # noqa: E402
+from recipe_zoo.data import locate  # noqa: E402
 
 
 class _Run:

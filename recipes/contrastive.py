@@ -20,16 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import metrics, optim, schedule
-from shared.checkpoint import export_safetensors
-from shared.distributed import unwrap
-from shared.loop import LoopSettings, fit
-from shared.precision import choose_device, speed_switches
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.distributed import unwrap
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import choose_device, speed_switches
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 if TYPE_CHECKING:  # imported where used: a copied template must register only itself, not vision's recipes
-    from recipes import vision
+    from recipe_zoo.recipes import vision
 
 
 # =============================================================================================
@@ -106,7 +106,7 @@ class SSLData:
 
 def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
     """Every image under ``root`` (any depth, class folders or none); other files are counted."""
-    from recipes import vision
+    from recipe_zoo.recipes import vision
 
     if not root.exists():
         raise ZooError(f"{root}: folder not found")
@@ -122,7 +122,7 @@ def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
 
 
 def load_data(cfg: ContrastiveConfig, run) -> SSLData:
-    from recipes import vision
+    from recipe_zoo.recipes import vision
 
     size = cfg.image_size or None
     if cfg.eval_data:
@@ -202,7 +202,7 @@ def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Ten
 
 def build_backbone(cfg: ContrastiveConfig, channels: int, size: int) -> tuple[nn.Module, int]:
     """vision's backbones without their classifier: (module mapping images to features, feature width)."""
-    from recipes import vision
+    from recipe_zoo.recipes import vision
 
     vcfg = dataclasses.replace(vision.VisionConfig(), model=cfg.model, width=cfg.width)
     model, head = vision.build_model(vcfg, channels, 1, size)
@@ -373,7 +373,7 @@ def build_optimizer(cfg: ContrastiveConfig, model: SSLModel) -> torch.optim.Opti
         budget="60s", summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
         defaults={"method": "byol"})
 def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
-    from recipes import vision
+    from recipe_zoo.recipes import vision
 
     method = cfg.method
     cfg = dataclasses.replace(cfg, **{k: v for k, v in METHOD_DEFAULTS[method].items() if not getattr(cfg, k)})
@@ -438,7 +438,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
             if step > 0:
                 update_target(model, byol_momentum(cfg.momentum_base, progress))
 
-    from shared.batches import TensorBatches
+    from recipe_zoo.core.batches import TensorBatches
 
     batches = TensorBatches((data.pretrain_x,), cfg.batch_size, seed=run.seed, transform=draw_seed)
     optimizer = build_optimizer(cfg, model)

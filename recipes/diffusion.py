@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import distributed, metrics, optim, schedule
-from shared.checkpoint import export_safetensors
-from shared.flops import counting_flops, peak_flops
-from shared.loop import LoopSettings, fit
-from shared.precision import choose_device, speed_switches
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import distributed, metrics, optim, schedule
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.flops import counting_flops, peak_flops
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import choose_device, speed_switches
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config
@@ -86,13 +86,13 @@ class DiffusionConfig(LoopSettings):
 
 def load_mnist_generative(root: Path):
     """MNIST's 10,000 test images split once into 9,000 training and 1,000 held-out (stratified, seed 0)."""
-    from recipes.vision import load_mnist_test_splits
+    from recipe_zoo.recipes.vision import load_mnist_test_splits
 
     return load_mnist_test_splits(root, test_size=1000, name="mnist")
 
 
 def load_data(cfg: DiffusionConfig, run):
-    from recipes.vision import load_digits_splits, load_folder_splits, resize_splits
+    from recipe_zoo.recipes.vision import load_digits_splits, load_folder_splits, resize_splits
 
     size = cfg.image_size or None
     if cfg.data == "digits":
@@ -511,7 +511,7 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
             return diffusion_loss(model, x0, labels, cfg, scheduler)
         return flow_loss(model, x0, labels, cfg)
 
-    from shared.batches import TensorBatches
+    from recipe_zoo.core.batches import TensorBatches
 
     batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed, transform=augment)
     optimizer = build_optimizer(cfg, model)

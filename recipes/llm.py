@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import distributed, optim, schedule
-from shared.batches import TensorBatches
-from shared.checkpoint import export_safetensors
-from shared.flops import peak_flops
-from shared.loop import LoopSettings, fit
-from shared.precision import autocast, choose_device, resolve_precision, speed_switches
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.flops import peak_flops
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config
@@ -156,7 +156,7 @@ def split_tail(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
 def load_text(data: str, val_fraction: float, data_path, log=print) -> TextSplits:
     """A named dataset, a text file (``NAME.val.txt`` beside it is validation), a folder of text
     files (a ``val`` subfolder or ``val.txt`` inside is validation), or ``hf:NAME[:CONFIG]``."""
-    from zoo.data import DATASETS
+    from recipe_zoo.data import DATASETS
 
     if data.startswith("hf:"):
         return _load_hf_text(data, val_fraction)

@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import distributed, optim, schedule
-from shared.batches import batch_seed
-from shared.checkpoint import export_safetensors
-from shared.loop import LoopSettings, fit
-from shared.precision import autocast, choose_device, resolve_precision, speed_switches
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core.batches import batch_seed
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config: every 0 / '' / 'auto' is filled in by the plan (printed, saved as plan.json)
@@ -425,7 +425,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
         user.append("batch_size")
     patch = list(fixed_patch or [min(s, 1024 if dims == 2 else 160) for s in shape])
     memory = (0.4 if device.type == "cuda" else 0.25) * free_memory(device)
-    from shared.flops import peak_flops
+    from recipe_zoo.core.flops import peak_flops
 
     rate = (cfg.compute_efficiency or (0.3 if device.type == "cuda" else 0.4)) * (peak_flops(device) or 1e11)
     seconds = budget.amount if budget.kind == "seconds" else None
@@ -626,7 +626,7 @@ def swin_features(width: int) -> int:
 def network_cost(cfg: MedicalConfig, in_channels: int, classes: int):
     """``(dims, levels, width) -> (forward FLOPs, activation bytes) per input voxel``, measured once
     on a small input (both grow linearly with the voxels)."""
-    from shared.flops import counting_flops
+    from recipe_zoo.core.flops import counting_flops
 
     cache: dict = {}
 

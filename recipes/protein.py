@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import optim, schedule
-from shared.batches import TensorBatches
-from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
-from shared.precision import autocast, choose_device, resolve_precision
-from zoo.data import column_list, not_utf8
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import optim, schedule
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
+from recipe_zoo.data import column_list, not_utf8
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config
@@ -682,7 +682,7 @@ def load_esm(cfg: ProteinConfig, seed: int) -> tuple[nn.Module, object, str]:
             raise ZooError(f"esm_model={cfg.esm_model!r}: a fair-esm name ({', '.join(ESM2_MODELS)}) or scratch")
         path = Path(torch.hub.get_dir()) / "checkpoints" / f"{cfg.esm_model}.pt"
         if not path.is_file():
-            from zoo.data import download
+            from recipe_zoo.data import download
 
             try:
                 download(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)

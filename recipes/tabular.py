@@ -21,15 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import optim, schedule
-from shared.batches import TensorBatches
-from shared.budget import xgboost_time_limit
-from shared.loop import BestState, LoopSettings, fit, peak_memory_mb
-from shared.metrics import summarize_folds
-from shared.precision import choose_device
-from zoo.data import column_list, not_utf8
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import optim, schedule
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.budget import xgboost_time_limit
+from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
+from recipe_zoo.core.metrics import summarize_folds
+from recipe_zoo.core.precision import choose_device
+from recipe_zoo.data import column_list, not_utf8
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config
@@ -809,7 +809,7 @@ def train_xgb(cfg: TabularConfig, run) -> dict[str, float]:
         summary="an MLP (or model=ft-transformer) over standardised numbers and categorical embeddings through "
                 "the core loop; for large tables")
 def train_mlp(cfg: TabularConfig, run) -> dict[str, float]:
-    from shared.budget import Budget
+    from recipe_zoo.core.budget import Budget
 
     table, views = prepare(cfg, run)
     inspect_split(run, table, views, loop=True)

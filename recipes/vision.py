@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import metrics, optim, schedule
-from shared.checkpoint import export_safetensors
-from shared.diagnose import relative_weight_change, snapshot
-from shared.loop import LoopSettings, fit
-from shared.precision import choose_device, speed_switches
-from zoo.errors import ZooError
-from zoo.registry import recipe
+from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.diagnose import relative_weight_change, snapshot
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import choose_device, speed_switches
+from recipe_zoo.errors import ZooError
+from recipe_zoo.registry import recipe
 
 # =============================================================================================
 # Config
@@ -666,7 +666,7 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
             x, y = mix(x, y, num_classes, cfg)
         return F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
 
-    from shared.batches import TensorBatches
+    from recipe_zoo.core.batches import TensorBatches
 
     batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
                             transform=functools.partial(augment, cfg=cfg))

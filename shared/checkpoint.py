@@ -73,7 +73,7 @@ def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
     from safetensors.torch import save_file, save_model
 
-    from shared.distributed import fsdp_sharded, gathered_state
+    from recipe_zoo.core.distributed import fsdp_sharded, gathered_state
 
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
     if fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.loop import _train_step
-from shared.precision import autocast, grad_scaler, resolve_precision
+from recipe_zoo.core.loop import _train_step
+from recipe_zoo.core.precision import autocast, grad_scaler, resolve_precision
 
 
 @dataclass

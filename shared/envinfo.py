@@ -24,7 +24,7 @@ def hardware() -> str:
     Under torchrun: the GPUs the job uses (all nodes), or ``AMD EPYC (1 threads) x 2 processes``."""
     import torch
 
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     world = distributed.world_size()
     if torch.cuda.is_available():

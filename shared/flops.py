@@ -30,7 +30,7 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
 
     A practical peak, not the datasheet's: MFU on CPUs says how close a step runs to what this CPU
     reaches on its best-tuned kernel (convolutions through oneDNN can come close to it)."""
-    from shared.envinfo import cpu_model
+    from recipe_zoo.core.envinfo import cpu_model
 
     threads = torch.get_num_threads()
     key = f"{cpu_model()}|{threads} threads|fp32 matmul 2048"

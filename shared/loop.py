@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared import checkpoint as ckpt
-from shared import distributed
-from shared.budget import Budget
-from shared.flops import counting_flops, peak_flops
-from shared.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
+from recipe_zoo.core import checkpoint as ckpt
+from recipe_zoo.core import distributed
+from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.flops import counting_flops, peak_flops
+from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
                               resolve_precision)
 
 DIVERGENCE_HINT = ("lower the LR 3-10x; clip gradients at 1.0; check inputs for inf/NaN; "

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from shared.distributed import is_dtensor
+from recipe_zoo.core.distributed import is_dtensor
 
 ADAMW_BETAS = (0.9, 0.95)  # LLM-style betas; 0.999 reacts too slowly to loss spikes
 ADAMW_EPS = 1e-10  # 1e-8 can leave bf16 updates stale

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 def choose_device(preference: str = "auto") -> torch.device:
     """``auto`` picks cuda, then mps, then cpu; an explicit name must be available. Under torchrun,
     ``cuda`` is this process's own GPU (cuda:LOCAL_RANK)."""
-    from shared.distributed import device_for_rank
+    from recipe_zoo.core.distributed import device_for_rank
 
     if preference == "auto":
         if torch.cuda.is_available():

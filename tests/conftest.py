@@ -21,7 +21,7 @@ def _isolated_env(tmp_path, monkeypatch):
 def zoo(*args, cwd=None, env=None, timeout=300):
     """Run the real ``zoo`` command in a subprocess; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], cwd=cwd or ROOT, env=full_env,
+    return subprocess.run([sys.executable, "-m", "recipe_zoo", *map(str, args)], cwd=cwd or ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -54,8 +54,8 @@ def bad_input(capfd, args: list, out: Path, *needles: str, budget: str = "3steps
     and no ``ok`` row in the results index. Returns the line. (In-process: a table of cases costs no imports.)"""
     import torch
 
-    from zoo import results
-    from zoo.cli import main
+    from recipe_zoo import results
+    from recipe_zoo.cli import main
 
     capfd.readouterr()
     threads = torch.get_num_threads()
@@ -83,7 +83,7 @@ def run_doctor(name: str, args: list, out: Path) -> tuple[int, list[dict]]:
 
     import torch
 
-    from zoo.cli import main
+    from recipe_zoo.cli import main
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: on a busy machine a second thread mostly waits (a test took 77 s, not 7)
@@ -107,7 +107,7 @@ def make_tiny_llama(path: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from recipes import llm
+    from recipe_zoo.recipes import llm
 
     text = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 20
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=llm.train_bpe([text], 300), bos_token=llm.BOS,

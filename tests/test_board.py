@@ -5,8 +5,8 @@ import shutil
 import pytest
 
 from conftest import make_tiny_esm, make_tiny_llama, summary_block, zoo
-from zoo import board, registry
-from zoo.data import own_data_key
+from recipe_zoo import board, registry
+from recipe_zoo.data import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
 
@@ -168,8 +168,8 @@ def test_template_round_trip(tmp_path, name, monkeypatch, capsys):
 
     Run through the CLI's entry point in-process, from the file's new folder: a subprocess per recipe would
     spend ~5 s of each test importing torch and the domain's libraries again."""
-    from zoo import templates
-    from zoo.cli import main
+    from recipe_zoo import templates
+    from recipe_zoo.cli import main
 
     templates.write_template(registry.get(name), "mytask", tmp_path / "mytask.py", "test")
     moved = tmp_path / "elsewhere" / "mytask.py"

@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from conftest import summary_block, zoo
-from zoo import registry, results
+from recipe_zoo import registry, results
 
 TINY = ["width=8", "eval_every=0.5"]
 
@@ -143,10 +143,10 @@ def test_resume_without_checkpoint_is_an_input_error(tmp_path):
 USER_RECIPE = '''
 from dataclasses import dataclass
 import torch
-from shared.batches import TensorBatches
-from shared.loop import LoopSettings, fit
-from shared.schedule import apply_schedules, make_schedule
-from zoo.registry import recipe
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.schedule import apply_schedules, make_schedule
+from recipe_zoo.registry import recipe
 
 
 @dataclass

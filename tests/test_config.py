@@ -3,8 +3,8 @@ from typing import Literal
 
 import pytest
 
-from zoo import config
-from zoo.errors import ZooError
+from recipe_zoo import config
+from recipe_zoo.errors import ZooError
 
 
 @dataclass

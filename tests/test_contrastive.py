@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 import conftest
-from recipes import contrastive as con
-from recipes import vision
-from zoo.errors import ZooError
+from recipe_zoo.recipes import contrastive as con
+from recipe_zoo.recipes import vision
+from recipe_zoo.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="12steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
@@ -164,7 +164,7 @@ def test_doctor_byol_on_digits_checks_queries_against_pretraining_images(tmp_pat
     training checks pass (a batch of 8: BYOL memorises it within the 20 steps of the overfit check)."""
     import json
 
-    from zoo.cli import main
+    from recipe_zoo.cli import main
 
     code = main(["doctor", "contrastive/byol", "width=8", "proj_hidden=32", "batch_size=8", "--steps", "20",
                  "--out", str(tmp_path)])

@@ -10,8 +10,8 @@ import zipfile
 import pytest
 
 from conftest import zoo
-from zoo import data
-from zoo.errors import ZooError
+from recipe_zoo import data
+from recipe_zoo.errors import ZooError
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 
 import conftest
-from recipes import diffusion as dif
-from zoo.errors import ZooError
+from recipe_zoo.recipes import diffusion as dif
+from recipe_zoo.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="20steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
@@ -72,7 +72,7 @@ def test_sampler_must_match_the_method():
 
 
 def test_fid_zoo_features_rank_corruption_and_are_cached():
-    from recipes.vision import load_digits_splits
+    from recipe_zoo.recipes.vision import load_digits_splits
 
     data = load_digits_splits()
     logs = []
@@ -143,7 +143,7 @@ def test_bad_values_are_refused_before_training(tmp_path):
 
 
 def test_width_grows_with_the_budget():
-    from shared.budget import parse_budget
+    from recipe_zoo.core.budget import parse_budget
 
     def width(budget, **cfg):
         logs = []
@@ -164,7 +164,7 @@ def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch
     The fid_zoo classifier (~20 s on a CPU, used only after training) is stubbed. A loss that draws its own
     noise passes the one-batch check once it halves; flow matching's floor is high (batch 64, lr 1e-3: -34% in
     20 steps, -50% near step 50, -63% at 200), so the test trains 30 steps of batch 32 at 1e-2 (-61%)."""
-    from zoo.cli import main
+    from recipe_zoo.cli import main
 
     monkeypatch.setattr(dif, "feature_net", lambda data, log: (dif.FeatureNet(data.train_x.shape[1], 10), 0.0))
     code = main(["doctor", "diffusion/flow", *TINY, "batch_size=32", "lr=1e-2", "--steps", "30",

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from conftest import ROOT, summary_block, zoo
-from shared.batches import TensorBatches
-from zoo import results
-from zoo.cli import main
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo import results
+from recipe_zoo.cli import main
 
 VISION = ["vision/resnet", "width=8", "batch_size=64", "eval_every=0.5", "log_every=0"]
 STEPS = "50steps"
@@ -56,7 +56,7 @@ def test_shards_are_the_micro_batches_of_one_process_with_accumulation():
 
 
 def test_token_windows_shard_like_accumulation():
-    from recipes.llm import TokenWindows
+    from recipe_zoo.recipes.llm import TokenWindows
 
     tokens = torch.arange(16 * 160 + 17)  # 160 windows: 40 micro-batches of 4, 20 steps of 2 ranks
     one = TokenWindows(tokens, 16, 4, seed=1)
@@ -131,7 +131,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
     ref = zoo(*args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-2000:]
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", *args, "--out", str(out)], cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "recipe_zoo", *args, "--out", str(out)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     for line in proc.stdout:
         if " | " in line and line.split()[1] == "step" and int(line.split()[2]) >= 15:
@@ -184,10 +184,10 @@ import functools, os
 from dataclasses import dataclass
 import torch
 from torch import nn
-from shared import schedule
-from shared.batches import TensorBatches
-from shared.loop import LoopSettings, fit
-from zoo.registry import recipe
+from recipe_zoo.core import schedule
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.registry import recipe
 
 
 @dataclass

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from zoo import plan, registry, sweep
-from zoo.cli import main
+from recipe_zoo import plan, registry, sweep
+from recipe_zoo.cli import main
 
 # A small real recipe with switches that plant the checklist's classic bugs.
 RECIPE = '''
@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared import schedule
-from shared.batches import TensorBatches
-from shared.loop import LoopSettings, fit
-from zoo.registry import recipe
+from recipe_zoo.core import schedule
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.registry import recipe
 
 
 @dataclass
@@ -159,14 +159,14 @@ def test_sweep_verdicts_tsv_and_index(blobs, tmp_path):
     assert {line.split("\t")[3] for line in tsv[1:]} <= {"keep", "discard", "crash"}
     table = (sweep_dir / "sweep.md").read_text()
     assert "LR x" in table  # the sqrt rule moved the LR with the batch
-    from zoo import results
+    from recipe_zoo import results
 
     rows = results.all_rows(out / "index.sqlite")
     assert len(rows) == 2 * 5 and all(r["status"] == "ok" for r in rows)
 
 
 def test_sweep_rules():
-    from recipes.llm import GPTConfig
+    from recipe_zoo.recipes.llm import GPTConfig
 
     fixed, swept = sweep.split_overrides(["warmup=0.1,0.2", "batch_tokens=2048,8192", "matrix_lr=0.02,0.08",
                                           "depth=2"], GPTConfig)
@@ -214,7 +214,7 @@ def test_plan_formulas(capsys):
 
 
 def test_plan_recipe_counts_the_gpt_shape(capsys):
-    from recipes import llm
+    from recipe_zoo.recipes import llm
 
     assert main(["plan", "--recipe", "llm/gpt", "depth=6"]) == 0
     out = capsys.readouterr().out
@@ -260,8 +260,8 @@ def test_data_checks_on_frames_strings_and_tokens():
     import numpy as np
     import pandas as pd
 
-    from shared import diagnose
-    from zoo.doctor import _shared_windows
+    from recipe_zoo.core import diagnose
+    from recipe_zoo.doctor import _shared_windows
 
     frame = pd.DataFrame({"a": [1.0, 2.0, np.nan], "b": ["x", "y", "z"]})
     assert list(diagnose.nonfinite_rows(frame)) == [2]

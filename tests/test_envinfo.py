@@ -1,6 +1,6 @@
 import subprocess
 
-from shared.envinfo import fingerprint, git_state
+from recipe_zoo.core.envinfo import fingerprint, git_state
 
 
 def test_git_state_ignores_the_zoos_own_result_files(tmp_path):

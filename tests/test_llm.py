@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
-from recipes import llm
-from shared.budget import parse_budget
-from zoo.errors import ZooError
+from recipe_zoo.recipes import llm
+from recipe_zoo.core.budget import parse_budget
+from recipe_zoo.errors import ZooError
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
@@ -230,7 +230,7 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
 
 def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path, capsys):
     """Through the CLI's own entry point, in-process (a subprocess per case costs ~5 s of imports)."""
-    from zoo.cli import main
+    from recipe_zoo.cli import main
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n{not json\n")

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from shared import checkpoint
-from shared.batches import TensorBatches
-from shared.budget import Budget
-from shared.loop import BestState, Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
-from shared.schedule import apply_schedules, make_schedule
+from recipe_zoo.core import checkpoint
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.loop import BestState, Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
+from recipe_zoo.core.schedule import apply_schedules, make_schedule
 
 
 def make_problem(seed=0, n=96, dropout=0.0):
@@ -227,7 +227,7 @@ class Blocks(nn.Module):
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
-    from shared.precision import enable_activation_checkpointing
+    from recipe_zoo.core.precision import enable_activation_checkpointing
 
     torch.manual_seed(0)
     plain = Blocks()
@@ -252,7 +252,7 @@ def test_lookahead_pulls_weights_towards_their_average():
 
 
 def test_best_state_keeps_the_best_weights_in_either_direction():
-    from shared.loop import BestState
+    from recipe_zoo.core.loop import BestState
 
     model = torch.nn.Linear(2, 1)
     for higher, values, kept in ((True, [0.5, 0.9, 0.7], 0.9), (False, [0.5, 0.9, 0.3], 0.3)):

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import conftest
-from recipes import medical as med
-from shared.budget import parse_budget
-from zoo.errors import ZooError
+from recipe_zoo.recipes import medical as med
+from recipe_zoo.core.budget import parse_budget
+from recipe_zoo.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
@@ -220,7 +220,7 @@ def test_doctor_sees_the_cases_and_finds_no_error(tmp_path, capsys):
     """``zoo doctor`` in-process on synthetic-2d: run.inspect's data checks, then the training checks, without
     an error. At the default lr 2e-3 a fresh UNet needs ~170 steps of batch 25 to take one batch's DiceCE below
     a tenth (what the check asks of a deterministic loss); batch 2 at lr 0.02 does it in ~20 steps."""
-    from zoo.cli import main
+    from recipe_zoo.cli import main
 
     code = main(["doctor", "medical/unet", "width=8", "levels=3", "tta=false", "patch=32,32", "batch_size=2",
                  "lr=0.02", "--steps", "25", "--out", str(tmp_path)])

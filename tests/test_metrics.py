@@ -2,7 +2,7 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score
 
-from shared import metrics
+from recipe_zoo.core import metrics
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -23,7 +23,7 @@ def test_macro_f1_from_logits_with_absent_class():
 
 
 def test_summarize_folds_means_and_sample_std():
-    from shared.metrics import summarize_folds
+    from recipe_zoo.core.metrics import summarize_folds
 
     logs = []
     out = summarize_folds([{"test_rmse": 1.0}, {"test_rmse": 3.0}], logs.append)

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from shared import optim
+from recipe_zoo.core import optim
 
 
 def test_orthogonalize_singular_values_near_one():

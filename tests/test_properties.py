@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from zoo import config
-from zoo.errors import ZooError
+from recipe_zoo import config
+from recipe_zoo.errors import ZooError
 
 # No example database in the repository; the autouse environment fixture (temp runs and caches) is the same
 # for every example, so sharing it across examples is fine.
@@ -43,9 +43,9 @@ def _types(cls) -> dict[str, object]:
 
 
 def _recipe_configs():
-    from recipes.molecules import MolConfig
-    from recipes.protein import ProteinConfig, ZeroShotConfig
-    from recipes.tabular import TabularConfig
+    from recipe_zoo.recipes.molecules import MolConfig
+    from recipe_zoo.recipes.protein import ProteinConfig, ZeroShotConfig
+    from recipe_zoo.recipes.tabular import TabularConfig
 
     return [Cfg, TabularConfig, MolConfig, ProteinConfig, ZeroShotConfig]
 
@@ -153,7 +153,7 @@ budget_text = st.tuples(st.sampled_from(["", " "]), amounts, st.sampled_from([""
 
 
 def _parse(text: str):
-    from zoo.runs import parse_budget_arg
+    from recipe_zoo.runs import parse_budget_arg
 
     return parse_budget_arg(text)
 
@@ -273,7 +273,7 @@ def loads_or_names_the_file(load, path: Path):
 @example(table=(b"a,y\n1,2\n\xff\xfe\xfa,3\n", "y", "auto"))
 @example(table=(b"", "y", "auto"))
 def test_tabular_loader_on_generated_csvs(table):
-    from recipes import tabular as tab
+    from recipe_zoo.recipes import tabular as tab
 
     content, target, task = table
     folder, path = _written("gen.csv", content)
@@ -307,7 +307,7 @@ smiles_text = st.one_of(st.sampled_from(["CCO", "c1ccccc1", "CC(=O)O", "[Na+].[C
 @example(smiles=["CCO", "C\x00C"], targets=["1"] * 8, skip=False)
 @example(smiles=["CCO", "CC"], targets=["1", "inf"] + ["1"] * 6, skip=False)
 def test_molecule_loader_on_random_smiles(smiles, targets, skip):
-    from recipes import molecules as mol
+    from recipe_zoo.recipes import molecules as mol
 
     content = _csv_text(["smiles", "y"], [[s, t] for s, t in zip(smiles, targets)], raw=False).encode()
     folder, path = _written("mols.csv", content)
@@ -329,7 +329,7 @@ AMINO_TEXT = st.text(alphabet="ACDEFGHIKLMNPQRSTVWY", min_size=1, max_size=40)
        labels=label_lists(14), kind=st.sampled_from(["fasta", "csv"]),
        task=st.sampled_from(["auto", "regression", "classification"]))
 def test_protein_loader_on_random_letter_strings(seqs, labels, kind, task):
-    from recipes import protein as prot
+    from recipe_zoo.recipes import protein as prot
 
     if kind == "fasta":
         content = "".join(f">r{i}|{lab.replace(chr(10), ' ')}\n{s}\n" for i, (s, lab) in enumerate(zip(seqs, labels)))

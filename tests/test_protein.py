@@ -12,8 +12,8 @@ import torch
 
 import conftest
 from conftest import make_tiny_esm, run_doctor, zoo
-from recipes import protein as prot
-from zoo.errors import ZooError
+from recipe_zoo.recipes import protein as prot
+from recipe_zoo.errors import ZooError
 
 WT = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRV"  # 40 residues
 

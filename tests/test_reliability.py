@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT, summary_block, zoo
 from test_board import row, small_run_args
-from zoo import board, results
+from recipe_zoo import board, results
 
 # Under a step budget a resumed run must end bit for bit where an uninterrupted one ends. A checkpoint is
 # written before every step (checkpoint_every=0), so the kill lands anywhere: between steps or mid-write.
@@ -30,7 +30,7 @@ KILL_CASES = {
 
 
 def start(args: list, out: Path, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "zoo", "run", *map(str, args), "--out", str(out)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "recipe_zoo", "run", *map(str, args), "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -144,7 +144,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time, torch
         sys.path.insert(0, {str(ROOT)!r})
-        from shared import checkpoint
+        from recipe_zoo.core import checkpoint
         checkpoint.save_atomic({{"w": torch.ones(4), "step": 1}}, {str(path)!r})
         real = torch.save
         def slow_save(obj, f):  # write half of a real checkpoint, then stall: the kill lands mid-write
@@ -162,7 +162,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
     assert proc.stdout.readline().strip() == "writing"
     proc.kill()
     proc.wait(timeout=30)
-    from shared import checkpoint
+    from recipe_zoo.core import checkpoint
 
     (partial,) = tmp_path.glob(".checkpoint.pt.*.tmp")
     assert partial.stat().st_size > 0
@@ -181,7 +181,7 @@ def test_full_disk_at_a_checkpoint_gives_one_line_and_keeps_the_run_resumable(tm
     """Every file may grow to 256 KiB only: the vision checkpoint (about 0.4 MB) cannot be written. The write
     error must name the file and the fix, exit 1, leave no half checkpoint, and the run resumes elsewhere."""
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "zoo", "run", "vision/resnet", "width=8", "--budget", "10steps",
+    proc = subprocess.run([sys.executable, "-m", "recipe_zoo", "run", "vision/resnet", "width=8", "--budget", "10steps",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           preexec_fn=_limit_file_size)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -195,7 +195,7 @@ def test_full_disk_at_a_checkpoint_gives_one_line_and_keeps_the_run_resumable(tm
 
 
 def test_write_errors_name_the_file_and_the_fix(tmp_path):
-    from zoo.runs import write_advice
+    from recipe_zoo.runs import write_advice
 
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.pt"))
     assert write_advice(full, tmp_path, has_checkpoint=True) == (
@@ -232,7 +232,7 @@ def test_out_of_memory_in_the_first_step_names_the_batch_and_the_fixes(tmp_path)
         import resource, sys
         sys.path.insert(0, {str(ROOT)!r})
         import torch
-        from zoo.cli import main
+        from recipe_zoo.cli import main
         import recipes.llm
         mapped = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), resource.RLIM_INFINITY))
@@ -284,10 +284,10 @@ def test_data_deleted_mid_run(tmp_path):
 USER_RECIPE = '''
 from dataclasses import dataclass
 import torch
-from shared.batches import TensorBatches
-from shared.loop import fit
-from shared.schedule import apply_schedules, make_schedule
-from zoo.registry import recipe
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import fit
+from recipe_zoo.core.schedule import apply_schedules, make_schedule
+from recipe_zoo.registry import recipe
 
 
 @dataclass
@@ -315,7 +315,7 @@ def test_eight_runs_at_once_all_land_in_the_index(tmp_path):
     recipe.write_text(USER_RECIPE)
     out = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "zoo", "run", str(recipe), "--seed", str(seed), "--out", str(out)],
+    procs = [subprocess.Popen([sys.executable, "-m", "recipe_zoo", "run", str(recipe), "--seed", str(seed), "--out", str(out)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for seed in range(8)]
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -356,8 +356,8 @@ def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkey
 
 
 def test_debug_shows_the_traceback_the_one_line_hides(tmp_path):
-    from zoo.cli import main
-    from zoo.errors import ZooError
+    from recipe_zoo.cli import main
+    from recipe_zoo.errors import ZooError
 
     assert main(["run", "tabular/mlp", "lrr=1", "--out", str(tmp_path)]) == 2
     with pytest.raises(ZooError, match="unknown key 'lrr'; did you mean 'lr'"):

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from shared import schedule
-from shared.budget import Budget, parse_budget
+from recipe_zoo.core import schedule
+from recipe_zoo.core.budget import Budget, parse_budget
 
 
 def test_warmup_cosine_breakpoints():

@@ -9,8 +9,8 @@ import pytest
 
 import conftest
 from conftest import run_doctor, summary_block, zoo
-from recipes import tabular as tab
-from zoo.errors import ZooError
+from recipe_zoo.recipes import tabular as tab
+from recipe_zoo.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="8s")
 run_bad = functools.partial(conftest.run_bad, budget="5s")

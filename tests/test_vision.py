@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from conftest import bad_input, summary_block, zoo
-from recipes import vision
-from zoo.errors import ZooError
+from recipe_zoo.recipes import vision
+from recipe_zoo.errors import ZooError
 
 
 def test_digits_split_is_fixed_and_stratified():

@@ -1,1 +1,9 @@
-"""recipe zoo: the CLI, recipe registry, config overrides, runs, results index and datasets."""
+"""recipe zoo. One import root over three folders of the repository:
+
+- ``recipe_zoo``          is ``zoo/``: the application (CLI, recipe discovery, runs, results index, leaderboard,
+                          bench, doctor, sweep, plan, data cache, templates);
+- ``recipe_zoo.core``     is ``shared/``: the common core and the recipe API every recipe stands on;
+- ``recipe_zoo.recipes``  is ``recipes/``: one package per domain.
+
+Each layer imports only downward: recipes import the core, the application reaches recipes through the registry.
+"""

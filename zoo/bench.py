@@ -5,16 +5,16 @@ import json
 import time
 from pathlib import Path
 
-from zoo import board, config, runs
-from zoo.errors import ZooError
+from recipe_zoo import board, config, runs
+from recipe_zoo.errors import ZooError
 
 
 def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
               command: str, log=print) -> dict | None:
     """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written).
     Under torchrun every rank trains each seed and rank 0 writes the row."""
-    from shared import distributed
-    from zoo.data import DATASETS
+    from recipe_zoo.core import distributed
+    from recipe_zoo.data import DATASETS
 
     data = [f"data={spec.benchmark}"] if "data" in spec.config.__dataclass_fields__ else []
     cfg = config.build(spec.config, spec.defaults, None, data + overrides, spec.name)
@@ -53,7 +53,7 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
 
 def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path) -> int:
     """``jobs``: (recipe spec, the command line that reproduces its row)."""
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from zoo.errors import ZooError
+from recipe_zoo.errors import ZooError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,7 +142,7 @@ def _main(argv: list[str]) -> int:
 
 
 def cmd_list(args) -> int:
-    from zoo.registry import static_list
+    from recipe_zoo.registry import static_list
 
     rows = static_list()
     width = max((len(r["name"]) for r in rows), default=10)
@@ -163,7 +163,7 @@ def _scale_label(scale_out: str) -> str:
 
 
 def cmd_show(args) -> int:
-    from zoo import config as config_mod
+    from recipe_zoo import config as config_mod
 
     spec = _resolve_spec(args.recipe)
     cfg = config_mod.build(spec.config, spec.defaults, None, [], spec.name)
@@ -172,8 +172,8 @@ def cmd_show(args) -> int:
     print(f"benchmark: {spec.benchmark}   metric: {spec.metric} "
           f"({'higher' if spec.higher_is_better else 'lower'} is better)   default budget: {spec.budget}")
     print(f"scale-out: {spec.scale_out}")
-    from zoo.doctor import lr_fields
-    from zoo.sweep import batch_field
+    from recipe_zoo.doctor import lr_fields
+    from recipe_zoo.sweep import batch_field
 
     lrs = ", ".join(f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in lr_fields(spec.config).items())
     print(f"tuning: zoo doctor {spec.name} (checklist, LR range test) and zoo sweep {spec.name} KEY=a,b,... ; "
@@ -185,7 +185,7 @@ def cmd_show(args) -> int:
         mark = "*" if key in spec.defaults else " "
         print(f"{mark} {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
     print("\n* set by this variant; override any field with key=value\n")
-    from zoo import board
+    from recipe_zoo import board
 
     all_rows = board.load_rows()
     rows = [r for r in all_rows if r["recipe"] == spec.name and not r.get("overrides")]
@@ -200,7 +200,7 @@ def cmd_show(args) -> int:
 
 
 def _resolve_spec(target: str):
-    from zoo import registry
+    from recipe_zoo import registry
 
     if target.endswith(".py"):
         specs = registry.load_file(target)
@@ -212,8 +212,8 @@ def _resolve_spec(target: str):
 
 
 def cmd_run(args) -> int:
-    from zoo import config as config_mod
-    from zoo import runs
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import runs
 
     out_root = args.out or runs.default_out()
     if args.nproc is not None and args.nproc < 1:
@@ -249,7 +249,7 @@ def cmd_run(args) -> int:
 
 def _should_launch(spec, nproc: int) -> bool:
     """True when this process is to start torchrun (N > 1 and not already a torchrun worker)."""
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     if nproc <= 1 or distributed.launched():
         return False
@@ -264,7 +264,7 @@ def _refuse_single_process(spec) -> None:
 
 def _join(spec, device: str) -> None:
     """Inside a torchrun worker: join the process group (refusing recipes that do not scale out)."""
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     if not distributed.launched():
         return
@@ -288,7 +288,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def launch(nproc: int, argv: list[str]) -> int:
-    """``torchrun --standalone --nproc-per-node N -m zoo ARGV``; returns rank 0's exit status.
+    """``torchrun --standalone --nproc-per-node N -m recipe_zoo ARGV``; returns rank 0's exit status.
 
     On CPU each process gets an equal share of the cores (torchrun alone would give each one thread).
     """
@@ -296,12 +296,16 @@ def launch(nproc: int, argv: list[str]) -> int:
     import tempfile
 
     env = dict(os.environ)
+    module = "recipe_zoo"
+    if env.get("ZOO_CHECKOUT"):  # started from a checkout without an install (zoo/checkout.py): the workers too
+        module = "zoo"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env["ZOO_CHECKOUT"], env.get("PYTHONPATH")]))
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     with tempfile.TemporaryDirectory(prefix="zoo-launch-") as tmp:
         env["ZOO_EXIT_FILE"] = exit_file = str(Path(tmp) / "exit_code")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "zoo", *argv]
+               "-m", module, *argv]
         print("launching: " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
         proc = subprocess.Popen(cmd, env=env)
         while True:
@@ -315,8 +319,8 @@ def launch(nproc: int, argv: list[str]) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from zoo import config as config_mod
-    from zoo import doctor, runs
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import doctor, runs
 
     if os.environ.get("WORLD_SIZE", "1") != "1":
         raise ZooError("zoo doctor runs in one process: start it without torchrun")
@@ -328,7 +332,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from zoo import runs, sweep
+    from recipe_zoo import runs, sweep
 
     if os.environ.get("WORLD_SIZE", "1") != "1":
         raise ZooError("zoo sweep runs its trials one after another in one process: start it without torchrun")
@@ -340,7 +344,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from zoo import plan
+    from recipe_zoo import plan
 
     sizing = args.params or args.recipe
     if not sizing and not args.data and not args.kind:
@@ -386,7 +390,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from zoo import results, runs
+    from recipe_zoo import results, runs
 
     rows = results.all_rows(runs.index_path(args.out or runs.default_out()))
     if args.tsv:
@@ -401,7 +405,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from zoo import data
+    from recipe_zoo import data
 
     if args.data_command == "fetch":
         path = data.fetch(args.name)
@@ -416,7 +420,7 @@ def cmd_data(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from zoo import bench, registry, runs
+    from recipe_zoo import bench, registry, runs
 
     targets = args.targets or [r["name"] for r in registry.static_list()]
     overrides = [t for t in targets if "=" in t]
@@ -434,10 +438,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_board(args) -> int:
-    from zoo import board, runs
+    from recipe_zoo import board, runs
 
     if args.data is not None:
-        from zoo.data import own_data_key
+        from recipe_zoo.data import own_data_key
 
         if not args.data.exists():
             raise ZooError(f"{args.data}: file or folder not found")
@@ -449,7 +453,7 @@ def cmd_board(args) -> int:
     if args.write:
         print(f"wrote {board.write_board()}")
     if args.plot:
-        from zoo.plots import plot_board
+        from recipe_zoo.plots import plot_board
 
         for path in plot_board(board.load_rows(), board.board_dir() / "benchmarks" / "plots"):
             print(f"wrote {path}")
@@ -461,7 +465,7 @@ def cmd_board(args) -> int:
 def cmd_compare(args) -> int:
     import json
 
-    from zoo import runs
+    from recipe_zoo import runs
 
     entries = []
     for run_dir in args.run_dirs:
@@ -501,8 +505,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from shared.envinfo import git_state
-    from zoo import templates
+    from recipe_zoo.core.envinfo import git_state
+    from recipe_zoo import templates
 
     spec = _resolve_spec(args.source)
     commit, _ = git_state(Path(__file__).resolve().parent)

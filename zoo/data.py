@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from zoo.errors import ZooError
+from recipe_zoo.errors import ZooError
 
 MAX_ARCHIVE_BYTES = 4 * 2**30  # refuse archives that unpack to more than this
 

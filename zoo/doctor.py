@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.errors import ZooError
+from recipe_zoo.errors import ZooError
 
 SEVERITIES = ("error", "warn", "info", "ok")
 NOISY = 1e-4  # relative spread of repeated losses on one batch above which the loss is random itself
@@ -60,7 +60,7 @@ class Doctor:
 
     # ---- data ---------------------------------------------------------------------------------------
     def check_data(self, *, train, val, task, num_classes, fine_tune, loop) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         if task not in TASKS:
             raise ValueError(f"run.inspect(task={task!r}): choose one of {TASKS}")
@@ -147,7 +147,7 @@ class Doctor:
             self.add("ok", "data/target", f"target std {_fmt(y.std())}, range {_fmt(y.min())}..{_fmt(y.max())}")
 
     def _leakage(self, train_x, val_x, task: str, lines: list[str]) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         if task == "tokens":
             found, total = _shared_windows(np.asarray(diagnose.as_numpy(train_x)), np.asarray(diagnose.as_numpy(val_x)))
@@ -178,7 +178,7 @@ class Doctor:
                      "harmless for training unless they also straddle a split")
 
     def _inputs(self, x, lines: list[str]) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         stats = diagnose.feature_stats(x)
         if not stats:
@@ -193,7 +193,7 @@ class Doctor:
 
     # ---- training -----------------------------------------------------------------------------------
     def check_training(self, *, model, optimizer, batches, loss_fn, update_hparams, settings, device, on_step):
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         self.loop_seen = True
         parts = diagnose.Parts(model=model, optimizer=optimizer, batches=batches, loss_fn=loss_fn,
@@ -206,7 +206,7 @@ class Doctor:
         raise _Done
 
     def _overfit(self, parts) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         probe = parts.batches.next_batch()
         noise = diagnose.loss_noise(parts, probe)
@@ -253,7 +253,7 @@ class Doctor:
                      f"{_fmt(held0)} -> {_fmt(held_min)}")
 
     def _lr_range(self, parts) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         kinds = diagnose.group_kinds(parts.optimizer)
         wanted = sorted(set(kinds)) if len(set(kinds)) > 1 else [None]
@@ -293,7 +293,7 @@ class Doctor:
         self.sections.append("\n".join(lines))
 
     def _health(self, parts) -> None:
-        from shared import diagnose
+        from recipe_zoo.core import diagnose
 
         h = diagnose.health_run(parts, self.steps)
         self.health = h
@@ -538,7 +538,7 @@ def lr_fields(config_cls) -> dict[str, tuple[str, ...]]:
 
 
 def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, budget, overrides: list[str]) -> int:
-    from zoo import runs
+    from recipe_zoo import runs
 
     if steps < 10:
         raise ZooError(f"--steps {steps}: the checks need at least 10 steps")
@@ -554,9 +554,9 @@ def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, bud
 
 
 def _examine(spec, cfg, out_dir: Path, logger, *, seed, device, steps, budget, overrides) -> int:
-    from shared import loop
-    from shared.precision import seed_everything
-    from zoo import runs
+    from recipe_zoo.core import loop
+    from recipe_zoo.core.precision import seed_everything
+    from recipe_zoo import runs
 
     doc = Doctor(spec, cfg, out_dir, steps, log=logger.info)
     run = runs.Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=out_dir, device=device, logger=logger,

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.errors import ZooError
+from recipe_zoo.errors import ZooError
 
 KINDS = ("image", "text", "tabular", "audio", "molecules", "protein", "medical")
 TOKENS_PER_PARAM = 20.0  # Chinchilla, compute-optimal
@@ -252,8 +252,8 @@ def duration(seconds: float) -> str:
 
 def gpt_shape(overrides: list[str]):
     """The llm/gpt shape a config describes (depth must be given: depth=0 sizes itself at run time)."""
-    from recipes import llm
-    from zoo import config, registry
+    from recipe_zoo.recipes import llm
+    from recipe_zoo import config, registry
 
     spec = registry.get("llm/gpt")
     cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
@@ -265,7 +265,7 @@ def gpt_shape(overrides: list[str]):
 
 def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_count: int, mfu: float | None,
                   shape=None, cfg=None, log=print) -> None:
-    from shared.flops import cpu_peak_flops, gpu_peak_flops
+    from recipe_zoo.core.flops import cpu_peak_flops, gpu_peak_flops
 
     p = compute_plan(params, tokens)
     log(f"parameters N:          {human(params)}")
@@ -298,7 +298,7 @@ def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_c
 
 
 def _gpu_names() -> list[str]:
-    from shared.flops import GPU_PEAK_TFLOPS
+    from recipe_zoo.core.flops import GPU_PEAK_TFLOPS
 
     return list(GPU_PEAK_TFLOPS)
 

@@ -35,7 +35,7 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zoo.board import group, label, ranked
+    from recipe_zoo.board import group, label, ranked
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo.errors import ZooError
+from recipe_zoo.errors import ZooError
 
-RECIPES_PACKAGE = "recipes"
+RECIPES_PACKAGE = "recipe_zoo.recipes"
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.budget import Budget, parse_budget
-from zoo import results
-from zoo.errors import ResourceError, ZooError
-from zoo.registry import RecipeSpec
+from recipe_zoo.core.budget import Budget, parse_budget
+from recipe_zoo import results
+from recipe_zoo.errors import ResourceError, ZooError
+from recipe_zoo.registry import RecipeSpec
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
@@ -111,14 +111,14 @@ class Run:
     def benchmark(self) -> str:
         """The dataset name, or ``own:<content hash>`` for a user's file or folder."""
         data = str(getattr(self.cfg, "data", self.spec.benchmark))
-        from zoo.data import DATASETS, own_data_key
+        from recipe_zoo.data import DATASETS, own_data_key
 
         key = data if data in DATASETS or not Path(data).exists() else own_data_key(Path(data))
         # A config may qualify the key: a scaffold split of esol is another benchmark than a random one.
         return self.cfg.benchmark_key(key) if hasattr(self.cfg, "benchmark_key") else key
 
     def data_path(self, name: str) -> Path:
-        from zoo.data import locate
+        from recipe_zoo.data import locate
 
         return locate(name)
 
@@ -199,7 +199,7 @@ def _trim_metrics(run: Run) -> None:
     """On resume keep only the rows the checkpoint already contains (and check the process count)."""
     import torch
 
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     blob = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
     processes = len(blob.get("rng_ranks") or [None])
@@ -240,7 +240,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     Under torchrun every rank trains; rank 0 alone writes the run directory, index row and summary, and
     the other ranks send their side files to a scratch folder that is removed at the end.
     """
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
@@ -261,7 +261,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
 
 def _agree(make_dir):
     """Rank 0 makes the run directory (or fails with a message); every rank gets the same outcome."""
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     payload = None
     if make_dir is not None:
@@ -277,9 +277,9 @@ def _agree(make_dir):
 
 def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
              track) -> Outcome:
-    from shared import distributed, envinfo
-    from shared.loop import Diverged, Interrupted, OutOfMemory
-    from shared.precision import seed_everything
+    from recipe_zoo.core import distributed, envinfo
+    from recipe_zoo.core.loop import Diverged, Interrupted, OutOfMemory
+    from recipe_zoo.core.precision import seed_everything
 
     run_dir = run.home or run.dir
     index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
@@ -304,7 +304,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
                "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
         results.upsert(index, row)
         if track:
-            from zoo.track import open_trackers
+            from recipe_zoo.track import open_trackers
 
             run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
         world = distributed.world_size()
@@ -375,7 +375,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
 
 
 def _crash(run: Run) -> tuple[str, int]:
-    from shared import distributed
+    from recipe_zoo.core import distributed
 
     run.log("crash:\n" + traceback.format_exc())
     if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
@@ -417,7 +417,7 @@ def oom_advice(exc, cfg) -> str:
 
 def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
     """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
-    from zoo import board
+    from recipe_zoo import board
 
     bench = summary["benchmark"]
     rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else board.load_rows()
@@ -427,7 +427,7 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
 
 def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:
     """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config)."""
-    from zoo import board
+    from recipe_zoo import board
 
     pooled: dict[tuple, list[dict]] = {}
     for r in results.all_rows(index):
@@ -476,7 +476,7 @@ def _write_json(path: Path, data: dict) -> None:
 def _plot_curves(run: Run) -> None:
     if not run.eval_rows:
         return
-    from zoo.plots import plot_curves
+    from recipe_zoo.plots import plot_curves
 
     try:
         plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.metric, run.dir / "curves.png",

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo import config, runs
-from zoo.errors import ZooError
+from recipe_zoo import config, runs
+from recipe_zoo.errors import ZooError
 
 BATCH_KEYS = ("batch_size", "batch_tokens")
 
@@ -31,7 +31,7 @@ def batch_field(config_cls) -> str | None:
 
 def impact(key: str, config_cls) -> int:
     """0 = learning rates, 1 = batch size, 2 = weight decay, 3 = warmup, 4 = the rest."""
-    from zoo.doctor import lr_fields
+    from recipe_zoo.doctor import lr_fields
 
     if any(key in v for v in lr_fields(config_cls).values()) or key == "lr" or key.endswith("_lr"):
         return 0
@@ -99,7 +99,7 @@ def verdict(trial: Trial, best: Trial, higher: bool) -> str:
 
 def lr_rule(cfg, key: str, value: str, config_cls) -> tuple[dict[str, str], str]:
     """LR fields x sqrt(new batch / old batch) for a batch-size change; auto (0) LRs are left to the recipe."""
-    from zoo.doctor import lr_fields
+    from recipe_zoo.doctor import lr_fields
 
     if key != batch_field(config_cls):
         return {}, ""
