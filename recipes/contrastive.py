@@ -25,8 +25,8 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.distributed import unwrap
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import choose_device, speed_switches
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 if TYPE_CHECKING:  # imported where used: a copied template must register only itself, not vision's recipes
     from recipe_zoo.recipes import vision
@@ -449,10 +449,9 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
         features["last"] = embed_splits(m.backbone, splits, normalize)
         return score_features(*features["last"], splits, cfg, probe=False)
 
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
-                 settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
-                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, on_step=on_step)
+                 settings=LoopSettings.of(cfg), on_step=on_step)
     # fit evaluates last at the end of the budget: the probe reuses those features
     last = features.get("last") or embed_splits(result.eval_model.backbone, splits, normalize)
     final = score_features(*last, splits, cfg, probe=True)

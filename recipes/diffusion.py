@@ -5,7 +5,7 @@ Reads top to bottom: config, data, network (diffusers' UNet2DModel, sized for th
 objectives and their samplers, FID features, training. Images live in memory as uint8 tensors.
 
 FID is the Frechet distance between Gaussian fits of features of generated and of held-out real
-images (``shared.metrics.frechet_distance``). With Inception-v3 weights (``inception_weights=PATH``,
+images (``recipe_zoo.core.metrics.frechet_distance``). With Inception-v3 weights (``inception_weights=PATH``,
 torch-fidelity's file) it is the standard ``fid``. These machines cannot download them, so every run
 also reports ``fid_zoo``: the same distance on the penultimate features of a small classifier trained
 (on the CPU, fixed seed and epochs, cached) on the dataset's training split. ``fid_zoo`` is another
@@ -32,8 +32,8 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.flops import counting_flops, peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import choose_device, speed_switches
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -516,10 +516,9 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed, transform=augment)
     optimizer = build_optimizer(cfg, model)
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
-                 settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
-                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log)
+                 settings=LoopSettings.of(cfg))
     ema_model = result.eval_model
     save_grid(ema_model, cfg, data, (channels, size, size), null, device, run)
     export_safetensors(ema_model, run.dir / "model.safetensors",

@@ -25,8 +25,8 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -153,15 +153,14 @@ def split_tail(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
     return [d for d in train if d], [d for d in val if d]
 
 
-def load_text(data: str, val_fraction: float, data_path, log=print) -> TextSplits:
+def load_text(data: str, val_fraction: float, run) -> TextSplits:
     """A named dataset, a text file (``NAME.val.txt`` beside it is validation), a folder of text
     files (a ``val`` subfolder or ``val.txt`` inside is validation), or ``hf:NAME[:CONFIG]``."""
-    from recipe_zoo.data import DATASETS
-
+    log = run.log
     if data.startswith("hf:"):
         return _load_hf_text(data, val_fraction)
-    if data in DATASETS:
-        path = data_path(data)
+    if run.is_dataset(data):
+        path = run.data_path(data)
         docs = [read_text(p) for p in _text_files(path)] if path.is_dir() else [read_text(path)]
         train, val = split_tail(docs, val_fraction)
         return TextSplits(data, train, val)
@@ -581,14 +580,21 @@ def build_optimizer(cfg: GPTConfig, model: GPT) -> optim.MuonAdamW:
 # Pretraining
 # =============================================================================================
 
+def shape_of(cfg: GPTConfig) -> tuple[GPTShape, int]:
+    """``zoo plan --recipe llm/gpt depth=N``: the shape a config describes and its parameter count."""
+    shape = GPTShape.from_depth(cfg.depth, cfg, cfg.vocab_size)
+    return shape, param_estimate(shape)
+
+
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="val_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; validation bits per byte",
-        scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)")
+        scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
+        hooks={"shape": shape_of})
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
-    splits = load_text(cfg.data, cfg.val_fraction, run.data_path, run.log)
+    splits = load_text(cfg.data, cfg.val_fraction, run)
     scored = eval_text(splits, cfg.eval_bytes)
     tok = load_tokenizer(cfg, splits.train)
     tok.save(str(run.dir / "tokenizer.json"))
@@ -642,9 +648,8 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
         return {"val_bpb": bits_per_byte(model, val_tokens, cfg.seq_len, cfg.micro_batch, device,
                                          bytes_per_target=per_target)}
 
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
-                 update_hparams=update, settings=settings, checkpoint_path=run.checkpoint_path,
-                 resume_from=run.resume_from, on_eval=run.record_eval, on_train_log=run.record_train, log=run.log)
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
+                 update_hparams=update, settings=settings)
     export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name,
                                                                        "shape": json.dumps(dataclasses.asdict(shape))})
     with autocast(device, precision):
@@ -877,7 +882,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
                        for i in range(0, len(val_examples), cfg.micro_batch))
             return {"val_bpb": nats / (math.log(2) * val_bytes)}
     else:
-        splits = load_text(cfg.data, cfg.val_fraction, run.data_path, run.log)
+        splits = load_text(cfg.data, cfg.val_fraction, run)
         scored = eval_text(splits, cfg.eval_bytes)
         ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
         train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
@@ -905,10 +910,8 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     optimizer = optim.adamw(groups, lr=cfg.lr)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final)
     settings = LoopSettings.of(cfg)
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
-                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
-                 checkpoint_path=run.checkpoint_path, resume_from=run.resume_from, on_eval=run.record_eval,
-                 on_train_log=run.record_train, log=run.log)
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
+                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings)
     model.save_pretrained(str(run.dir / "adapter"))
     tokenizer.save_pretrained(str(run.dir / "adapter"))
     if cfg.merge:

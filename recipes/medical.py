@@ -25,8 +25,8 @@ from recipe_zoo.core.batches import batch_seed
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config: every 0 / '' / 'auto' is filled in by the plan (printed, saved as plan.json)
@@ -807,9 +807,8 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     def quick_eval(m: nn.Module) -> dict[str, float]:  # progress checks: no mirroring, less overlap
         return evaluate(m, val_cases, plan, data.classes, device, overlap=min(cfg.overlap, 0.25))
 
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=quick_eval,
-                 update_hparams=update, settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path,
-                 resume_from=run.resume_from, on_eval=run.record_eval, on_train_log=run.record_train, log=run.log)
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=quick_eval,
+                 update_hparams=update, settings=LoopSettings.of(cfg))
     final_model = result.eval_model.eval()
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
         final = evaluate(final_model, val_cases, plan, data.classes, device, overlap=cfg.overlap,

@@ -28,9 +28,9 @@ from recipe_zoo.core.budget import Budget, xgboost_time_limit
 from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
 from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.data import column_list, not_utf8
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -576,11 +576,9 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
         return masked_loss(m(b.to(device)), target.to(device), task)
 
     settings = LoopSettings.of(cfg)
-    result = fit(model, optimizer, batches, loss_fn, budget, device=device, evaluate=evaluate,
-                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings,
-                 checkpoint_path=run.checkpoint_path if label == "" else None,
-                 resume_from=run.resume_from if label == "" else None, on_eval=run.record_eval if label == "" else None,
-                 on_train_log=run.record_train if label == "" else None, log=run.log, keep={"best": best})
+    result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=label == ""), device=device,
+                 evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
+                 settings=settings, keep={"best": best})
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
     test_pred = unscale(predict(model, graphs, test_idx, extra, device, task))
     stats = result.stats()

@@ -34,9 +34,9 @@ from recipe_zoo.core import optim, schedule
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
-from recipe_zoo.data import column_list, not_utf8
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -560,10 +560,9 @@ def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Modul
         return head_loss(m(x.to(device, non_blocking=True)), t.to(device, non_blocking=True), data.task)
 
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device, evaluate=evaluate,
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg),
-                 checkpoint_path=run.checkpoint_path, resume_from=run.resume_from,
-                 on_eval=run.record_eval, on_train_log=run.record_train, log=run.log, keep={"best": best})
+                 keep={"best": best})
     best.restore(model)
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
@@ -662,12 +661,12 @@ def read_esm_file(path: Path) -> tuple[nn.Module, object]:
     return model, alphabet
 
 
-def load_esm(cfg: ProteinConfig, seed: int) -> tuple[nn.Module, object, str]:
+def load_esm(cfg: ProteinConfig, run) -> tuple[nn.Module, object, str]:
     """(model, alphabet, description): a scratch model, a local file, or a fair-esm name."""
     import esm
 
     if cfg.esm_model == "scratch":
-        torch.manual_seed(seed)
+        torch.manual_seed(run.seed)
         model = esm.model.esm2.ESM2(num_layers=cfg.scratch_layers, embed_dim=cfg.scratch_dim,
                                     attention_heads=cfg.scratch_heads, alphabet="ESM-1b", token_dropout=False)
         return model, model.alphabet, (f"ESM-2 from scratch ({cfg.scratch_layers} layers, width {cfg.scratch_dim}, "
@@ -682,10 +681,8 @@ def load_esm(cfg: ProteinConfig, seed: int) -> tuple[nn.Module, object, str]:
             raise ZooError(f"esm_model={cfg.esm_model!r}: a fair-esm name ({', '.join(ESM2_MODELS)}) or scratch")
         path = Path(torch.hub.get_dir()) / "checkpoints" / f"{cfg.esm_model}.pt"
         if not path.is_file():
-            from recipe_zoo.data import download
-
             try:
-                download(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
+                run.fetch(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
             except ZooError as exc:
                 reason = str(exc).rsplit(": ", 1)[-1]
                 raise ZooError(f"ESM weights {cfg.esm_model} are not on this machine and the download failed "
@@ -947,7 +944,7 @@ def train_esm_embed(cfg: ProteinConfig, run) -> dict[str, float]:
         run.report("embeddings", f"precomputed, {X.shape[1]} wide, from {data.name}")
     else:
         device = choose_device(run.device)
-        model, alphabet, what = load_esm(cfg, run.seed)
+        model, alphabet, what = load_esm(cfg, run)
         layer = resolve_layer(model, cfg.layer)
         X = embed(model, alphabet, data.seqs, layer, cfg.pool, device, resolve_precision(device, cfg.precision),
                   cfg.toks_per_batch, run.log)
@@ -970,7 +967,7 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
         raise ZooError(f"{data.name}: holds embeddings, not sequences: use protein/esm-embed")
     device = choose_device(run.device)
     precision = resolve_precision(device, cfg.precision)
-    backbone, alphabet, what = load_esm(cfg, run.seed)
+    backbone, alphabet, what = load_esm(cfg, run)
     layer, num_layers = resolve_layer(backbone, cfg.layer), backbone.num_layers
     scratch = cfg.esm_model == "scratch"
     mode = "full" if scratch else cfg.finetune
@@ -1038,7 +1035,7 @@ def score_zeroshot(cfg: ProteinConfig, run) -> dict[str, float]:
     run.inspect(train=(mutants, y) if target else (mutants,), task="regression", loop=False)
     device = choose_device(run.device)
     precision = resolve_precision(device, cfg.precision)
-    model, alphabet, what = load_esm(cfg, run.seed)
+    model, alphabet, what = load_esm(cfg, run)
     start = time.perf_counter()
     logp = masked_marginals(model, alphabet, wt, sorted({i for v in variants for i, _, _ in v}), device, precision,
                             cfg.toks_per_batch)

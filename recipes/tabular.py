@@ -27,9 +27,9 @@ from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
 from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.data import column_list, not_utf8
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -715,12 +715,9 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
 
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
-    result = fit(model, optimizer, batches, loss_fn, budget, device=device, evaluate=evaluate,
-                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg),
-                 checkpoint_path=run.checkpoint_path if not label else None,
-                 resume_from=run.resume_from if not label else None,
-                 on_eval=run.record_eval if not label else None, on_train_log=run.record_train if not label else None,
-                 log=run.log, keep={"best": best})
+    result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=not label), device=device,
+                 evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
+                 settings=LoopSettings.of(cfg), keep={"best": best})
     best.restore(model)
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value

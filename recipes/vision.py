@@ -22,8 +22,8 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import choose_device, speed_switches
-from recipe_zoo.errors import ZooError
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
 
 # =============================================================================================
 # Config
@@ -681,12 +681,10 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     elif isinstance(model, ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
         hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
-    result = fit(model, optimizer, batches, loss_fn, run.budget, device=device,
+    result = fit(model, optimizer, batches, loss_fn, run, device=device,
                  evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
                                              num_classes),
-                 update_hparams=update, settings=LoopSettings.of(cfg), checkpoint_path=run.checkpoint_path,
-                 resume_from=run.resume_from, on_eval=run.record_eval, on_train_log=run.record_train, log=run.log,
-                 on_step=on_step)
+                 update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
     export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})

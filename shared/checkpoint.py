@@ -69,6 +69,37 @@ def load(path: str | os.PathLike, map_location="cpu"):
     return torch.load(path, map_location=map_location, weights_only=True)
 
 
+def read_weights(path: str | os.PathLike, *, key: str = "", allow: tuple[type, ...] = ()):
+    """A weights file read without running code: ``.safetensors`` (a dict of tensors), else a torch file loaded
+    with ``weights_only=True`` (tensors, plain containers and the ``allow``ed classes). A missing, unreadable or
+    code-carrying file is a one-line ``ZooError`` naming it (``key``: the config key that gave it, ``weights=``)."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    from recipe_zoo.core.errors import ZooError
+
+    path = Path(path)
+    where = f"{key}={path}" if key else str(path)
+    if not path.is_file():
+        raise ZooError(f"{where}: file not found")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        with torch.serialization.safe_globals(list(allow)):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line),
+                      "it holds more than tensors")
+        raise ZooError(f"{where}: refused to load: {detail[:200]} (weights load with weights_only=True, so code "
+                       "in a pickle never runs)") from None
+    except (SafetensorError, RuntimeError, OSError, EOFError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ZooError(f"{where}: cannot read weights ({first[:160]})") from None
+
+
 def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
     from safetensors.torch import save_file, save_model

@@ -1,6 +1,6 @@
 """Measurements behind the debugging checklist (``zoo doctor`` turns them into findings).
 
-Training checks work on a recipe's own parts, the ones it hands to ``shared.loop.fit``: the model, the
+Training checks work on a recipe's own parts, the ones it hands to ``recipe_zoo.core.loop.fit``: the model, the
 optimizer, the batches and the loss. Each check starts from the same captured state (``Parts.reset``):
 
 - ``overfit_batch``: one batch, many steps; the loss on that batch must fall near zero, and the loss of

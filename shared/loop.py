@@ -26,7 +26,7 @@ from torch import nn
 
 from recipe_zoo.core import checkpoint as ckpt
 from recipe_zoo.core import distributed
-from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.api import Run
 from recipe_zoo.core.flops import counting_flops, peak_flops
 from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
                               resolve_precision)
@@ -244,42 +244,30 @@ class _State:
     flops_per_step: float = -1.0  # counted on the run's first step (-1: not yet); a resumed run never counts again
 
 
-_INTERCEPT: list[Callable] = []  # ``zoo doctor`` takes the parts a recipe hands to ``fit`` instead of training
-
-
-@contextlib.contextmanager
-def intercept(handler: Callable):
-    """Inside this block ``fit`` calls ``handler(**its arguments)`` and returns what that returns."""
-    _INTERCEPT.append(handler)
-    try:
-        yield
-    finally:
-        _INTERCEPT.remove(handler)
-
-
-def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Callable, budget: Budget, *,
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Callable, run: Run, *,
         device: torch.device, evaluate: Callable[[nn.Module], dict[str, float]],
         update_hparams: Callable[[torch.optim.Optimizer, float, int], float],
-        settings: LoopSettings | None = None, checkpoint_path: Path | None = None,
-        resume_from: Path | None = None, on_eval: Callable[[dict], None] | None = None,
-        on_train_log: Callable[[dict], None] | None = None, log: Callable[[str], None] = print,
-        on_step: Callable[[float, int], None] | None = None, keep: dict | None = None) -> FitResult:
-    """Train ``model`` until ``budget`` is spent; returns the stats and the final evaluation.
+        settings: LoopSettings | None = None, on_step: Callable[[float, int], None] | None = None,
+        keep: dict | None = None) -> FitResult:
+    """Train ``model`` until ``run.budget`` is spent; returns the stats and the final evaluation.
 
     ``loss_fn(model, batch) -> scalar loss`` (moves the batch to the device itself);
     ``update_hparams(optimizer, progress, step) -> lr multiplier`` applies the schedules;
     ``on_step(progress, step)`` runs before each step (e.g. to unfreeze layers at a stage boundary);
-    ``on_eval(row)`` gets each evaluation, ``on_train_log(row)`` the training loss every 1% of the budget;
     ``keep`` names more objects with ``state_dict``/``load_state_dict`` (a ``BestState``, say) that the
     checkpoint carries, so a resumed run ends exactly where an uninterrupted one does.
+    From ``run``: the budget, the checkpoint to write and the one to resume from, the log, and where each
+    evaluation and the training loss every 1% of the budget go (``record_eval``, ``record_train``); a run with
+    a ``fit_handler`` (``zoo doctor``) hands it these parts instead of training.
 
     Under torchrun (N processes) ``batches`` is sharded by rank, the model trains under DDP (or as the
     recipe sharded it with FSDP2), and the loss, step time and stop/save decisions are agreed by all ranks
     each step, so every rank takes the same number of steps; rank 0 writes the checkpoint.
     """
-    if _INTERCEPT:
-        return _INTERCEPT[-1](model=model, optimizer=optimizer, batches=batches, loss_fn=loss_fn, device=device,
-                              update_hparams=update_hparams, settings=settings or LoopSettings(), on_step=on_step)
+    if run.fit_handler is not None:
+        return run.fit_handler(model=model, optimizer=optimizer, batches=batches, loss_fn=loss_fn, device=device,
+                               update_hparams=update_hparams, settings=settings or LoopSettings(), on_step=on_step)
+    budget, checkpoint_path, resume_from, log = run.budget, run.checkpoint_path, run.resume_from, run.log
     s = settings or LoopSettings()
     world, rank = distributed.world_size(), distributed.rank()
     fsdp = distributed.fsdp_sharded(model)
@@ -351,8 +339,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     while state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
                         state.next_eval += 1
                     state.window_loss, state.window_steps = 0.0, 0
-                    if on_eval:
-                        on_eval(row)
+                    run.record_eval(row)
                 if progress >= 1.0:
                     break
                 if world == 1:
@@ -420,8 +407,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
                     while progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                         state.next_train_log += 1
-                    if on_train_log:
-                        on_train_log(row)
+                    run.record_train(row)
                 if time.time() - last_log > s.log_every:
                     last_log = time.time()
                     rate = global_batch * timed_steps / max(timed_seconds, 1e-9)

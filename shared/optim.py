@@ -79,6 +79,13 @@ def batch_lr_scale(batch_size: int, reference_batch: int) -> float:
     return math.sqrt(batch_size / reference_batch)
 
 
+def layer_decay(depth: dict[str, int], decay: float, top: int | None = None) -> dict[str, float]:
+    """Layer-wise LR decay for fine-tuning: the LR multiplier ``decay ** (top - depth)`` of each parameter name
+    (depth 0 at the input; ``top`` defaults to the deepest given), so the layers nearest the output move most."""
+    top = max(depth.values(), default=0) if top is None else top
+    return {name: decay ** (top - d) for name, d in depth.items()}
+
+
 def no_decay(name: str, p: torch.Tensor) -> bool:
     """Biases, norm gains and other scalars/vectors are never weight-decayed."""
     return p.ndim < 2 or name.endswith(".bias")

@@ -6,6 +6,7 @@ import pytest
 
 from conftest import make_tiny_esm, make_tiny_llama, summary_block, zoo
 from recipe_zoo import board, registry
+from recipe_zoo.core import api
 from recipe_zoo.data import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
@@ -180,7 +181,7 @@ def test_template_round_trip(tmp_path, name, monkeypatch, capsys):
     assert text.count("@recipe(") == 1  # the copy registers only itself, not the module's other variants
     args = small_run_args(name, tmp_path)
     monkeypatch.chdir(moved.parent)
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))  # "mytask" must not outlive this test
+    monkeypatch.setattr(api, "REGISTRY", dict(api.REGISTRY))  # "mytask" must not outlive this test
     code = main(["run", str(moved), *args, "eval_every=0", "--budget", "2steps", "--out", str(tmp_path / "runs")])
     out = capsys.readouterr()
     assert code == 0, out.out[-3000:] + out.err[-3000:]

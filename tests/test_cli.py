@@ -146,7 +146,7 @@ import torch
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.schedule import apply_schedules, make_schedule
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.api import recipe
 
 
 @dataclass
@@ -163,10 +163,9 @@ def train(cfg, run):
     model = torch.nn.Sequential(torch.nn.Linear(4, cfg.hidden), torch.nn.ReLU(), torch.nn.Linear(cfg.hidden, 1))
     loss_fn = lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    res = fit(model, opt, TensorBatches((x, y), 16, seed=run.seed), loss_fn, run.budget, device=torch.device("cpu"),
+    res = fit(model, opt, TensorBatches((x, y), 16, seed=run.seed), loss_fn, run, device=torch.device("cpu"),
               evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()},
-              update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")),
-              checkpoint_path=run.checkpoint_path, resume_from=run.resume_from, on_eval=run.record_eval, log=run.log)
+              update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")))
     return {**res.stats(), **res.metrics}
 '''
 

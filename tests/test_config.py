@@ -4,7 +4,7 @@ from typing import Literal
 import pytest
 
 from recipe_zoo import config
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 @dataclass

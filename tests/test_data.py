@@ -11,7 +11,7 @@ import pytest
 
 from conftest import zoo
 from recipe_zoo import data
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 @pytest.fixture

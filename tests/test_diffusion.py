@@ -13,7 +13,7 @@ from PIL import Image
 
 import conftest
 from recipe_zoo.recipes import diffusion as dif
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="20steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")

@@ -187,7 +187,7 @@ from torch import nn
 from recipe_zoo.core import schedule
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import LoopSettings, fit
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.api import recipe
 
 
 @dataclass
@@ -209,9 +209,9 @@ def train(cfg, run):
         return nn.functional.mse_loss(m(batch[0]), batch[1])
 
     result = fit(model, torch.optim.SGD(model.parameters(), lr=0.01), TensorBatches((x, y), 16), loss_fn,
-                 run.budget, device=torch.device("cpu"), evaluate=lambda m: {"loss": 0.0},
+                 run, device=torch.device("cpu"), evaluate=lambda m: {"loss": 0.0},
                  update_hparams=functools.partial(schedule.apply_schedules, lr=schedule.make_schedule("constant")),
-                 settings=LoopSettings.of(cfg), log=run.log)
+                 settings=LoopSettings.of(cfg))
     return {**result.stats(), **result.metrics}
 '''
 

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from recipe_zoo import plan, registry, sweep
+from recipe_zoo.core import api
 from recipe_zoo.cli import main
 
 # A small real recipe with switches that plant the checklist's classic bugs.
@@ -19,7 +20,7 @@ from torch import nn
 from recipe_zoo.core import schedule
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import LoopSettings, fit
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.api import recipe
 
 
 @dataclass
@@ -70,16 +71,15 @@ def train(cfg, run):
     def evaluate(model):
         return {"val_loss": F.cross_entropy(model(vx), vy).item()}
 
-    result = fit(model, optimizer, TensorBatches((x, y), cfg.batch_size, seed=run.seed), loss_fn, run.budget,
-                 device=torch.device("cpu"), evaluate=evaluate, update_hparams=update,
-                 settings=LoopSettings.of(cfg), log=run.log)
+    result = fit(model, optimizer, TensorBatches((x, y), cfg.batch_size, seed=run.seed), loss_fn, run,
+                 device=torch.device("cpu"), evaluate=evaluate, update_hparams=update, settings=LoopSettings.of(cfg))
     return {**result.stats(), **result.metrics}
 '''
 
 
 @pytest.fixture()
 def blobs(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    monkeypatch.setattr(api, "REGISTRY", dict(api.REGISTRY))
     path = tmp_path / "blobs.py"
     path.write_text(RECIPE)
     return str(path)

@@ -8,8 +8,9 @@ import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
 from recipe_zoo.recipes import llm
-from recipe_zoo.core.budget import parse_budget
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.api import SimpleRun
+from recipe_zoo.core.budget import Budget, parse_budget
+from recipe_zoo.core.errors import ZooError
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
@@ -109,10 +110,10 @@ def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
 def test_text_sources_and_bad_inputs(tmp_path):
     f = tmp_path / "book.txt"
     f.write_text("abcdefghij" * 10)
-    s = llm.load_text(str(f), 0.1, None)
+    s = llm.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1)))
     assert "".join(s.train) + "".join(s.val) == "abcdefghij" * 10 and len("".join(s.val)) == 10
     (tmp_path / "book.val.txt").write_text("held out")
-    assert llm.load_text(str(f), 0.1, None).val == ["held out"]
+    assert llm.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1))).val == ["held out"]
     folder = tmp_path / "docs"
     (folder / "val").mkdir(parents=True)
     (folder / "a.md").write_text("doc a")
@@ -120,7 +121,7 @@ def test_text_sources_and_bad_inputs(tmp_path):
     (folder / "val" / "c.txt").write_text("doc c")
     (folder / "notes.pdf").write_bytes(b"%PDF")
     logged = []
-    s = llm.load_text(str(folder), 0.1, None, log=logged.append)
+    s = llm.load_text(str(folder), 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
     assert s.train == ["doc a", "doc b"] and s.val == ["doc c"] and "1 files" in logged[0]
     with pytest.raises(ZooError, match="validation split has 8 bytes, fewer than eval_bytes=100"):
         llm.eval_text(llm.TextSplits("x", ["a"], ["held out"]), 100)
@@ -132,12 +133,12 @@ def test_text_sources_and_bad_inputs(tmp_path):
                           ("latin1.txt", "not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
                           ("nothing", "no .txt or .md files"), ("missing.txt", "no such file")):
         with pytest.raises(ZooError, match=message):
-            llm.load_text(str(tmp_path / name), 0.1, None)
+            llm.load_text(str(tmp_path / name), 0.1, SimpleRun(Budget("steps", 1)))
     try:
         import datasets  # noqa: F401
     except ImportError:
         with pytest.raises(ZooError, match="needs the Hugging Face `datasets` package"):
-            llm.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, None)
+            llm.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, SimpleRun(Budget("steps", 1)))
 
 
 def test_zoo_run_gpt_end_to_end(tmp_path):

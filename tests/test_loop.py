@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from recipe_zoo.core import checkpoint
+from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.loop import BestState, Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
@@ -38,11 +39,10 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
     update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
     settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
                             ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0))
-    rows = []
-    result = fit(model, opt, batches, loss_fn, budget, device=torch.device("cpu"),
-                 evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings,
-                 on_eval=rows.append, log=lambda s: None, **kw)
-    return result, rows
+    run = SimpleRun(budget, log=lambda s: None, **kw)
+    result = fit(model, opt, batches, loss_fn, run, device=torch.device("cpu"),
+                 evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings)
+    return result, run.eval_rows
 
 
 def test_accumulation_equals_larger_batch():
@@ -102,10 +102,10 @@ def test_best_state_and_last_metrics_survive_a_resume(tmp_path):
             return {"loss": loss}
 
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        result = fit(model, opt, TensorBatches((x, y), 16, seed=7), loss_fn, budget, device=torch.device("cpu"),
-                     evaluate=evaluate, settings=LoopSettings(eval_every=0.25, log_every=1e9),
-                     update_hparams=kw.pop("update", lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant"))),
-                     log=lambda s: None, keep={"best": best}, **kw)
+        update = kw.pop("update", lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")))
+        result = fit(model, opt, TensorBatches((x, y), 16, seed=7), loss_fn, SimpleRun(budget, log=lambda s: None, **kw),
+                     device=torch.device("cpu"), evaluate=evaluate, settings=LoopSettings(eval_every=0.25, log_every=1e9),
+                     update_hparams=update, keep={"best": best})
         return result, best
 
     ref_model, x, y = make_problem()
@@ -135,9 +135,9 @@ def test_out_of_memory_names_the_micro_batch():
 
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(OutOfMemory, match="at step 0 with a micro-batch of 16 \\(x2 accumulation\\): CUDA out"):
-        fit(model, opt, TensorBatches((x, y), 16, seed=0), oom_loss, Budget("steps", 3), device=torch.device("cpu"),
-            evaluate=lambda m: {}, update_hparams=lambda o, p, s: 1.0, settings=LoopSettings(accum_steps=2),
-            log=lambda s: None)
+        fit(model, opt, TensorBatches((x, y), 16, seed=0), oom_loss, SimpleRun(Budget("steps", 3), log=lambda s: None),
+            device=torch.device("cpu"), evaluate=lambda m: {}, update_hparams=lambda o, p, s: 1.0,
+            settings=LoopSettings(accum_steps=2))
 
 
 def test_nan_loss_diverges():

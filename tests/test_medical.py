@@ -12,7 +12,7 @@ import torch
 import conftest
 from recipe_zoo.recipes import medical as med
 from recipe_zoo.core.budget import parse_budget
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")

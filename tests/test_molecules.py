@@ -9,7 +9,7 @@ import torch
 
 from conftest import bad_input, run_doctor, summary_block, write_file, zoo
 from recipe_zoo.recipes import molecules as mol
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 RINGS = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1", "c1ccc2ccccc2c1", "C1CC1"]
 HEADS = ["", "C", "CC", "O", "N", "Cl", "CCC", "FC(F)(F)", "OC(=O)"]

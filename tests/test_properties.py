@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from recipe_zoo import config
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 # No example database in the repository; the autouse environment fixture (temp runs and caches) is the same
 # for every example, so sharing it across examples is fine.

@@ -13,7 +13,9 @@ import torch
 import conftest
 from conftest import make_tiny_esm, run_doctor, zoo
 from recipe_zoo.recipes import protein as prot
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.api import SimpleRun
+from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.errors import ZooError
 
 WT = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRV"  # 40 residues
 
@@ -190,7 +192,7 @@ def test_classification_labels_from_fasta_headers(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def test_local_esm_file_loads_the_same_model(tiny_esm):
-    model, alphabet, what = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    model, alphabet, what = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     saved = torch.load(tiny_esm, weights_only=False)["model"]
     for k, v in model.state_dict().items():
         if not k.startswith("contact_head.regression"):
@@ -222,7 +224,7 @@ def test_missing_weights_say_where_to_put_them(variant_fasta, tmp_path):
 
 
 def test_embeddings_match_a_direct_forward_and_are_cached(tiny_esm, tmp_path):
-    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     seqs = [WT, WT[:25], WT[5:], WT]  # different lengths share padded batches
     logs = []
     emb = prot.embed(model, alphabet, seqs, 2, "mean", torch.device("cpu"), "fp32", 100, logs.append)
@@ -314,7 +316,7 @@ def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
     s, r = run_ok("protein/esm-zeroshot", f"data={table}", f"wt={tmp_path / 'wt.fasta'}", "target=fitness",
                   f"esm_weights={tiny_esm}")
     scores = dict(line.split(",") for line in open(f"{s['run_dir']}/scores.csv").read().splitlines()[1:])
-    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), seed=0)
+    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     model.eval()
 
     def by_hand(mutation):

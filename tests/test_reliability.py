@@ -287,7 +287,7 @@ import torch
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import fit
 from recipe_zoo.core.schedule import apply_schedules, make_schedule
-from recipe_zoo.registry import recipe
+from recipe_zoo.core.api import recipe
 
 
 @dataclass
@@ -303,9 +303,8 @@ def train(cfg, run):
     model = torch.nn.Linear(4, 1)
     loss_fn = lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
     res = fit(model, torch.optim.SGD(model.parameters(), lr=cfg.lr), TensorBatches((x, y), 16, seed=run.seed),
-              loss_fn, run.budget, device=torch.device("cpu"), evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()},
-              update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")),
-              checkpoint_path=run.checkpoint_path, on_eval=run.record_eval, log=run.log)
+              loss_fn, run, device=torch.device("cpu"), evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()},
+              update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")))
     return {**res.stats(), **res.metrics}
 '''
 
@@ -357,7 +356,7 @@ def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkey
 
 def test_debug_shows_the_traceback_the_one_line_hides(tmp_path):
     from recipe_zoo.cli import main
-    from recipe_zoo.errors import ZooError
+    from recipe_zoo.core.errors import ZooError
 
     assert main(["run", "tabular/mlp", "lrr=1", "--out", str(tmp_path)]) == 2
     with pytest.raises(ZooError, match="unknown key 'lrr'; did you mean 'lr'"):

@@ -10,7 +10,7 @@ import pytest
 import conftest
 from conftest import run_doctor, summary_block, zoo
 from recipe_zoo.recipes import tabular as tab
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="8s")
 run_bad = functools.partial(conftest.run_bad, budget="5s")

@@ -4,7 +4,7 @@ import torch
 
 from conftest import bad_input, summary_block, zoo
 from recipe_zoo.recipes import vision
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 def test_digits_split_is_fixed_and_stratified():

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from recipe_zoo import board, config, runs
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,

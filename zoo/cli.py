@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ import types
 import typing
 from pathlib import Path
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

@@ -1,8 +1,9 @@
 """``zoo doctor NAME``: the debugging checklist run on the user's own config and data.
 
 The recipe runs as usual until it has its data (``run.inspect``) and its model, optimizer and batches
-(the call to ``shared.loop.fit``); the doctor takes them there instead of training, runs the checks of
-``shared.diagnose`` and writes ``report.md``, plots and ``suggested.json`` into its own directory.
+(the call to ``recipe_zoo.core.loop.fit``, which hands them to the run's ``fit_handler``); the doctor takes them
+there instead of training, runs the checks of
+``recipe_zoo.core.diagnose`` and writes ``report.md``, plots and ``suggested.json`` into its own directory.
 Every finding is one line: a severity, the check, what was seen, and the fix from the checklist.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 SEVERITIES = ("error", "warn", "info", "ok")
 NOISY = 1e-4  # relative spread of repeated losses on one batch above which the loss is random itself
@@ -309,12 +310,12 @@ class Doctor:
                         worst, where = gap, (i, j, e, a)
         if any(m is None for m in h["multiplier"]):
             self.add("warn", "health/schedule", "update_hparams returns no LR multiplier: the applied LR cannot be "
-                     "compared with the schedule", "return the multiplier (shared.schedule.apply_schedules does)")
+                     "compared with the schedule", "return the multiplier (recipe_zoo.core.schedule.apply_schedules does)")
         elif worst > 0.01:
             i, j, e, a = where
             self.add("error", "health/schedule", f"the schedule is not applied: at step {i} group {j} stepped with "
                      f"lr {_fmt(a)} where the schedule says {_fmt(e)}",
-                     "set each group's lr every step (shared.schedule.apply_schedules) and print the LR each step")
+                     "set each group's lr every step (recipe_zoo.core.schedule.apply_schedules) and print the LR each step")
         else:
             mults = [m for m in h["multiplier"] if m is not None]
             self.add("ok", "health/schedule", f"every step used the scheduled LR (multiplier {_fmt(min(mults))}.."
@@ -554,25 +555,23 @@ def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, bud
 
 
 def _examine(spec, cfg, out_dir: Path, logger, *, seed, device, steps, budget, overrides) -> int:
-    from recipe_zoo.core import loop
     from recipe_zoo.core.precision import seed_everything
     from recipe_zoo import runs
 
     doc = Doctor(spec, cfg, out_dir, steps, log=logger.info)
     run = runs.Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=out_dir, device=device, logger=logger,
-                   inspector=doc.check_data)
+                   inspector=doc.check_data, fit_handler=doc.check_training)
     logger.info(f"zoo doctor {spec.name} on {run.benchmark} ({steps} steps per check) -> {out_dir}")
     seed_everything(seed)
     t0 = time.time()
     try:
-        with loop.intercept(doc.check_training):
-            spec.train(cfg, run)
+        spec.train(cfg, run)
     except _Done:
         pass
     if not doc.data_seen:
         doc.add("info", "data", f"{spec.name} does not show its data to the doctor (run.inspect): data checks skipped")
     if not doc.loop_seen and not any(f.check == "training" for f in doc.findings):
-        doc.add("warn", "training", f"{spec.name} finished without calling shared.loop.fit: training checks skipped")
+        doc.add("warn", "training", f"{spec.name} finished without calling recipe_zoo.core.loop.fit: training checks skipped")
     suggested = doc.suggested_config()
     header = [f"# zoo doctor: {spec.name} on {run.benchmark}", "",
               f"- command: `zoo doctor {' '.join([spec.name, *overrides])}`",

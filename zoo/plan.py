@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 KINDS = ("image", "text", "tabular", "audio", "molecules", "protein", "medical")
 TOKENS_PER_PARAM = 20.0  # Chinchilla, compute-optimal
@@ -252,15 +252,14 @@ def duration(seconds: float) -> str:
 
 def gpt_shape(overrides: list[str]):
     """The llm/gpt shape a config describes (depth must be given: depth=0 sizes itself at run time)."""
-    from recipe_zoo.recipes import llm
     from recipe_zoo import config, registry
 
     spec = registry.get("llm/gpt")
     cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
     if cfg.depth <= 0:
         raise ZooError("--recipe llm/gpt needs depth=N (depth=0 is sized at run time from the budget)")
-    shape = llm.GPTShape.from_depth(cfg.depth, cfg, cfg.vocab_size)
-    return cfg, shape, llm.param_estimate(shape)
+    shape, params = spec.hooks["shape"](cfg)
+    return cfg, shape, params
 
 
 def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_count: int, mfu: float | None,

@@ -15,13 +15,14 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo import results
-from recipe_zoo.errors import ResourceError, ZooError
-from recipe_zoo.registry import RecipeSpec
+from recipe_zoo.core.errors import ResourceError, ZooError
+from recipe_zoo.core.api import RecipeSpec
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
@@ -46,7 +47,7 @@ def runs_root(run_dir: Path, recipe: str) -> Path:
 
 @dataclass
 class Run:
-    """The handle a recipe's ``train(cfg, run)`` receives."""
+    """The handle a recipe's ``train(cfg, run)`` receives: the core's ``Run`` protocol (``recipe_zoo.core.api``)."""
 
     spec: RecipeSpec
     cfg: object
@@ -64,6 +65,7 @@ class Run:
     higher_is_better: bool | None = None
     home: Path | None = None  # under torchrun, ranks > 0 write side files to a scratch ``dir``; this is rank 0's
     inspector: object = None  # set by ``zoo doctor``: receives what ``inspect`` is given
+    fit_handler: Callable | None = None  # set by ``zoo doctor``: takes what ``fit`` is given instead of training
 
     @property
     def inspecting(self) -> bool:
@@ -78,7 +80,7 @@ class Run:
         ``task="tokens"``. ``task``: classification | regression | segmentation | tokens | unlabelled.
         ``fine_tune``: the model starts from pretrained weights, so the relative weight change is checked; a
         tuple names the new tensors (substrings of their names: a new head, LoRA adapters) left out of it.
-        ``loop=False``: the recipe trains without ``shared.loop.fit`` (trees, ridge, inference only), so the
+        ``loop=False``: the recipe trains without ``recipe_zoo.core.loop.fit`` (trees, ridge, inference only), so the
         doctor stops after the data checks.
         """
         if self.inspector is not None:
@@ -122,6 +124,19 @@ class Run:
 
         return locate(name)
 
+    def is_dataset(self, name: str) -> bool:
+        from recipe_zoo.data import DATASETS
+
+        return name in DATASETS
+
+    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
+        from recipe_zoo.data import download
+
+        return download(url, dest, sha256=sha256, timeout=timeout)
+
+    def part(self, budget: Budget, *, main: bool) -> Run | PartRun:
+        return self if main and budget == self.budget else PartRun(self, budget, main)
+
     def log(self, message: str) -> None:
         if self.main:
             self.logger.info(message)
@@ -149,6 +164,36 @@ class Run:
         _write_csv(self.dir / "train.csv", self.train_rows)
         for tracker in self.trackers:
             tracker.log_metrics(row)
+
+
+class PartRun:
+    """One of several fits inside a run (a fold, an ensemble member, a bagged model), with its own budget. The
+    main part writes the run's checkpoint and rows; the others neither (a resume retrains them, seeded)."""
+
+    def __init__(self, run: Run, budget: Budget, main: bool):
+        self.run, self.budget, self.main_part = run, budget, main
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.run.checkpoint_path if self.main_part else None
+
+    @property
+    def resume_from(self) -> Path | None:
+        return self.run.resume_from if self.main_part else None
+
+    def record_eval(self, row: dict) -> None:
+        if self.main_part:
+            self.run.record_eval(row)
+
+    def record_train(self, row: dict) -> None:
+        if self.main_part:
+            self.run.record_train(row)
+
+    def part(self, budget: Budget, *, main: bool) -> PartRun:
+        return PartRun(self.run, budget, main and self.main_part)
+
+    def __getattr__(self, name: str):
+        return getattr(self.run, name)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:

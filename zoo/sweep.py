@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo import config, runs
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 BATCH_KEYS = ("batch_size", "batch_tokens")
 

@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 
 def _recipe_decorators(tree: ast.Module, name: str) -> tuple[ast.FunctionDef, list[ast.Call]]:

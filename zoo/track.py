@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from recipe_zoo.errors import ZooError
+from recipe_zoo.core.errors import ZooError
 
 TRACKERS = ("tensorboard", "mlflow")
 

@@ -1,8 +1,8 @@
-"""Errors the user can fix. The CLI prints them as one line and exits with status 2."""
+"""Errors the user can fix. The CLI prints them as one line and exits with the error's status."""
 
 
 class ZooError(Exception):
-    """Bad input, a bad config or a missing file: a one-line message naming the file, row or key."""
+    """Bad input, a bad config or a missing file: a one-line message naming the file, row or key (exit 2)."""
 
     exit_code = 2
 
