@@ -15,16 +15,12 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipe_zoo.recipes import contrastive as con  # noqa: E402
-from recipe_zoo.recipes import vision  # noqa: E402
-from recipe_zoo.data import locate  # noqa: E402
+from recipe_zoo.data import locate
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.contrastive import models, simclr
 
 
 def main() -> None:
@@ -35,22 +31,22 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--runs", nargs="*", default=[], help="vision/resnet run folders (model.safetensors)")
     args = parser.parse_args()
-    splits = (vision.load_folder_splits(locate("cifar10-subset"), None, 0.2) if args.data == "cifar10-subset"
-              else vision.load_digits_splits())
-    mean, std = (t.view(1, -1, 1, 1) for t in vision.input_stats(vision.VisionConfig(), None, splits.train_x))
+    splits = (images.load_folder_splits(locate("cifar10-subset"), None, 0.2) if args.data == "cifar10-subset"
+              else images.load_digits_splits())
+    mean, std = (t.view(1, -1, 1, 1) for t in images.input_stats(splits.train_x))
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
         return ((x_uint8.float() / 255 - mean) / std).contiguous(memory_format=torch.channels_last)
 
     channels, size = splits.train_x.shape[1], splits.train_x.shape[-1]
-    cfg = con.ContrastiveConfig(model=args.model, width=args.width)
+    cfg = simclr.ContrastiveConfig(model=args.model, width=args.width)
     values = []
     for seed in range(args.seeds):
         torch.manual_seed(seed)
-        backbone, _ = con.build_backbone(cfg, channels, size)
-        if isinstance(backbone, vision.ZooNet):
+        backbone, _ = models.build_backbone(cfg, channels, size)
+        if isinstance(backbone, images.ZooNet):
             backbone.init_whitening(normalize(splits.train_x[:5000]))
-        values.append(con.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
+        values.append(simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
                                             probe=True))
     if values:
         print(json.dumps({"figure": "floor: random weights", "data": args.data, "model": f"{args.model} w{args.width}",
@@ -60,9 +56,9 @@ def main() -> None:
         config = json.loads((run_dir / "config.json").read_text())
         config = config.get("config", config)
         run_cfg = dataclasses.replace(cfg, model=config["model"], width=int(config["width"]))
-        backbone, _ = con.build_backbone(run_cfg, channels, size)
-        vision._load_own_weights(backbone, str(run_dir), run_cfg.model)
-        result = con.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
+        backbone, _ = models.build_backbone(run_cfg, channels, size)
+        images._load_own_weights(backbone, str(run_dir), run_cfg.model)
+        result = simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
                                        probe=True)
         summary = json.loads((run_dir / "summary.json").read_text())
         print(json.dumps({"figure": "supervised backbone", "run": str(run_dir), "recipe": summary.get("recipe"),

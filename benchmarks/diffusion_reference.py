@@ -13,15 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipe_zoo.recipes import diffusion as dif  # noqa: E402
-from recipe_zoo.data import locate  # noqa: E402
+from recipe_zoo.data import locate
+from recipe_zoo.recipes.diffusion import data as dif_data
+from recipe_zoo.recipes.diffusion import ddpm, models
 
 
 def main() -> None:
@@ -32,29 +28,29 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000, help="generated images (the recipes' n_samples)")
     args = parser.parse_args()
     if args.data == "mnist":
-        data = dif.load_mnist_generative(locate("mnist"))
+        data = dif_data.load_mnist_generative(locate("mnist"))
     else:
-        from recipe_zoo.recipes.vision import load_digits_splits
+        from recipe_zoo.recipes.images import load_digits_splits
 
         data = load_digits_splits()
-    net, acc = dif.feature_net(data, print)
-    real = net.embed(dif.to_model_range(data.test_x[:1000]))
+    net, acc = models.feature_net(data, print)
+    real = net.embed(dif_data.to_model_range(data.test_x[:1000]))
     floors = []
     for seed in range(args.seeds):
         idx = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(seed))[:args.n]
-        floors.append(dif.fid(net.embed(dif.to_model_range(data.train_x[idx])), real))
+        floors.append(ddpm.fid(net.embed(dif_data.to_model_range(data.train_x[idx])), real))
     print(json.dumps({"figure": "floor", "data": args.data, "fid_zoo": floors, "n": [args.n, len(real)],
                       "feature_net_accuracy": acc}))
     shape = tuple(data.train_x.shape[1:])
     for method in ("ddpm", "flow"):
-        cfg = dif.DiffusionConfig(method=method, width=args.width)
+        cfg = ddpm.DiffusionConfig(method=method, width=args.width)
         values = []
         for seed in range(args.seeds):
             torch.manual_seed(seed)
-            model = dif.build_unet(cfg, args.width, shape[0], shape[-1], len(data.classes)).eval()
-            images = dif.sample(model, cfg, args.n, shape, None, len(data.classes), torch.device("cpu"), seed)
-            values.append(dif.fid(net.embed(images), real))
-        sampler, steps = dif.resolve_sampler(cfg)
+            model = models.build_unet(cfg, args.width, shape[0], shape[-1], len(data.classes)).eval()
+            images = ddpm.sample(model, cfg, args.n, shape, None, len(data.classes), torch.device("cpu"), seed)
+            values.append(ddpm.fid(net.embed(images), real))
+        sampler, steps = ddpm.resolve_sampler(cfg)
         print(json.dumps({"figure": "ceiling", "method": method, "width": args.width, "sampler": f"{sampler} {steps}",
                           "fid_zoo": values, "mean": statistics.fmean(values)}))
 

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipe_zoo.data import locate  # noqa: E402
+from recipe_zoo.data import locate
 
 
 def load(root: Path, ids):

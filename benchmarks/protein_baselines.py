@@ -13,16 +13,12 @@ Prints one line per seed and the mean ± std of the test Spearman.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recipe_zoo.recipes import protein as prot  # noqa: E402
-from recipe_zoo.data import locate  # noqa: E402
+from recipe_zoo.data import locate
+from recipe_zoo.recipes.protein import data as prot
+from recipe_zoo.recipes.protein.config import ProteinConfig
 
 
 def spearman(y, pred) -> float:
@@ -58,7 +54,7 @@ def tem1(seeds: list[int]) -> None:
 def p62593() -> None:
     from sklearn.linear_model import RidgeCV
 
-    data = prot.load_fasta(prot.ProteinConfig(), locate("p62593"))
+    data = prot.load_fasta(ProteinConfig(), locate("p62593"))
     X = prot.encode(data.seqs, "onehot")
     train, val, test = prot.esm_example_split(len(data.y), 0)
     fit = np.concatenate([train, val])  # the example's whole 80%

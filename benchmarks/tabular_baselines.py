@@ -19,12 +19,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recipe_zoo.recipes import tabular as tab  # noqa: E402
+from recipe_zoo.core.metrics import score  # noqa: E402
+from recipe_zoo.recipes.tabular import data as tab  # noqa: E402
+from recipe_zoo.recipes.tabular.config import TabularConfig  # noqa: E402
 from recipe_zoo.data import locate  # noqa: E402
 
 
 class _Run:
-    """What ``tabular.load_table`` needs of a run."""
+    """What ``tabular.data.load_table`` needs of a run."""
 
     def data_path(self, name):
         return locate(name)
@@ -37,7 +39,7 @@ def first_try(name: str) -> None:
     import pandas as pd
     import xgboost as xgb
 
-    cfg = tab.TabularConfig(data=name, features="none")
+    cfg = TabularConfig(data=name, features="none")
     table = tab.load_table(cfg, _Run())
     train, test = tab.test_split(table, cfg)
     X = pd.get_dummies(table.X, dtype=np.float32)
@@ -47,7 +49,7 @@ def first_try(name: str) -> None:
     model.fit(X.iloc[train], table.y[train])
     seconds = time.perf_counter() - start
     pred = model.predict(X.iloc[test]) if table.task == "regression" else model.predict_proba(X.iloc[test])[:, 1]
-    metrics = tab.score(table.y[test], pred, table.task)
+    metrics = score(table.y[test], pred, table.task, tab.METRIC_NAMES[table.task])
     print(f"{name}: {type(model).__name__}() defaults, one-hot categoricals: "
           + ", ".join(f"test {k} {v:.4f}" for k, v in metrics.items()) + f"; fit {seconds:.2f}s")
 

@@ -90,11 +90,11 @@ def read_weights(path: str | os.PathLike, *, key: str = "", allow: tuple[type, .
             return load_file(str(path))
         with torch.serialization.safe_globals(list(allow)):
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
+    except pickle.UnpicklingError as exc:  # garbage, or a pickle of more than tensors (code, other classes)
         detail = next((line.strip() for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line),
                       "it holds more than tensors")
-        raise ZooError(f"{where}: refused to load: {detail[:200]} (weights load with weights_only=True, so code "
-                       "in a pickle never runs)") from None
+        raise ZooError(f"{where}: refused to load: not a file of plain tensors ({detail[:200]}); files load with "
+                       "weights_only=True, so code in a pickle never runs") from None
     except (SafetensorError, RuntimeError, OSError, EOFError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ZooError(f"{where}: cannot read weights ({first[:160]})") from None

@@ -107,7 +107,7 @@ def make_tiny_llama(path: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from recipe_zoo.recipes import llm
+    from recipe_zoo.recipes.llm import data as llm
 
     text = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 20
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=llm.train_bpe([text], 300), bos_token=llm.BOS,

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 import conftest
-from recipe_zoo.recipes import contrastive as con
-from recipe_zoo.recipes import vision
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.contrastive import data, models, simclr
 from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="12steps")
@@ -27,35 +27,35 @@ def test_nt_xent_matches_a_direct_computation():
         j = (i + 5) % 10  # the other view of the same image
         others = sum(math.exp(float(z[i] @ z[k]) / t) for k in range(10) if k != i)
         losses.append(-math.log(math.exp(float(z[i] @ z[j]) / t) / others))
-    assert con.nt_xent(z1, z2, t).item() == pytest.approx(sum(losses) / 10, rel=1e-5)
+    assert simclr.nt_xent(z1, z2, t).item() == pytest.approx(sum(losses) / 10, rel=1e-5)
     # Partners that agree and differ from the rest make the loss small; swapped partners make it large.
     basis = torch.eye(8)[:4] * 10
-    assert con.nt_xent(basis, basis, 0.1) < 1e-3 < con.nt_xent(basis, basis.roll(1, 0), 0.1)
+    assert simclr.nt_xent(basis, basis, 0.1) < 1e-3 < simclr.nt_xent(basis, basis.roll(1, 0), 0.1)
 
 
 def test_byol_loss_and_target_momentum():
     p = torch.randn(4, 6)
-    assert con.byol_loss(p, 3 * p).item() == pytest.approx(0.0, abs=1e-6)  # scale-free: cosine
-    assert con.byol_loss(p, -p).item() == pytest.approx(4.0)
-    assert con.byol_momentum(0.99, 0.0) == pytest.approx(0.99)
-    assert con.byol_momentum(0.99, 0.5) == pytest.approx(0.995)
-    assert con.byol_momentum(0.99, 1.0) == pytest.approx(1.0)
+    assert simclr.byol_loss(p, 3 * p).item() == pytest.approx(0.0, abs=1e-6)  # scale-free: cosine
+    assert simclr.byol_loss(p, -p).item() == pytest.approx(4.0)
+    assert models.byol_momentum(0.99, 0.0) == pytest.approx(0.99)
+    assert models.byol_momentum(0.99, 0.5) == pytest.approx(0.995)
+    assert models.byol_momentum(0.99, 1.0) == pytest.approx(1.0)
     backbone = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
-    model = con.SSLModel(backbone, torch.nn.Linear(4, 2), predictor=torch.nn.Linear(2, 2))
+    model = models.SSLModel(backbone, torch.nn.Linear(4, 2), predictor=torch.nn.Linear(2, 2))
     assert not any(p.requires_grad for p in model.target.parameters())
     before = model.target[0][0].weight.clone()
     with torch.no_grad():
         backbone[0].weight.add_(1.0)
         backbone[1].num_batches_tracked.fill_(7)
-    con.update_target(model, 0.9)
+    models.update_target(model, 0.9)
     assert torch.allclose(model.target[0][0].weight, before + 0.1)  # 0.9 target + 0.1 online
     assert int(model.target[0][1].num_batches_tracked) == 7  # integer buffers are copied
 
 
 def test_byol_predictor_learns_faster_and_the_target_not_at_all():
     backbone = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
-    model = con.SSLModel(backbone, con.mlp(4, 8, 2), predictor=con.mlp(2, 8, 2))
-    opt = con.build_optimizer(con.ContrastiveConfig(lr=1e-3, pred_lr=10.0), model)
+    model = models.SSLModel(backbone, models.mlp(4, 8, 2), predictor=models.mlp(2, 8, 2))
+    opt = simclr.build_optimizer(simclr.ContrastiveConfig(lr=1e-3, pred_lr=10.0), model)
     lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     assert {lr_of[id(p)] for p in model.predictor.parameters()} == {1e-2}
     assert {lr_of[id(p)] for p in model.backbone.parameters()} == {1e-3}
@@ -69,38 +69,38 @@ def test_knn_votes_are_weighted_by_similarity():
     labels = torch.tensor([0, 1, 1])
     query = torch.tensor([[1.0, 0.2]])
     sims = F.normalize(query, dim=1) @ F.normalize(bank, dim=1).T
-    scores = con.knn_scores(bank, labels, query, k=3, temperature=0.1, num_classes=2)
+    scores = simclr.knn_scores(bank, labels, query, k=3, temperature=0.1, num_classes=2)
     expected = torch.tensor([[math.exp(sims[0, 0] / 0.1), math.exp(sims[0, 1] / 0.1) + math.exp(sims[0, 2] / 0.1)]])
     assert torch.allclose(scores, expected, rtol=1e-5)
     assert scores.argmax().item() == 0  # one close neighbour outvotes two far ones at a low temperature
-    assert con.knn_scores(bank, labels, query, k=3, temperature=100.0, num_classes=2).argmax().item() == 1
-    assert con.knn_scores(bank, labels, query, k=1, temperature=100.0, num_classes=2)[0, 1] == 0  # only k vote
+    assert simclr.knn_scores(bank, labels, query, k=3, temperature=100.0, num_classes=2).argmax().item() == 1
+    assert simclr.knn_scores(bank, labels, query, k=1, temperature=100.0, num_classes=2)[0, 1] == 0  # only k vote
 
 
 def test_linear_probe_separates_separable_features():
     g = torch.Generator().manual_seed(0)
     y = torch.arange(60) % 3
     f = torch.randn(60, 5, generator=g) + 4 * F.one_hot(y, 5).float()
-    proba = con.linear_probe(f[:45], y[:45], f[45:])
+    proba = simclr.linear_probe(f[:45], y[:45], f[45:])
     assert proba.shape == (15, 3) and torch.equal(proba.argmax(1), y[45:])
 
 
 @pytest.mark.parametrize("channels", [1, 3])
 def test_two_views_differ_and_replay_from_the_seed(channels):
-    cfg = con.ContrastiveConfig(crop_min=0.2, flip="on", blur=0.5)
-    augment = con.build_augment(cfg, channels, 16)
+    cfg = simclr.ContrastiveConfig(crop_min=0.2, flip="on", blur=0.5)
+    augment = data.build_augment(cfg, channels, 16)
     x = torch.rand(6, channels, 16, 16)
-    a1, a2 = con.two_views(augment, x, seed=3)
-    b1, _ = con.two_views(augment, x, seed=3)
+    a1, a2 = data.two_views(augment, x, seed=3)
+    b1, _ = data.two_views(augment, x, seed=3)
     assert a1.shape == x.shape and torch.equal(a1, b1)
     assert not torch.allclose(a1, a2) and not torch.allclose(a1, x)
-    assert "blur" in con.describe_augment(cfg, channels, 16)
+    assert "blur" in data.describe_augment(cfg, channels, 16)
 
 
 @pytest.mark.parametrize("model,dim", [("zoo-resnet", 32), ("zoo-net", 32), ("test_resnet", None)])
 def test_backbones_give_features_without_a_classifier(model, dim):
-    cfg = con.ContrastiveConfig(model=model, width=8)
-    backbone, width = con.build_backbone(cfg, 3, 16)
+    cfg = simclr.ContrastiveConfig(model=model, width=8)
+    backbone, width = models.build_backbone(cfg, 3, 16)
     assert width == (dim or width) and backbone(torch.rand(2, 3, 16, 16)).shape == (2, width)
 
 
@@ -108,7 +108,7 @@ def test_backbones_give_features_without_a_classifier(model, dim):
                                        ("momentum_base", 1.0), ("crop_min", 1.5), ("blur", 2.0), ("batch_size", 1)])
 def test_config_values_are_checked(key, value):
     with pytest.raises(ZooError, match=key):
-        con.check_config(con.ContrastiveConfig(**{key: value}))
+        simclr.check_config(simclr.ContrastiveConfig(**{key: value}))
 
 
 def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
@@ -122,8 +122,8 @@ def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
     for key in ("knn_accuracy", "knn_macro_f1", "linear_accuracy", "linear_macro_f1"):
         assert 0.2 < result[key] <= 1.0, (key, result[key])  # 10 classes: chance is 0.1
     assert "random resized crop" in summary["augment"]
-    model = vision.ZooResNet(1, 10, 8, 8)
-    vision._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # the fine-tuning template's input
+    model = images.ZooResNet(1, 10, 8, 8)
+    images._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
 
 
 def _write_images(folder, n, size=12, corrupt=False):

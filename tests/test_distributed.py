@@ -56,7 +56,7 @@ def test_shards_are_the_micro_batches_of_one_process_with_accumulation():
 
 
 def test_token_windows_shard_like_accumulation():
-    from recipe_zoo.recipes.llm import TokenWindows
+    from recipe_zoo.recipes.llm.data import TokenWindows
 
     tokens = torch.arange(16 * 160 + 17)  # 160 windows: 40 micro-batches of 4, 20 steps of 2 ranks
     one = TokenWindows(tokens, 16, 4, seed=1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
-from recipe_zoo.recipes import llm
+from recipe_zoo.recipes.llm import data as llm_data, gpt, models
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
@@ -16,23 +16,23 @@ TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\n
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
 
 
-def small_cfg(**kw) -> llm.GPTConfig:
-    return llm.GPTConfig(**{"aspect": 32, "head_dim": 16, "seq_len": 32, "vocab_size": 300, **kw})
+def small_cfg(**kw) -> gpt.GPTConfig:
+    return gpt.GPTConfig(**{"aspect": 32, "head_dim": 16, "seq_len": 32, "vocab_size": 300, **kw})
 
 
 def test_bpe_round_trips_any_text_and_byte_table_counts_utf8():
-    tok = llm.train_bpe([TEXT], 320)
-    lengths = llm.token_bytes(tok)
-    assert lengths[tok.token_to_id(llm.BOS)] == 0
+    tok = llm_data.train_bpe([TEXT], 320)
+    lengths = llm_data.token_bytes(tok)
+    assert lengths[tok.token_to_id(llm_data.BOS)] == 0
     for text in (TEXT[:200], "naïve café — 😀 日本語\r\n\tend", "\x01\x7f"):
         ids = tok.encode(text, add_special_tokens=False).ids
         assert tok.decode(ids) == text
         assert int(lengths[torch.tensor(ids)].sum()) == len(text.encode())
     assert tok.get_vocab_size() == 320
-    byte_tok = llm.train_bpe([TEXT], 0, byte_only=True)
+    byte_tok = llm_data.train_bpe([TEXT], 0, byte_only=True)
     assert byte_tok.get_vocab_size() == 257 and len(byte_tok.encode("héllo").ids) == 6
     with pytest.raises(ZooError, match="vocab_size=100"):
-        llm.train_bpe([TEXT], 100)
+        llm_data.train_bpe([TEXT], 100)
 
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
@@ -41,34 +41,34 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
     per_target = torch.randint(1, 4, (37,))
     uniform = lambda x: torch.zeros(*x.shape, vocab)  # noqa: E731
     for batch in (1, 3, 16):
-        bpb = llm.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
+        bpb = llm_data.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
         assert bpb == pytest.approx(37 * math.log2(vocab) / int(per_target.sum()), rel=1e-6)
 
 
 def test_token_windows_cover_each_epoch_once_and_resume_exactly():
     tokens = torch.arange(1000, dtype=torch.int32)
-    a = llm.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    a = llm_data.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
     seen = torch.cat([a.next_batch()[0] for _ in range(a.batches_per_epoch)])
     starts = seen[:, 0]
     assert len(set(starts.tolist())) == len(starts) and bool(((starts - starts[0]) % 10 == 0).all())
     x, y = a.next_batch()
     assert torch.equal(y[:, :-1], x[:, 1:]) and a.epoch == 1
-    b = llm.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    b = llm_data.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.next_batch()[0], b.next_batch()[0])
     with pytest.raises(ZooError, match="fewer than one batch"):
-        llm.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
+        llm_data.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
 
 
 @pytest.mark.parametrize("mlp,kv_heads", [("relu2", 0), ("swiglu", 1)])
 def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
     torch.manual_seed(0)
-    shape = llm.GPTShape.from_depth(2, small_cfg(mlp=mlp, kv_heads=kv_heads, softcap=5.0), vocab=64)
-    model = llm.GPT(shape)
-    assert model.scaling_params() == llm.param_estimate(shape)
+    shape = models.GPTShape.from_depth(2, small_cfg(mlp=mlp, kv_heads=kv_heads, softcap=5.0), vocab=64)
+    model = models.GPT(shape)
+    assert model.scaling_params() == models.param_estimate(shape)
     x = torch.randint(64, (2, 16))
     # zero-initialised output projections: at init the blocks add nothing to the residual stream
-    expected = model.lm_head(llm.rms_norm(model.embed(x)))
+    expected = model.lm_head(models.rms_norm(model.embed(x)))
     assert torch.allclose(model(x), 5.0 * torch.tanh(expected / 5.0), atol=1e-5)
     for p in model.parameters():  # break the identity so causality is tested on a real network
         p.data.add_(0.1 * torch.randn_like(p))
@@ -83,9 +83,9 @@ def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
 
 
 def test_optimizer_follows_the_recipe_table():
-    cfg = llm.GPTConfig(aspect=48)  # depth 4: width 192, s = (192/768)^-0.5 = 2
-    model = llm.GPT(llm.GPTShape.from_depth(4, cfg, vocab=100))
-    opt = llm.build_optimizer(cfg, model)
+    cfg = gpt.GPTConfig(aspect=48)  # depth 4: width 192, s = (192/768)^-0.5 = 2
+    model = models.GPT(models.GPTShape.from_depth(4, cfg, vocab=100))
+    opt = gpt.build_optimizer(cfg, model)
     by_kind = {g["kind"]: g for g in opt.param_groups}
     assert by_kind["matrix"]["optimizer"] == "muon" and by_kind["matrix"]["lr"] == 0.04
     assert by_kind["matrix"]["weight_decay"] == 0.2
@@ -96,11 +96,11 @@ def test_optimizer_follows_the_recipe_table():
 
 
 def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
-    monkeypatch.setattr(llm, "peak_flops", lambda device: 1e11)  # a fixed machine, not this one's measurement
-    cfg = llm.GPTConfig()
+    monkeypatch.setattr(gpt, "peak_flops", lambda device: 1e11)  # a fixed machine, not this one's measurement
+    cfg = gpt.GPTConfig()
 
     def depth(budget: str, train_tokens: int) -> int:
-        return llm.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), torch.device("cpu"), log=print)
+        return gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), torch.device("cpu"), log=print)
 
     assert depth("10s", 10**9) <= depth("5m", 10**9) < depth("1h", 10**9) < depth("24h", 10**9)
     assert depth("1h", 10**5) > depth("1h", 10**9)  # a small corpus caps the epochs: spend compute on size
@@ -110,10 +110,10 @@ def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
 def test_text_sources_and_bad_inputs(tmp_path):
     f = tmp_path / "book.txt"
     f.write_text("abcdefghij" * 10)
-    s = llm.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1)))
+    s = llm_data.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1)))
     assert "".join(s.train) + "".join(s.val) == "abcdefghij" * 10 and len("".join(s.val)) == 10
     (tmp_path / "book.val.txt").write_text("held out")
-    assert llm.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1))).val == ["held out"]
+    assert llm_data.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1))).val == ["held out"]
     folder = tmp_path / "docs"
     (folder / "val").mkdir(parents=True)
     (folder / "a.md").write_text("doc a")
@@ -121,10 +121,10 @@ def test_text_sources_and_bad_inputs(tmp_path):
     (folder / "val" / "c.txt").write_text("doc c")
     (folder / "notes.pdf").write_bytes(b"%PDF")
     logged = []
-    s = llm.load_text(str(folder), 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
+    s = llm_data.load_text(str(folder), 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
     assert s.train == ["doc a", "doc b"] and s.val == ["doc c"] and "1 files" in logged[0]
     with pytest.raises(ZooError, match="validation split has 8 bytes, fewer than eval_bytes=100"):
-        llm.eval_text(llm.TextSplits("x", ["a"], ["held out"]), 100)
+        llm_data.eval_text(llm_data.TextSplits("x", ["a"], ["held out"]), 100)
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "bin.txt").write_bytes(b"abc\0def")
     (tmp_path / "latin1.txt").write_bytes("caf".encode() + b"\xe9 au lait")
@@ -133,12 +133,12 @@ def test_text_sources_and_bad_inputs(tmp_path):
                           ("latin1.txt", "not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
                           ("nothing", "no .txt or .md files"), ("missing.txt", "no such file")):
         with pytest.raises(ZooError, match=message):
-            llm.load_text(str(tmp_path / name), 0.1, SimpleRun(Budget("steps", 1)))
+            llm_data.load_text(str(tmp_path / name), 0.1, SimpleRun(Budget("steps", 1)))
     try:
         import datasets  # noqa: F401
     except ImportError:
         with pytest.raises(ZooError, match="needs the Hugging Face `datasets` package"):
-            llm.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, SimpleRun(Budget("steps", 1)))
+            llm_data.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, SimpleRun(Budget("steps", 1)))
 
 
 def test_zoo_run_gpt_end_to_end(tmp_path):
@@ -216,12 +216,12 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     path.write_text("\n".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."})
                               for i in range(20)) + "\n" + json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
     logged = []
-    examples = llm.load_jsonl(path, tokenizer, 32, log=logged.append)
+    examples = llm_data.load_jsonl(path, tokenizer, 32, log=logged.append)
     assert len(examples) == 20 and "1 of 21 examples are longer" in logged[0]
     e = examples[0]
     n_prompt = len(tokenizer("Q0: speak?").input_ids)
     assert e.labels[:n_prompt] == [-100] * n_prompt and e.labels[n_prompt:] == e.ids[n_prompt:]
-    ids, labels, mask = llm.pad_examples(examples[:3], pad_id=0)
+    ids, labels, mask = llm_data.pad_examples(examples[:3], pad_id=0)
     assert ids.shape == labels.shape == mask.shape and int(mask.sum()) == sum(len(x.ids) for x in examples[:3])
     r = zoo("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
             "micro_batch=4", "val_fraction=0.2")

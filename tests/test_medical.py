@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import conftest
-from recipe_zoo.recipes import medical as med
+from recipe_zoo.recipes.medical import data as meddata
+from recipe_zoo.recipes.medical import plan as planner
+from recipe_zoo.recipes.medical import unet
 from recipe_zoo.core.budget import parse_budget
 from recipe_zoo.core.errors import ZooError
 
@@ -27,7 +29,7 @@ def fingerprint(**over) -> dict:
 
 
 def plan(fp, budget="5m", measure=lambda dims, levels, width: (2e4, 500.0), **cfg):
-    return med.make_plan(fp, med.MedicalConfig(**cfg), torch.device("cpu"), parse_budget(budget), measure)
+    return planner.make_plan(fp, unet.MedicalConfig(**cfg), torch.device("cpu"), parse_budget(budget), measure)
 
 
 def test_plan_follows_the_data():
@@ -61,10 +63,10 @@ def test_plan_rejects_bad_overrides(key, value, message):
 
 def test_flip_axes_follow_the_slicing():
     """Axes name the volume's axes; a 2-D plan across one of them drops it and renumbers the rest."""
-    data = med.SegData([], [], ["background", "x"], "vol", symmetric_axes=(0, 1, 2))
-    assert med.resolve_flip_axes(med.MedicalConfig(), data, {"slice_axis": 0}, 3) == (0, 1)
-    assert med.resolve_flip_axes(med.MedicalConfig(flip_axes="0,2"), data, {"slice_axis": 1}, 3) == (0, 1)
-    assert med.resolve_flip_axes(med.MedicalConfig(flip_axes="none"), data, {"slice_axis": None}, 3) == ()
+    data = meddata.SegData([], [], ["background", "x"], "vol", symmetric_axes=(0, 1, 2))
+    assert unet.resolve_flip_axes(unet.MedicalConfig(), data, {"slice_axis": 0}, 3) == (0, 1)
+    assert unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="0,2"), data, {"slice_axis": 1}, 3) == (0, 1)
+    assert unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="none"), data, {"slice_axis": None}, 3) == ()
 
 
 def test_dice_and_iou_match_a_hand_count():
@@ -74,9 +76,9 @@ def test_dice_and_iou_match_a_hand_count():
     guess = torch.zeros(1, 32, 32)
     guess[0, 8:20, 4:24] = 1  # 240 pixels, 192 of them right
     model = lambda x: torch.cat([-x, x], 1) * 10  # noqa: E731
-    case = med.Case("a", guess, truth)
+    case = meddata.Case("a", guess, truth)
     p = {"patch": [16, 16], "batch_size": 2, "slice_axis": None, "spacing": [1.0, 1.0]}
-    got = med.evaluate(model, [case], p, ["background", "fg"], torch.device("cpu"), overlap=0.5, hd95=True)
+    got = unet.evaluate(model, [case], p, ["background", "fg"], torch.device("cpu"), overlap=0.5, hd95=True)
     assert got["dice_fg"] == pytest.approx(2 * 192 / (256 + 240))
     iou_fg, iou_bg = 192 / (256 + 240 - 192), (1024 - 304) / (1024 - 192)
     assert got["iou_fg"] == pytest.approx(iou_fg) and got["miou"] == pytest.approx((iou_fg + iou_bg) / 2)
@@ -84,12 +86,12 @@ def test_dice_and_iou_match_a_hand_count():
 
 
 def test_patches_replay_exactly_after_resume():
-    data = med.load_synthetic(2)
-    fp = med.fingerprint(data)
-    cfg = med.MedicalConfig()
+    data = meddata.load_synthetic(2)
+    fp = planner.fingerprint(data)
+    cfg = unet.MedicalConfig()
     p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
-    cases = [med.preprocess(c, p, fp) for c in data.train[:4]]
-    make = lambda: med.PatchBatches(cases, med.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
+    cases = [meddata.preprocess(c, p, fp) for c in data.train[:4]]
+    make = lambda: meddata.PatchBatches(cases, meddata.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
     a = make()
     for _ in range(7):
         a.next_batch()
@@ -155,7 +157,7 @@ def test_decathlon_folder_plans_2d_across_thick_slices(decathlon):
 def load_error(data, **cfg) -> str:
     """The one-line error loading ``data`` raises (the CLI prints it and exits 2; see the run_bad cases)."""
     with pytest.raises(ZooError) as info:
-        med.load_data(med.MedicalConfig(data=str(data), **cfg), run=None)
+        meddata.load_data(unet.MedicalConfig(data=str(data), **cfg), run=None)
     return str(info.value)
 
 
@@ -196,10 +198,10 @@ def test_png_folder_and_its_bad_inputs(tmp_path):
     assert "loss='dice' must be one of" in run_bad("medical/unet", "loss=dice")
     assert load_error(root, label_values="0,128").endswith(
         "slice0.png: unexpected label value 255 (expected one of [0, 128])")
-    data = med.load_data(med.MedicalConfig(data=str(root)), run=None)
+    data = meddata.load_data(unet.MedicalConfig(data=str(root)), run=None)
     with pytest.raises(ZooError, match="axis 2 does not exist"):
-        med.resolve_flip_axes(med.MedicalConfig(flip_axes="2"), data, {"slice_axis": None}, 2)
-    assert med.resolve_flip_axes(med.MedicalConfig(), data, {"slice_axis": None}, 2) == ()  # own data: no flips
+        unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="2"), data, {"slice_axis": None}, 2)
+    assert unet.resolve_flip_axes(unet.MedicalConfig(), data, {"slice_axis": None}, 2) == ()  # own data: no flips
     (root / "images" / "slice9.png").write_bytes(b"not a png at all")
     assert "slice9.png: no matching file in" in load_error(root)
     (root / "masks" / "slice9.png").write_bytes(b"not a png at all")
@@ -232,9 +234,9 @@ def test_doctor_sees_the_cases_and_finds_no_error(tmp_path, capsys):
     assert severity["data/balance"] == "ok" and severity["data/leakage"] == "ok"
     assert "overfit/one-batch" in severity and not [f for f in findings if f["severity"] == "error"], findings
     # cases of different shapes: one content digest each, so a case copied into validation still matches
-    a, b = (med.RawCase(n, np.ones((1, *s), np.float32), np.zeros((1, *s), np.uint8), (1.0, 1.0))
+    a, b = (meddata.RawCase(n, np.ones((1, *s), np.float32), np.zeros((1, *s), np.uint8), (1.0, 1.0))
             for n, s in (("a", (4, 4)), ("b", (4, 6))))
-    (train_x, train_y), (val_x, _) = med.inspect_view([a, b], [b])
+    (train_x, train_y), (val_x, _) = meddata.inspect_view([a, b], [b])
     assert len(set(train_x)) == 2 and val_x == train_x[1:] and train_y.shape == (40,)
 
 

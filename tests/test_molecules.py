@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from conftest import bad_input, run_doctor, summary_block, write_file, zoo
-from recipe_zoo.recipes import molecules as mol
+from recipe_zoo.core.metrics import score_tasks
+from recipe_zoo.recipes.molecules import data as mol, models
+from recipe_zoo.recipes.molecules.config import MolConfig
 from recipe_zoo.core.errors import ZooError
 
 RINGS = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1", "c1ccc2ccccc2c1", "C1CC1"]
@@ -39,8 +41,8 @@ def logp_csv(tmp_path):
     return write_table(tmp_path / "logp.csv", rows)
 
 
-def cfg(**kw) -> mol.MolConfig:
-    return mol.MolConfig(**{"target": "y", **kw})
+def cfg(**kw) -> MolConfig:
+    return MolConfig(**{"target": "y", **kw})
 
 
 def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
@@ -49,14 +51,14 @@ def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
     mols = [Chem.MolFromSmiles(s) for s in ("CCO", "C", "c1ccccc1", "CC(=O)N")]
     g = mol.featurize(mols)
     assert g.x.shape[0] == 3 + 1 + 6 + 4 and g.edge_attr.shape == (2 * (2 + 0 + 6 + 3), mol.bond_dim())
-    b = mol.collate(g, torch.tensor([3, 1, 0]), None)
+    b = models.collate(g, torch.tensor([3, 1, 0]), None)
     assert torch.equal(b.src[b.rev], b.dst) and torch.equal(b.dst[b.rev], b.src)
     assert torch.equal(b.mol_of_atom[b.src], b.mol_of_atom[b.dst])  # no bond crosses molecules
     assert b.x.shape[0] == 4 + 1 + 3
     torch.manual_seed(0)
-    model = mol.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, mol.MolConfig(hidden=16, ffn_hidden=8)).eval()
+    model = models.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, MolConfig(hidden=16, ffn_hidden=8)).eval()
     together = model(b)
-    alone = torch.cat([model(mol.collate(g, torch.tensor([i]), None)) for i in (3, 1, 0)])
+    alone = torch.cat([model(models.collate(g, torch.tensor([i]), None)) for i in (3, 1, 0)])
     assert torch.allclose(together, alone, atol=1e-5)  # permutation- and batch-invariant
 
 
@@ -99,9 +101,10 @@ def test_splits_are_seeded_disjoint_and_scaffolds_stay_whole():
 def test_metrics_match_their_definitions():
     y = np.array([[1.0], [2.0], [3.0], [np.nan]])
     p = np.array([[1.5], [2.0], [2.0], [9.0]])
-    s = mol.score(y, p, "regression")
+    s = score_tasks(y, p, "regression", mol.METRIC_NAMES["regression"])
     assert s["rmse"] == pytest.approx(np.sqrt((0.25 + 0 + 1) / 3)) and s["mae"] == pytest.approx(0.5)
-    c = mol.score(np.array([[0.0], [1.0], [1.0], [0.0]]), np.array([[0.1], [0.8], [0.2], [0.3]]), "classification")
+    c = score_tasks(np.array([[0.0], [1.0], [1.0], [0.0]]), np.array([[0.1], [0.8], [0.2], [0.3]]),
+                    mol.SCORE_TASK["classification"], mol.METRIC_NAMES["classification"])
     assert c["roc_auc"] == pytest.approx(0.75) and 0 < c["macro_f1"] <= 1
 
 
@@ -233,9 +236,13 @@ def test_feature_cache_round_trips_tensors_and_refuses_a_pickle_with_code(tmp_pa
     fp = mol.cached("descriptors", table, lambda: mol.rdkit_descriptors(mols))
     np.testing.assert_array_equal(fp, mol.cached("descriptors", table, lambda: pytest.fail("not cached")))
     marker = tmp_path / "pwned"
-    torch.save({"graphs": _Payload(marker)}, mol.cache_path("graphs", table))  # a cache file replaced by code
-    with pytest.raises(ZooError, match="not a plain tensor file, refused unread"):
+    path = mol.cache_path("graphs", table)
+    torch.save({"graphs": _Payload(marker)}, path)  # a cache file replaced by code
+    with pytest.raises(ZooError) as refused:
         mol.cached("graphs", table, lambda: pytest.fail("must not recompute silently"))
+    message = str(refused.value)
+    assert message.startswith(f"{path}: refused to load") and "delete it and the features are computed again" in message
+    assert "\n" not in message
     assert not marker.exists()  # the payload never ran
 
 

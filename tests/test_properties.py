@@ -43,9 +43,10 @@ def _types(cls) -> dict[str, object]:
 
 
 def _recipe_configs():
-    from recipe_zoo.recipes.molecules import MolConfig
-    from recipe_zoo.recipes.protein import ProteinConfig, ZeroShotConfig
-    from recipe_zoo.recipes.tabular import TabularConfig
+    from recipe_zoo.recipes.molecules.config import MolConfig
+    from recipe_zoo.recipes.protein.config import ProteinConfig
+    from recipe_zoo.recipes.protein.esm_zeroshot import ZeroShotConfig
+    from recipe_zoo.recipes.tabular.config import TabularConfig
 
     return [Cfg, TabularConfig, MolConfig, ProteinConfig, ZeroShotConfig]
 
@@ -273,12 +274,13 @@ def loads_or_names_the_file(load, path: Path):
 @example(table=(b"a,y\n1,2\n\xff\xfe\xfa,3\n", "y", "auto"))
 @example(table=(b"", "y", "auto"))
 def test_tabular_loader_on_generated_csvs(table):
-    from recipe_zoo.recipes import tabular as tab
+    from recipe_zoo.recipes.tabular import data as tab
+    from recipe_zoo.recipes.tabular.config import TabularConfig
 
     content, target, task = table
     folder, path = _written("gen.csv", content)
     with folder:
-        cfg = tab.TabularConfig(data=str(path), target=target, task=task)
+        cfg = TabularConfig(data=str(path), target=target, task=task)
         loaded = loads_or_names_the_file(lambda: tab.load_table(cfg, FakeRun()), path)
     if loaded is not None:
         assert len(loaded.y) == len(loaded.X) > 0 and loaded.task in ("regression", "binary", "multiclass")
@@ -307,12 +309,13 @@ smiles_text = st.one_of(st.sampled_from(["CCO", "c1ccccc1", "CC(=O)O", "[Na+].[C
 @example(smiles=["CCO", "C\x00C"], targets=["1"] * 8, skip=False)
 @example(smiles=["CCO", "CC"], targets=["1", "inf"] + ["1"] * 6, skip=False)
 def test_molecule_loader_on_random_smiles(smiles, targets, skip):
-    from recipe_zoo.recipes import molecules as mol
+    from recipe_zoo.recipes.molecules import data as mol
+    from recipe_zoo.recipes.molecules.config import MolConfig
 
     content = _csv_text(["smiles", "y"], [[s, t] for s, t in zip(smiles, targets)], raw=False).encode()
     folder, path = _written("mols.csv", content)
     with folder:
-        cfg = mol.MolConfig(data=str(path), target="y", on_invalid="skip" if skip else "auto")
+        cfg = MolConfig(data=str(path), target="y", on_invalid="skip" if skip else "auto")
         loaded = loads_or_names_the_file(lambda: mol.read_table(cfg, None), path)
     if loaded is not None:
         assert len(loaded.mols) == len(loaded.smiles) == len(loaded.y) and all(m is not None for m in loaded.mols)
@@ -329,7 +332,8 @@ AMINO_TEXT = st.text(alphabet="ACDEFGHIKLMNPQRSTVWY", min_size=1, max_size=40)
        labels=label_lists(14), kind=st.sampled_from(["fasta", "csv"]),
        task=st.sampled_from(["auto", "regression", "classification"]))
 def test_protein_loader_on_random_letter_strings(seqs, labels, kind, task):
-    from recipe_zoo.recipes import protein as prot
+    from recipe_zoo.recipes.protein import data as prot
+    from recipe_zoo.recipes.protein.config import ProteinConfig
 
     if kind == "fasta":
         content = "".join(f">r{i}|{lab.replace(chr(10), ' ')}\n{s}\n" for i, (s, lab) in enumerate(zip(seqs, labels)))
@@ -337,7 +341,7 @@ def test_protein_loader_on_random_letter_strings(seqs, labels, kind, task):
         content = _csv_text(["sequence", "target"], [[s, lab] for s, lab in zip(seqs, labels)], raw=False)
     folder, path = _written(f"prot.{kind}", content.encode())
     with folder:
-        cfg = prot.ProteinConfig(data=str(path), task=task, max_len=30)
+        cfg = ProteinConfig(data=str(path), task=task, max_len=30)
         loaded = loads_or_names_the_file(lambda: prot.load_data(cfg, FakeRun()), path)
     if loaded is not None:
         assert len(loaded.seqs) == len(loaded.y) and all(set(s) <= set(prot.AMINO + prot.EXTRA) for s in loaded.seqs)

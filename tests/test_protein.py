@@ -12,7 +12,9 @@ import torch
 
 import conftest
 from conftest import make_tiny_esm, run_doctor, zoo
-from recipe_zoo.recipes import protein as prot
+from recipe_zoo.recipes.protein import data as pdata
+from recipe_zoo.recipes.protein import esm2, esm_finetune, models
+from recipe_zoo.recipes.protein.config import ProteinConfig
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ZooError
@@ -25,13 +27,13 @@ def variants(n_single: int = 300, n_double: int = 100, seed: int = 0):
     residue term (as in deep mutational scans, where the site explains most of the effect)."""
     rng = np.random.default_rng(seed)
     pos_weight = rng.normal(size=len(WT))
-    aa_value = {a: v for a, v in zip(prot.AMINO, rng.normal(size=20))}
+    aa_value = {a: v for a, v in zip(pdata.AMINO, rng.normal(size=20))}
     seqs, fitness, names = [], [], []
     for k in range(n_single + n_double):
         s = list(WT)
         muts = []
         for p in rng.choice(len(WT), size=1 if k < n_single else 2, replace=False):
-            a = rng.choice([x for x in prot.AMINO if x != WT[p]])
+            a = rng.choice([x for x in pdata.AMINO if x != WT[p]])
             s[p] = a
             muts.append(f"{WT[p]}{p + 1}{a}")
         seqs.append("".join(s))
@@ -65,12 +67,12 @@ run_bad = functools.partial(conftest.run_bad, budget="5steps")
 # ---------------------------------------------------------------------------------------------
 
 def test_onehot_and_blosum_encodings():
-    X = prot.encode(["ACD", "AX"], "onehot")
+    X = pdata.encode(["ACD", "AX"], "onehot")
     assert X.shape == (2, 3 * 21)
     assert X[0].reshape(3, 21).argmax(1).tolist() == [0, 1, 2]
     assert X[1].reshape(3, 21)[1, 20] == 1 and X[1].reshape(3, 21)[2].sum() == 0  # X shares a column; padding 0
-    B = prot.encode(["AW"], "blosum").reshape(2, 20)
-    assert B[0, prot.AMINO.index("A")] == 4 / 4 and B[1, prot.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
+    B = pdata.encode(["AW"], "blosum").reshape(2, 20)
+    assert B[0, pdata.AMINO.index("A")] == 4 / 4 and B[1, pdata.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
 
 
 @pytest.mark.parametrize("text, message", [
@@ -80,23 +82,23 @@ def test_onehot_and_blosum_encodings():
 ])
 def test_bad_sequences_name_the_record(text, message):
     with pytest.raises(ZooError, match=message.replace("*", r"\*")):
-        prot.check_sequence(text, "f.fasta record 'x' (line 3)", prot.ProteinConfig())
+        pdata.check_sequence(text, "f.fasta record 'x' (line 3)", ProteinConfig())
 
 
 def test_too_long_sequences_error_or_crop():
-    cfg = prot.ProteinConfig(max_len=5)
+    cfg = ProteinConfig(max_len=5)
     with pytest.raises(ZooError, match="longer than max_len=5"):
-        prot.check_sequence("ACDEFG", "r", cfg)
-    assert prot.check_sequence("acdefg", "r", prot.ProteinConfig(max_len=5, too_long="crop")) == "ACDEF"
+        pdata.check_sequence("ACDEFG", "r", cfg)
+    assert pdata.check_sequence("acdefg", "r", ProteinConfig(max_len=5, too_long="crop")) == "ACDEF"
 
 
 def test_labels_regression_classes_and_nan():
-    y, task, classes = prot.parse_labels(["1.5", "2", "-0.25"], ["a", "b", "c"], "auto")
+    y, task, classes = pdata.parse_labels(["1.5", "2", "-0.25"], ["a", "b", "c"], "auto")
     assert task == "regression" and y.tolist() == [1.5, 2.0, -0.25] and classes is None
-    y, task, classes = prot.parse_labels(["cyto", "membrane", "cyto"], ["a", "b", "c"], "auto")
+    y, task, classes = pdata.parse_labels(["cyto", "membrane", "cyto"], ["a", "b", "c"], "auto")
     assert task == "classification" and classes == ["cyto", "membrane"] and y.tolist() == [0, 1, 0]
     with pytest.raises(ZooError, match="row 3: target 'nan'"):
-        prot.parse_labels(["1", "2", "nan"], ["row 1", "row 2", "row 3"], "auto")
+        pdata.parse_labels(["1", "2", "nan"], ["row 1", "row 2", "row 3"], "auto")
 
 
 def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
@@ -108,24 +110,24 @@ def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     with zipfile.ZipFile(folder / "splits.zip", "w") as zf:
         zf.writestr("splits/three_vs_rest.csv", "\n".join(rows) + "\n")
-    data = prot.load_flip(prot.ProteinConfig(), folder)
+    data = pdata.load_flip(ProteinConfig(), folder)
     train, val, test = data.split
     assert len(test) == 20 and len(val) == 7 and len(train) == 33 and data.name == "flip-gb1:three_vs_rest"
-    assert prot.ProteinConfig().benchmark_key("flip-gb1") == "flip-gb1:three_vs_rest"
-    assert prot.ProteinConfig(split="low_vs_high").benchmark_key("flip-gb1") == "flip-gb1:low_vs_high"
+    assert ProteinConfig().benchmark_key("flip-gb1") == "flip-gb1:three_vs_rest"
+    assert ProteinConfig(split="low_vs_high").benchmark_key("flip-gb1") == "flip-gb1:low_vs_high"
     with pytest.raises(ZooError, match="cannot read splits/low_vs_high.csv"):
-        prot.load_flip(prot.ProteinConfig(split="low_vs_high"), folder)
+        pdata.load_flip(ProteinConfig(split="low_vs_high"), folder)
     with pytest.raises(ZooError, match="split='three': FLIP GB1 has"):
-        prot.load_flip(prot.ProteinConfig(split="three"), folder)
+        pdata.load_flip(ProteinConfig(split="three"), folder)
 
 
 def test_esm_example_split_is_sklearns_with_a_validation_carve_out():
     from sklearn.model_selection import train_test_split
 
-    train, val, test = prot.esm_example_split(5397, seed=3)
+    train, val, test = pdata.esm_example_split(5397, seed=3)
     assert len(test) == 1080 and len(train) + len(val) == 4317 and len(val) == 432
     assert set(test) == set(train_test_split(np.arange(5397), train_size=0.8, random_state=42)[1])
-    assert set(prot.esm_example_split(5397, seed=4)[2]) == set(test)  # the test set never moves
+    assert set(pdata.esm_example_split(5397, seed=4)[2]) == set(test)  # the test set never moves
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,24 +140,24 @@ def test_closed_form_ridge_matches_scikit_learn():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 30)).astype(np.float32)
     y = X @ rng.normal(size=30) + rng.normal(0, 0.5, size=120)
-    data = prot.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
-    pred = prot.refit_closed_form(data, X, True, {"head": "ridge", "alpha": 3.0})
+    data = pdata.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
+    pred = models.refit_closed_form(data, X, True, {"head": "ridge", "alpha": 3.0})
     fit = np.arange(100)
     Xs = (X - X[fit].mean(0)) / X[fit].std(0)
     ys = (y - y[fit].mean()) / y[fit].std()
     ref = Ridge(alpha=3.0).fit(Xs[fit], ys[fit]).predict(Xs[100:]) * y[fit].std() + y[fit].mean()
     assert np.allclose(pred.ravel(), ref, atol=1e-4)  # float32 features
     # the SVD path used for selection agrees with the solve used for the refit
-    cands = prot.select_closed_form(data, X, True, ["ridge"])
-    assert len(cands) == len(prot.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
+    cands = models.select_closed_form(data, X, True, ["ridge"])
+    assert len(cands) == len(models.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
 
 
 def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 2)).astype(np.float32)
     y = np.sin(2 * X[:, 0]) * np.cos(2 * X[:, 1]) + rng.normal(0, 0.05, 400)
-    data = prot.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
-    cands = prot.select_closed_form(data, X, True, ["ridge", "krr"])
+    data = pdata.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
+    cands = models.select_closed_form(data, X, True, ["ridge", "krr"])
     best = {k: max(c["val"]["spearman"] for c in cands if c["head"] == k) for k in ("ridge", "krr")}
     assert best["krr"] > 0.8 and best["ridge"] < 0.5
 
@@ -192,7 +194,7 @@ def test_classification_labels_from_fasta_headers(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def test_local_esm_file_loads_the_same_model(tiny_esm):
-    model, alphabet, what = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, what = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     saved = torch.load(tiny_esm, weights_only=False)["model"]
     for k, v in model.state_dict().items():
         if not k.startswith("contact_head.regression"):
@@ -209,7 +211,7 @@ def test_a_pickle_carrying_code_is_refused(tmp_path):
     with open(path, "wb") as f:
         pickle.dump({"cfg": Evil(), "model": {}}, f, protocol=2)
     with pytest.raises(ZooError, match="refused to load"):
-        prot.read_esm_file(path)
+        esm2.read_esm_file(path)
     r = zoo("run", "protein/esm-embed", "data=x.fasta", f"esm_weights={path}")
     assert r.returncode == 2 and "pwned" not in r.stdout + r.stderr
 
@@ -224,21 +226,21 @@ def test_missing_weights_say_where_to_put_them(variant_fasta, tmp_path):
 
 
 def test_embeddings_match_a_direct_forward_and_are_cached(tiny_esm, tmp_path):
-    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, _ = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     seqs = [WT, WT[:25], WT[5:], WT]  # different lengths share padded batches
     logs = []
-    emb = prot.embed(model, alphabet, seqs, 2, "mean", torch.device("cpu"), "fp32", 100, logs.append)
+    emb = esm2.embed(model, alphabet, seqs, 2, "mean", torch.device("cpu"), "fp32", 100, logs.append)
     with torch.no_grad():
         for s, e in zip(seqs, emb):
-            tokens = prot.tokenize(alphabet, [s])
+            tokens = esm2.tokenize(alphabet, [s])
             rep = model(tokens, repr_layers=[2])["representations"][2][0, 1:len(s) + 1].mean(0)
             assert np.allclose(e, rep.numpy(), atol=1e-5)
     assert "embedded 3 new sequences" in logs[0]  # the duplicate is embedded once
-    again = prot.embed(model, alphabet, seqs + ["ACDEFGHIK"], 2, "mean", torch.device("cpu"), "fp32", 100,
+    again = esm2.embed(model, alphabet, seqs + ["ACDEFGHIK"], 2, "mean", torch.device("cpu"), "fp32", 100,
                        logs.append)
     assert np.array_equal(again[:4], emb) and "embedded 1 new sequences" in logs[1]
     assert "(4 from the cache" in logs[1]
-    bos = prot.embed(model, alphabet, seqs[:1], 2, "bos", torch.device("cpu"), "fp32", 100, logs.append)
+    bos = esm2.embed(model, alphabet, seqs[:1], 2, "bos", torch.device("cpu"), "fp32", 100, logs.append)
     assert "embedded 1 new" in logs[2] and not np.allclose(bos[0], emb[0])  # pooling is part of the key
 
 
@@ -259,7 +261,7 @@ def test_lora_trains_adapters_and_head_only(variant_fasta, tiny_esm, tmp_path):
     assert s["status"] == "ok" and "lora r=4" in s["model"]
     run_dir = s["run_dir"]
     config = json.loads(open(f"{run_dir}/adapter/adapter_config.json").read())
-    assert config["r"] == 4 and set(config["target_modules"]) == set(prot.LORA_TARGETS)
+    assert config["r"] == 4 and set(config["target_modules"]) == set(esm_finetune.LORA_TARGETS)
     from safetensors.torch import load_file
 
     adapter = load_file(f"{run_dir}/adapter/adapter_model.safetensors")
@@ -272,8 +274,8 @@ def test_layer_decay_groups():
     import esm
 
     backbone = esm.model.esm2.ESM2(num_layers=3, embed_dim=16, attention_heads=2)
-    model = prot.ESMRegressor(backbone, backbone.alphabet, 3, "mean", 1, 8, 0.0)
-    groups = prot.finetune_groups(model, 3, 1e-3, prot.ProteinConfig(layer_decay=0.5, head_lr=5e-3))
+    model = esm_finetune.ESMRegressor(backbone, backbone.alphabet, 3, "mean", 1, 8, 0.0)
+    groups = esm_finetune.finetune_groups(model, 3, 1e-3, ProteinConfig(layer_decay=0.5, head_lr=5e-3))
     lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
     assert lr_of[id(model.head.net[1].weight)] == 5e-3
     assert lr_of[id(backbone.layers[2].fc1.weight)] == pytest.approx(1e-3 * 0.5)  # top block: one step down
@@ -298,14 +300,14 @@ def test_scratch_model_trains_end_to_end(variant_fasta):
 # ---------------------------------------------------------------------------------------------
 
 def test_mutation_strings_are_checked_against_the_wild_type():
-    assert prot.parse_mutations("K2A:T3W", WT, 1, "r") == [(1, "K", "A"), (2, "T", "W")]
-    assert prot.parse_mutations("K12A", WT, 11, "r") == [(1, "K", "A")]
+    assert pdata.parse_mutations("K2A:T3W", WT, 1, "r") == [(1, "K", "A"), (2, "T", "W")]
+    assert pdata.parse_mutations("K12A", WT, 11, "r") == [(1, "K", "A")]
     with pytest.raises(ZooError, match="row 7: A2C says A at 2 but the wild type has K there"):
-        prot.parse_mutations("A2C", WT, 1, "row 7")
+        pdata.parse_mutations("A2C", WT, 1, "row 7")
     with pytest.raises(ZooError, match="not like H24C"):
-        prot.parse_mutations("K2", WT, 1, "r")
+        pdata.parse_mutations("K2", WT, 1, "r")
     with pytest.raises(ZooError, match="outside the wild type"):
-        prot.parse_mutations("K99A", WT, 1, "r")
+        pdata.parse_mutations("K99A", WT, 1, "r")
 
 
 def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
@@ -316,14 +318,14 @@ def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
     s, r = run_ok("protein/esm-zeroshot", f"data={table}", f"wt={tmp_path / 'wt.fasta'}", "target=fitness",
                   f"esm_weights={tiny_esm}")
     scores = dict(line.split(",") for line in open(f"{s['run_dir']}/scores.csv").read().splitlines()[1:])
-    model, alphabet, _ = prot.load_esm(prot.ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, _ = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     model.eval()
 
     def by_hand(mutation):
         total = 0.0
         for part in mutation.split(":"):
             i = int(part[1:-1]) - 1
-            tokens = prot.tokenize(alphabet, [WT])
+            tokens = esm2.tokenize(alphabet, [WT])
             tokens[0, i + 1] = alphabet.mask_idx
             with torch.no_grad():
                 logp = torch.log_softmax(model(tokens)["logits"][0, i + 1], -1)
@@ -394,7 +396,7 @@ def test_registered_datasets_are_listed():
 def test_csv_reader_handles_a_byte_order_mark(tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes("\ufeffsequence,target\nMKT,1\nMKA,2\nMKC,3\n".encode())
-    data = prot.load_csv(prot.ProteinConfig(), path, str(path))
+    data = pdata.load_csv(ProteinConfig(), path, str(path))
     assert data.seqs == ["MKT", "MKA", "MKC"]
 
 

@@ -142,8 +142,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
     """A process SIGKILLed halfway through writing a checkpoint: the previous one still loads."""
     path = tmp_path / "checkpoint.pt"
     script = textwrap.dedent(f"""
-        import sys, time, torch
-        sys.path.insert(0, {str(ROOT)!r})
+        import time, torch
         from recipe_zoo.core import checkpoint
         checkpoint.save_atomic({{"w": torch.ones(4), "step": 1}}, {str(path)!r})
         real = torch.save
@@ -230,10 +229,9 @@ def test_out_of_memory_in_the_first_step_names_the_batch_and_the_fixes(tmp_path)
             "--budget", "2steps", "--out", str(tmp_path / "runs")]
     script = textwrap.dedent(f"""
         import resource, sys
-        sys.path.insert(0, {str(ROOT)!r})
         import torch
         from recipe_zoo.cli import main
-        import recipes.llm
+        import recipe_zoo.recipes.llm.gpt
         mapped = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), resource.RLIM_INFINITY))
         sys.exit(main({argv!r}))

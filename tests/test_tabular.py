@@ -9,7 +9,8 @@ import pytest
 
 import conftest
 from conftest import run_doctor, summary_block, zoo
-from recipe_zoo.recipes import tabular as tab
+from recipe_zoo.recipes.tabular import data, models
+from recipe_zoo.recipes.tabular.config import TabularConfig
 from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="8s")
@@ -36,32 +37,32 @@ def houses(tmp_path):
 
 
 def test_task_inference():
-    assert tab.encode_target(pd.Series([1.5, 2.0, 3.25]), "auto", "t")[1] == "regression"
-    y, task, classes = tab.encode_target(pd.Series(["yes", "no", "yes"]), "auto", "t")
+    assert data.encode_target(pd.Series([1.5, 2.0, 3.25]), "auto", "t")[1] == "regression"
+    y, task, classes = data.encode_target(pd.Series(["yes", "no", "yes"]), "auto", "t")
     assert task == "binary" and classes == ["no", "yes"] and y.tolist() == [1, 0, 1]
-    assert tab.encode_target(pd.Series([0, 1, 2, 1]), "auto", "t")[1] == "multiclass"
+    assert data.encode_target(pd.Series([0, 1, 2, 1]), "auto", "t")[1] == "multiclass"
     with pytest.raises(ZooError, match="one class only"):
-        tab.encode_target(pd.Series(["a", "a"]), "auto", "t")
+        data.encode_target(pd.Series(["a", "a"]), "auto", "t")
 
 
 def test_columns_ids_mixed_types_and_categories():
     notes = []
     frame = pd.DataFrame({"row_id": np.arange(30), "name": [f"n{i}" for i in range(30)], "size": ["1.5"] * 30,
                           "colour": ["red", "blue", None] * 10, "flag": [True, False] * 15})
-    X = tab.prepare_columns(frame, set(), "t.csv", notes)
+    X = data.prepare_columns(frame, set(), "t.csv", notes)
     assert list(X.columns) == ["size", "colour", "flag"] and X["size"].dtype == np.float32
     assert str(X["colour"].dtype) == "category" and X["colour"].isna().sum() == 10
     assert any("'row_id' looks like an id" in n for n in notes) and any("'name' looks like an id" in n for n in notes)
     mixed = pd.DataFrame({"age": ["31", "42", "n/a", "55"]})
     with pytest.raises(ZooError, match=r"column 'age' mixes numbers and text: 1 of 4 .*row 4, 'n/a'"):
-        tab.prepare_columns(mixed, set(), "t.csv", [])
+        data.prepare_columns(mixed, set(), "t.csv", [])
 
 
 def test_engineered_ratios_and_rotations():
     frame = pd.DataFrame({"rooms": [10.0, 200, 3000, 40, 5, 60000], "homes": [2.0, 40, 500, 10, 1, 9000],
                           "lat": [34.0, 35, 36, 37, 38, 39], "lon": [-118.0, -119, -120, -121, -122, -123],
                           "age": [30.0, 31, 29, 28, 30, 31]})
-    out = tab.engineered(frame)
+    out = data.engineered(frame)
     assert np.allclose(out["rooms/homes"], frame["rooms"] / frame["homes"])
     assert {"rot15", "rot45", "rot75"} <= set(out.columns) and "age/rooms" not in out
     assert np.allclose(out["rot45"], (frame["lat"] + frame["lon"]) / np.sqrt(2), atol=1e-4)
@@ -69,7 +70,7 @@ def test_engineered_ratios_and_rotations():
 
 def test_nn_encoding_uses_training_rows_only():
     frame = pd.DataFrame({"x": [1.0, 2.0, np.nan, 100.0], "c": pd.Series(["a", "b", "a", "z"], dtype="category")})
-    enc = tab.encode_for_nn(frame, np.array([0, 1, 2]), quantile=False, seed=0)
+    enc = models.encode_for_nn(frame, np.array([0, 1, 2]), quantile=False, seed=0)
     assert enc.num.shape == (4, 2)  # the value and its missing flag
     assert enc.num[2, 0] == pytest.approx((1.5 - 1.5) / 0.5) and enc.num[2, 1] == 1  # NaN -> train median
     assert enc.cat[:, 0].tolist() == [1, 2, 1, 0] and enc.cardinalities == [3]  # 'z' unseen in training -> 0
@@ -82,11 +83,11 @@ def test_values_missing_only_outside_training_are_filled_from_the_other_columns(
     truth = frame["bedrooms"].to_numpy().copy()
     frame.loc[[250, 260, 270], "bedrooms"] = np.nan  # missing in test rows only
     logs = []
-    out = tab.impute_unseen_missing(frame, np.arange(200), logs.append)
+    out = data.impute_unseen_missing(frame, np.arange(200), logs.append)
     assert np.allclose(out["bedrooms"].iloc[[250, 260, 270]], truth[[250, 260, 270]], rtol=0.1)
     assert "3 values missing outside the training rows" in logs[0] and frame["bedrooms"].isna().sum() == 3
     frame.loc[5, "bedrooms"] = np.nan  # also missing in training: left to the model
-    assert tab.impute_unseen_missing(frame, np.arange(200)) is frame
+    assert data.impute_unseen_missing(frame, np.arange(200)) is frame
 
 
 def test_xgb_on_a_bundled_table_and_importances():
@@ -168,7 +169,7 @@ def test_adult_layout_is_read_with_its_test_file(tmp_path, monkeypatch):
         def report(self, *a):
             pass
 
-    table = tab.load_table(tab.TabularConfig(data="adult"), FakeRun())
+    table = data.load_table(TabularConfig(data="adult"), FakeRun())
     assert table.classes == ["<=50K", ">50K"] and table.task == "binary"
     assert table.test_rows.tolist() == list(range(30, 40)) and table.X["native-country"].isna().sum() == 10
 

@@ -3,12 +3,13 @@ import pytest
 import torch
 
 from conftest import bad_input, summary_block, zoo
-from recipe_zoo.recipes import vision
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.vision import data, resnet
 from recipe_zoo.core.errors import ZooError
 
 
 def test_digits_split_is_fixed_and_stratified():
-    a, b = vision.load_digits_splits(), vision.load_digits_splits()
+    a, b = images.load_digits_splits(), images.load_digits_splits()
     assert torch.equal(a.test_y, b.test_y) and len(a.test_y) == 360 and len(a.train_y) == 1437
     assert a.train_x.dtype == torch.uint8 and a.train_x.shape[1:] == (1, 8, 8)
     assert torch.bincount(a.test_y).min() >= 35
@@ -17,13 +18,13 @@ def test_digits_split_is_fixed_and_stratified():
 def test_translate_and_flip_are_deterministic_per_generator():
     x = torch.arange(2 * 3 * 8 * 8, dtype=torch.uint8).view(2, 3, 8, 8)
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    a = vision.random_flip(vision.random_translate(x, 2, g1), g1)
-    b = vision.random_flip(vision.random_translate(x, 2, g2), g2)
+    a = data.random_flip(data.random_translate(x, 2, g1), g1)
+    b = data.random_flip(data.random_translate(x, 2, g2), g2)
     assert torch.equal(a, b) and a.shape == x.shape and a.dtype == torch.uint8
 
 
 def test_zoo_resnet_shapes():
-    for net in (vision.ZooNet, vision.ZooResNet):
+    for net in (images.ZooNet, images.ZooResNet):
         for size, channels in ((8, 1), (32, 3)):
             model = net(channels, 10, 8, size)
             assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
@@ -33,7 +34,7 @@ def test_whitening_stem_whitens_patches():
     torch.manual_seed(0)
     mix = torch.randn(3, 3)
     x = torch.einsum("ij,njhw->nihw", mix, torch.randn(64, 3, 16, 16))  # correlated channels
-    model = vision.ZooNet(3, 10, 8, 16)
+    model = images.ZooNet(3, 10, 8, 16)
     model.init_whitening(x, eps=0.0)
     out = model.whiten(x) - model.whiten.bias.view(1, -1, 1, 1)
     half = out[:, :12].permute(0, 2, 3, 1).reshape(-1, 12)
@@ -49,9 +50,9 @@ def test_own_folder_split_by_seed(tmp_path):
         (tmp_path / cls).mkdir()
         for i in range(5):
             Image.new("RGB", (10, 10), (i * 40, 0, 0)).save(tmp_path / cls / f"{i}.png")
-    splits = vision.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
+    splits = images.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
     assert len(splits.train_y) == 8 and len(splits.test_y) == 2 and splits.train_x.shape[1:] == (3, 16, 16)
-    again = vision.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
+    again = images.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
     assert torch.equal(splits.test_x, again.test_x)
 
 
@@ -62,7 +63,7 @@ def test_mixed_sizes_need_image_size(tmp_path):
     Image.new("RGB", (10, 10)).save(tmp_path / "a" / "0.png")
     Image.new("RGB", (12, 12)).save(tmp_path / "a" / "1.png")
     with pytest.raises(ZooError, match="different sizes.*image_size"):
-        vision.load_class_folder(tmp_path, None)
+        images.load_class_folder(tmp_path, None)
 
 
 def test_finetune_needs_weights(tmp_path):
@@ -105,14 +106,14 @@ def test_stage_hook_freezes_backbone_in_stage_one():
     import timm
 
     model = timm.create_model("test_resnet", num_classes=3)
-    cfg = vision.VisionConfig(head_fraction=0.5, weights="x")
-    hook = vision.stage_hook(cfg, model, "fc")
+    cfg = resnet.VisionConfig(head_fraction=0.5, weights="x")
+    hook = resnet.stage_hook(cfg, model, "fc")
     hook(0.1, 0)
     assert all(p.requires_grad == n.startswith("fc.") for n, p in model.named_parameters())
     hook(0.6, 10)
     assert all(p.requires_grad for p in model.parameters())
-    top = vision.VisionConfig(head_fraction=0.0, weights="x", unfreeze_top=1)
-    hook = vision.stage_hook(top, model, "fc")
+    top = resnet.VisionConfig(head_fraction=0.0, weights="x", unfreeze_top=1)
+    hook = resnet.stage_hook(top, model, "fc")
     hook(0.6, 10)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     assert frozen and not any(n.startswith("fc.") for n in frozen)
@@ -123,8 +124,8 @@ def test_layer_decay_lowers_lr_towards_input():
     import timm
 
     model = timm.create_model("test_resnet", num_classes=3)
-    cfg = vision.VisionConfig(weights="x", optimizer="adamw", lr=1e-3, layer_decay=0.5, finetune_lr_ratio=0.1)
-    opt = vision.build_optimizer(cfg, model, "fc")
+    cfg = resnet.VisionConfig(weights="x", optimizer="adamw", lr=1e-3, layer_decay=0.5, finetune_lr_ratio=0.1)
+    opt = resnet.build_optimizer(cfg, model, "fc")
     lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     assert lr_of[id(model.fc.weight)] == pytest.approx(1e-3)
     last_block = next(model.layer4.parameters())
@@ -135,41 +136,41 @@ def test_read_idx_round_trip_and_errors(tmp_path):
     import gzip
     import struct
 
-    images = torch.randint(0, 256, (3, 4, 5), dtype=torch.uint8)
+    pixels = torch.randint(0, 256, (3, 4, 5), dtype=torch.uint8)
     path = tmp_path / "x-idx3-ubyte.gz"
     with gzip.open(path, "wb") as f:
-        f.write(struct.pack(">HBB3I", 0, 8, 3, 3, 4, 5) + images.numpy().tobytes())
-    assert torch.equal(vision.read_idx(path), images)
+        f.write(struct.pack(">HBB3I", 0, 8, 3, 3, 4, 5) + pixels.numpy().tobytes())
+    assert torch.equal(images.read_idx(path), pixels)
     bad = tmp_path / "bad.gz"
     with gzip.open(bad, "wb") as f:
         f.write(struct.pack(">HBB1I", 0, 8, 1, 10) + b"short")
     with pytest.raises(ZooError, match="bad.gz: cannot read idx data"):
-        vision.read_idx(bad)
+        images.read_idx(bad)
 
 
 def test_randaugment_mixup_cutmix_options():
-    cfg = vision.VisionConfig(randaugment=2, crop_pad=1, flip="on", mixup=0.2, cutmix=1.0)
+    cfg = resnet.VisionConfig(randaugment=2, crop_pad=1, flip="on", mixup=0.2, cutmix=1.0)
     x = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
     y = torch.arange(6) % 3
-    a = vision.augment((x, y), torch.Generator().manual_seed(1), cfg)
-    b = vision.augment((x, y), torch.Generator().manual_seed(1), cfg)
+    a = data.augment((x, y), torch.Generator().manual_seed(1), cfg)
+    b = data.augment((x, y), torch.Generator().manual_seed(1), cfg)
     assert torch.equal(a[0], b[0]) and a[0].dtype == torch.uint8 and a[0].shape == x.shape
-    mixed_x, soft_y = vision.mix(x.float(), y, 3, cfg)
+    mixed_x, soft_y = data.mix(x.float(), y, 3, cfg)
     assert soft_y.shape == (6, 3) and torch.allclose(soft_y.sum(1), torch.ones(6))
 
 
 def test_tta_levels_average_views():
-    model = vision.ZooNet(3, 4, 8, 16).eval()
+    model = images.ZooNet(3, 4, 8, 16).eval()
     x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
     normalize = lambda t: t.float() / 255  # noqa: E731
     with torch.no_grad():
-        plain = vision.predict(model, x, normalize, 0, True)
-        mirrored = vision.predict(model, x, normalize, 1, True)
-        no_flip = vision.predict(model, x, normalize, 1, False)
+        plain = resnet.predict(model, x, normalize, 0, True)
+        mirrored = resnet.predict(model, x, normalize, 1, True)
+        no_flip = resnet.predict(model, x, normalize, 1, False)
         expected = 0.5 * (model(x.float() / 255) + model(x.float().flip(-1) / 255))
     torch.testing.assert_close(mirrored, expected)
     torch.testing.assert_close(no_flip, plain)
-    assert vision.predict(model, x, normalize, 2, True).shape == (5, 4)
+    assert resnet.predict(model, x, normalize, 2, True).shape == (5, 4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +254,8 @@ def _vision_bad_case(case: str, tmp):
     if case in ("corrupt_weights", "corrupt_weights_pt"):
         name = "w.safetensors" if case == "corrupt_weights" else "w.pt"
         (tmp / name).write_bytes(b"\x00not really weights")
-        return [f"data={good}", f"weights={tmp / name}"], [str(tmp / name), "cannot read weights"], "3steps"
+        why = "cannot read weights" if case == "corrupt_weights" else "refused to load: not a file of plain tensors"
+        return [f"data={good}", f"weights={tmp / name}"], [str(tmp / name), why], "3steps"
     if case == "finetune_corrupt_weights":  # the timm path of vision/finetune
         (tmp / "w.safetensors").write_bytes(b"\x00not really weights")
         return (["vision/finetune", f"data={good}", "model=test_resnet", f"weights={tmp / 'w.safetensors'}"],

@@ -19,14 +19,14 @@ KINDS = ("image", "text", "tabular", "audio", "molecules", "protein", "medical")
 TOKENS_PER_PARAM = 20.0  # Chinchilla, compute-optimal
 INFERENCE_TOKENS_PER_PARAM = (100.0, 200.0)
 TRAIN_BYTES_PER_PARAM = (18.0, 20.0)  # bf16 weights + fp32 master + Adam moments + gradients
-CPU_MFU = 0.5  # llm/gpt measured 50-61% of the fp32 matmul peak on 2 CPU cores (ASSUMED_MFU in recipes/llm.py)
+CPU_MFU = 0.5  # llm/gpt measured 50-61% of the fp32 matmul peak on 2 CPU cores (ASSUMED_MFU in recipes/llm/gpt.py)
 GPU_MFU = 0.4  # "good" single-GPU MFU (RECIPE-FACTS: >30% fair, >40% good, >50% excellent)
 DEFAULT_GPUS = ("H100", "A100", "RTX 4090")
 
 IMAGE_EXT = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 AUDIO_EXT = {".wav", ".flac", ".mp3", ".ogg", ".m4a"}
 AMINO = set("ACDEFGHIKLMNPQRSTVWY")
-MASK_DIRS = {"masks", "labels", "label", "labelstr"}  # as recipes/medical.py reads image/mask folders
+MASK_DIRS = {"masks", "labels", "label", "labelstr"}  # as recipes/medical/data.py reads image/mask folders
 
 
 @dataclass

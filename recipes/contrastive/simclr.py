@@ -1,20 +1,18 @@
 """Self-supervised image representations: SimCLR (``contrastive/simclr``) and BYOL (``contrastive/byol``).
 
-Reads top to bottom: config, data, two-view augmentation, networks, losses, frozen-feature
-evaluation (kNN and a linear probe), training. Labels are only ever used for evaluation. What a run
+Reads top to bottom: config, losses, frozen-feature evaluation (kNN and a linear probe), optimizer,
+training; the data and its two-view augmentation are in ``recipe_zoo.recipes.contrastive.data``, the
+networks in ``recipe_zoo.recipes.contrastive.models``. Labels are only ever used for evaluation. What a run
 keeps is the backbone: the projection head (and BYOL's predictor and target network) are discarded,
 and ``model.safetensors`` holds the backbone in the layout ``vision/resnet weights=RUN_DIR`` loads
 for fine-tuning.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +25,9 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import choose_device, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import recipe
-
-if TYPE_CHECKING:  # imported where used: a copied template must register only itself, not vision's recipes
-    from recipe_zoo.recipes import vision
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.contrastive.data import build_augment, describe_augment, load_data, resolve_auto, two_views
+from recipe_zoo.recipes.contrastive.models import SSLModel, build_backbone, byol_momentum, mlp, update_target
 
 
 # =============================================================================================
@@ -95,166 +93,6 @@ def check_config(cfg: ContrastiveConfig) -> None:
 
 
 # =============================================================================================
-# Data: unlabelled images to pretrain on, labelled splits to evaluate on
-# =============================================================================================
-
-@dataclass
-class SSLData:
-    pretrain_x: torch.Tensor  # (N, C, H, W) uint8, labels never seen by training
-    eval: vision.ImageSplits  # kNN memory bank / probe training set = eval.train_*, queries = eval.test_*
-
-
-def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
-    """Every image under ``root`` (any depth, class folders or none); other files are counted."""
-    from recipe_zoo.recipes import vision
-
-    if not root.exists():
-        raise ZooError(f"{root}: folder not found")
-    if not root.is_dir():
-        raise ZooError(f"{root}: not a folder (with eval_data, data is a folder of unlabelled images)")
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    images = [vision._decode(p, size) for p in files if p.suffix.lower() in vision.IMAGE_SUFFIXES]
-    if not images:
-        raise ZooError(f"{root}: no images found (expected image files under it)")
-    if len(files) > len(images):
-        log(f"{root}: skipped {len(files) - len(images)} non-image files")
-    return torch.stack(images).permute(0, 3, 1, 2).contiguous()
-
-
-def load_data(cfg: ContrastiveConfig, run) -> SSLData:
-    from recipe_zoo.recipes import vision
-
-    size = cfg.image_size or None
-    if cfg.eval_data:
-        if not Path(cfg.data).exists():
-            raise ZooError(f"data={cfg.data}: folder not found (with eval_data, data is a folder of unlabelled images)")
-        x = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
-        splits = vision.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction, run.log)
-        run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
-        return SSLData(x, splits)
-    splits = vision.load_data(dataclasses.replace(vision.VisionConfig(), data=cfg.data, image_size=cfg.image_size,
-                                                  val_fraction=cfg.val_fraction), run)
-    return SSLData(splits.train_x, splits)
-
-
-# =============================================================================================
-# Two views per image (kornia: per-image random parameters on whole batches, on the run's device)
-# =============================================================================================
-
-def resolve_auto(cfg: ContrastiveConfig, data: SSLData) -> ContrastiveConfig:
-    size = data.pretrain_x.shape[-1]
-    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.eval.name in ("digits", "mnist-test") else "on")
-    crop_min = cfg.crop_min if cfg.crop_min > 0 else (0.2 if size >= 16 else 0.5)
-    blur = cfg.blur if cfg.blur >= 0 else (0.5 if size > 32 else 0.0)
-    return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
-
-
-def blur_kernel(size: int) -> int:
-    """About a tenth of the image side, odd, at least 3."""
-    return max(3, (size // 10) | 1)
-
-
-def build_augment(cfg: ContrastiveConfig, channels: int, size: int) -> nn.Module:
-    """Random resized crop, flip, colour jitter, greyscale and blur, each drawn per image."""
-    import kornia.augmentation as K
-
-    ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=(cfg.crop_min, 1.0))]
-    if cfg.flip == "on":
-        ops.append(K.RandomHorizontalFlip())
-    if cfg.color > 0:
-        s = cfg.color
-        colour = channels == 3  # saturation and hue need colour; grey images get brightness and contrast
-        ops.append(K.ColorJitter(s, s, s if colour else 0.0, s / 4 if colour else 0.0, p=0.8))
-    if cfg.grayscale > 0 and channels == 3:
-        ops.append(K.RandomGrayscale(p=cfg.grayscale))
-    if cfg.blur > 0:
-        kernel = blur_kernel(size)
-        ops.append(K.RandomGaussianBlur((kernel, kernel), (0.1, 2.0), p=cfg.blur))
-    return nn.Sequential(*ops)
-
-
-def describe_augment(cfg: ContrastiveConfig, channels: int, size: int) -> str:
-    parts = [f"random resized crop (area {cfg.crop_min:g}-1)"]
-    if cfg.flip == "on":
-        parts.append("flip")
-    if cfg.color > 0:
-        parts.append(f"colour jitter {cfg.color:g} (p 0.8)" if channels == 3 else
-                     f"brightness/contrast {cfg.color:g} (p 0.8)")
-    if cfg.grayscale > 0 and channels == 3:
-        parts.append(f"grey p {cfg.grayscale:g}")
-    if cfg.blur > 0:
-        parts.append(f"blur {blur_kernel(size)}px p {cfg.blur:g}")
-    return ", ".join(parts)
-
-
-def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two independent augmentations of a [0, 1] float batch, replayable from ``seed``
-    (kornia draws from the global RNG, pinned here to the batch's seed)."""
-    devices = [x.device] if x.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        return augment(x), augment(x)
-
-
-# =============================================================================================
-# Networks
-# =============================================================================================
-
-def build_backbone(cfg: ContrastiveConfig, channels: int, size: int) -> tuple[nn.Module, int]:
-    """vision's backbones without their classifier: (module mapping images to features, feature width)."""
-    from recipe_zoo.recipes import vision
-
-    vcfg = dataclasses.replace(vision.VisionConfig(), model=cfg.model, width=cfg.width)
-    model, head = vision.build_model(vcfg, channels, 1, size)
-    if cfg.model in vision.OWN_MODELS:
-        setattr(model, head, nn.Identity())
-        if isinstance(model, vision.ZooNet):
-            model.logit_scale = 1.0
-    else:
-        model.reset_classifier(0)
-    with torch.no_grad():
-        dim = model.eval()(torch.zeros(2, channels, size, size)).shape[-1]
-    return model.train(), dim
-
-
-def mlp(dim_in: int, hidden: int, dim_out: int) -> nn.Sequential:
-    """Linear-BN-ReLU-Linear: SimCLR's projection head, BYOL's projector and predictor."""
-    return nn.Sequential(nn.Linear(dim_in, hidden, bias=False), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
-                         nn.Linear(hidden, dim_out))
-
-
-class SSLModel(nn.Module):
-    """The backbone plus what training needs and evaluation discards (head, predictor, target)."""
-
-    def __init__(self, backbone: nn.Module, projector: nn.Module, predictor: nn.Module | None = None):
-        super().__init__()
-        self.backbone, self.projector, self.predictor = backbone, projector, predictor
-        self.target = None
-        if predictor is not None:  # BYOL: an EMA copy of backbone + projector, never trained by gradients
-            self.target = copy.deepcopy(nn.Sequential(backbone, projector)).requires_grad_(False)
-
-    def forward(self, x: torch.Tensor, predict: bool = False) -> torch.Tensor:
-        """The projection, or with ``predict`` BYOL's prediction of it (one forward, as DDP needs)."""
-        z = self.projector(self.backbone(x))
-        return self.predictor(z) if predict else z
-
-
-def byol_momentum(base: float, progress: float) -> float:
-    """BYOL's schedule: 1 - (1 - base)(cos(pi progress) + 1)/2, from base at the start to 1 at the end."""
-    return 1 - (1 - base) * (math.cos(math.pi * min(max(progress, 0.0), 1.0)) + 1) / 2
-
-
-@torch.no_grad()
-def update_target(model: SSLModel, momentum: float) -> None:
-    online = nn.Sequential(model.backbone, model.projector).state_dict()
-    for name, t in model.target.state_dict().items():
-        if t.dtype.is_floating_point:
-            t.lerp_(online[name], 1 - momentum)
-        else:
-            t.copy_(online[name])
-
-
-# =============================================================================================
 # Losses
 # =============================================================================================
 
@@ -316,12 +154,12 @@ def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Ten
     return full
 
 
-def embed_splits(backbone: nn.Module, splits: vision.ImageSplits, normalize) -> tuple[torch.Tensor, torch.Tensor]:
+def embed_splits(backbone: nn.Module, splits: images.ImageSplits, normalize) -> tuple[torch.Tensor, torch.Tensor]:
     """Frozen features of the labelled bank (training split) and of the queries (held-out split)."""
     return extract_features(backbone, splits.train_x, normalize), extract_features(backbone, splits.test_x, normalize)
 
 
-def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: vision.ImageSplits, cfg: ContrastiveConfig,
+def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: images.ImageSplits, cfg: ContrastiveConfig,
                    probe: bool) -> dict[str, float]:
     num_classes = len(splits.classes)
     scores = knn_scores(bank, splits.train_y, queries, cfg.knn_k, cfg.knn_temperature, num_classes)
@@ -334,7 +172,7 @@ def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: vision.Ima
     return out
 
 
-def evaluate_features(backbone: nn.Module, splits: vision.ImageSplits, normalize, cfg: ContrastiveConfig,
+def evaluate_features(backbone: nn.Module, splits: images.ImageSplits, normalize, cfg: ContrastiveConfig,
                       probe: bool) -> dict[str, float]:
     return score_features(*embed_splits(backbone, splits, normalize), splits, cfg, probe)
 
@@ -373,8 +211,6 @@ def build_optimizer(cfg: ContrastiveConfig, model: SSLModel) -> torch.optim.Opti
         budget="60s", summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
         defaults={"method": "byol"})
 def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
-    from recipe_zoo.recipes import vision
-
     method = cfg.method
     cfg = dataclasses.replace(cfg, **{k: v for k, v in METHOD_DEFAULTS[method].items() if not getattr(cfg, k)})
     check_config(cfg)
@@ -385,7 +221,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     channels, size = data.pretrain_x.shape[1], data.pretrain_x.shape[-1]
     splits = data.eval
     if splits.train_x.shape[-1] != size:
-        vision.resize_splits(splits, size)
+        images.resize_splits(splits, size)
     # labels are for evaluation only; leakage: the kNN/probe queries found among the pretraining images
     run.inspect(train=(data.pretrain_x,), val=(splits.test_x,), task="unlabelled")
     backbone, dim = build_backbone(cfg, channels, size)
@@ -394,9 +230,8 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
     augment = build_augment(cfg, channels, size).to(device)
-    # per-channel statistics of the pretraining images (vision's rule for from-scratch models)
-    mean, std = (t.view(1, -1, 1, 1).to(device) for t in vision.input_stats(vision.VisionConfig(), backbone,
-                                                                            data.pretrain_x))
+    # per-channel statistics of the pretraining images (the rule for from-scratch models)
+    mean, std = (t.view(1, -1, 1, 1).to(device) for t in images.input_stats(data.pretrain_x))
     run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
             f"evaluation {len(splits.train_y)} labelled bank / {len(splits.test_y)} queries, {len(splits.classes)} "
             f"classes; {cfg.model} backbone {sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, "
@@ -412,7 +247,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
         return standardize(x_uint8.to(device, non_blocking=True).float().div_(255))
 
-    if isinstance(backbone, vision.ZooNet):
+    if isinstance(backbone, images.ZooNet):
         backbone.init_whitening(normalize(data.pretrain_x[:5000]))
         if model.target is not None:
             model.target[0].whiten.load_state_dict(backbone.whiten.state_dict())

@@ -1,8 +1,9 @@
 """Diffusion: DDPM (``diffusion/ddpm``) and flow matching (``diffusion/flow``), unconditional or
 class-conditional with classifier-free guidance (``-cfg`` variants), scored by an honestly named FID.
 
-Reads top to bottom: config, data, network (diffusers' UNet2DModel, sized for the budget), the two
-objectives and their samplers, FID features, training. Images live in memory as uint8 tensors.
+Reads top to bottom: config, optimizer, the two objectives and their samplers, evaluation (FID),
+training. The data is in ``recipe_zoo.recipes.diffusion.data`` (images live in memory as uint8 tensors),
+the U-Net and the FID feature networks in ``recipe_zoo.recipes.diffusion.models``.
 
 FID is the Frechet distance between Gaussian fits of features of generated and of held-out real
 images (``recipe_zoo.core.metrics.frechet_distance``). With Inception-v3 weights (``inception_weights=PATH``,
@@ -15,11 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -29,11 +27,12 @@ from torch import nn
 
 from recipe_zoo.core import distributed, metrics, optim, schedule
 from recipe_zoo.core.checkpoint import export_safetensors
-from recipe_zoo.core.flops import counting_flops, peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import choose_device, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import recipe
+from recipe_zoo.recipes.diffusion.data import load_data, to_model_range
+from recipe_zoo.recipes.diffusion.models import InceptionFeatures, build_unet, choose_width, feature_net
 
 # =============================================================================================
 # Config
@@ -81,103 +80,8 @@ class DiffusionConfig(LoopSettings):
 
 
 # =============================================================================================
-# Data: uint8 image tensors (N, C, H, W) in memory
+# Optimizer
 # =============================================================================================
-
-def load_mnist_generative(root: Path):
-    """MNIST's 10,000 test images split once into 9,000 training and 1,000 held-out (stratified, seed 0)."""
-    from recipe_zoo.recipes.vision import load_mnist_test_splits
-
-    return load_mnist_test_splits(root, test_size=1000, name="mnist")
-
-
-def load_data(cfg: DiffusionConfig, run):
-    from recipe_zoo.recipes.vision import load_digits_splits, load_folder_splits, resize_splits
-
-    size = cfg.image_size or None
-    if cfg.data == "digits":
-        data = load_digits_splits()
-    elif cfg.data == "mnist":
-        data = load_mnist_generative(run.data_path("mnist"))
-    elif cfg.data == "cifar10-subset":
-        data = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, run.log)
-    elif Path(cfg.data).exists():
-        data = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, run.log)
-    else:
-        raise ZooError(f"data={cfg.data!r}: not a diffusion dataset (digits, mnist, cifar10-subset) nor an "
-                       "existing folder")
-    if size and data.train_x.shape[-1] != size:
-        resize_splits(data, size)
-    if len(data.test_y) < 2:
-        raise ZooError(f"data={cfg.data}: {len(data.test_y)} held-out image(s); the FID needs at least 2")
-    return data
-
-
-def to_model_range(x_uint8: torch.Tensor) -> torch.Tensor:
-    return x_uint8.float() / 127.5 - 1.0
-
-
-def to_uint8(x: torch.Tensor) -> torch.Tensor:
-    return ((x.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-
-
-# =============================================================================================
-# Network: diffusers' UNet2DModel, sized for the budget
-# =============================================================================================
-
-def build_unet(cfg: DiffusionConfig, width: int, channels: int, size: int, num_classes: int) -> nn.Module:
-    from diffusers import UNet2DModel
-
-    if size % 2 ** (cfg.levels - 1):
-        raise ZooError(f"levels={cfg.levels}: the image side {size} must divide by {2 ** (cfg.levels - 1)}; "
-                       "lower levels or set image_size")
-    if width % 8:
-        raise ZooError(f"width={width}: must be a multiple of 8 (GroupNorm with 8 groups)")
-    down, up = ["DownBlock2D"] * cfg.levels, ["UpBlock2D"] * cfg.levels
-    if cfg.attention:
-        down[-1], up[0] = "AttnDownBlock2D", "AttnUpBlock2D"
-    return UNet2DModel(
-        sample_size=size, in_channels=channels, out_channels=channels,
-        block_out_channels=tuple(width * min(2 ** i, 4) for i in range(cfg.levels)),
-        layers_per_block=cfg.layers_per_block, down_block_types=tuple(down), up_block_types=tuple(up),
-        norm_num_groups=8, attention_head_dim=8,
-        num_class_embeds=num_classes + 1 if cfg.conditional else None)  # the last class is "no label"
-
-
-WIDTHS = (128, 96, 64, 48, 32, 24, 16, 8)
-
-
-def choose_width(cfg: DiffusionConfig, budget, channels: int, size: int, num_classes: int, device, log) -> int:
-    """The widest U-Net that trains ``min_steps`` steps in a time budget, predicted from its counted
-    FLOPs per step at 40% of the device's measured (cached) peak on a CPU, 30% on a GPU: the same
-    answer on every run of a machine, where timing a few steps would flip between widths near the
-    threshold. Step and epoch budgets: width 32.
-
-    On mnist at 5 min, width 16 (~900 steps) reached fid_zoo 11.3 where width 8 (~2,000 steps)
-    reached 21.5-23.4: the wider net with fewer steps wins, so ``min_steps`` is a floor, not a goal."""
-    if cfg.width:
-        return cfg.width
-    if budget.kind != "seconds":
-        return 32
-    peak = peak_flops(device)
-    if peak is None:  # an accelerator missing from the peak table
-        log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
-        return 32
-    rate = peak * (0.4 if device.type == "cpu" else 0.3)
-    x, t = torch.zeros(2, channels, size, size), torch.zeros(2, dtype=torch.long)
-    labels = torch.zeros(2, dtype=torch.long) if cfg.conditional else None
-    for width in WIDTHS:
-        model = build_unet(cfg, width, channels, size, num_classes)
-        with counting_flops() as counter:  # on 2 images, scaled to the batch
-            model(x, t, class_labels=labels).sample.sum().backward()
-        step_flops = counter.get_total_flops() / 2 * cfg.batch_size * cfg.accum_steps
-        steps = budget.amount * rate / step_flops
-        if steps >= cfg.min_steps or width == WIDTHS[-1]:
-            log(f"width {width}: {step_flops / 1e9:.1f} GFLOP per step, ~{steps:.0f} steps predicted in "
-                f"{budget.amount:.0f}s at {rate / 1e9:.0f} GFLOP/s (the widest with min_steps={cfg.min_steps})")
-            return width
-    raise AssertionError("unreachable")
-
 
 def build_optimizer(cfg: DiffusionConfig, model: nn.Module) -> torch.optim.Optimizer:
     groups = optim.decay_groups(model, cfg.weight_decay)  # no decay on biases, norms, class embeddings
@@ -301,125 +205,8 @@ def _flow_ode(model, x, labels, null, cfg, steps, heun: bool):
 
 
 # =============================================================================================
-# FID features: a small classifier trained on the training split (fid_zoo), or Inception-v3 (fid)
+# Evaluation: FID of generated against held-out real images
 # =============================================================================================
-
-class FeatureNet(nn.Module):
-    """conv-conv-pool x2, conv, global average pool: 128 features (the FID's), then a linear classifier."""
-
-    VERSION = 1  # part of the cache key: change it when the net or its training changes
-
-    def __init__(self, channels: int, num_classes: int):
-        super().__init__()
-
-        def block(c_in, c_out):
-            return [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU()]
-
-        self.features = nn.Sequential(*block(channels, 32), *block(32, 32), nn.MaxPool2d(2),
-                                      *block(32, 64), *block(64, 64), nn.MaxPool2d(2),
-                                      *block(64, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Linear(128, num_classes)
-
-    def forward(self, x):
-        return self.head(self.features(x))
-
-    @torch.no_grad()
-    def embed(self, images: torch.Tensor, batch: int = 500) -> np.ndarray:
-        """(n, 128) float64 features of images in [-1, 1]."""
-        self.eval()
-        return torch.cat([self.features(images[i:i + batch].float()) for i in range(0, len(images), batch)]
-                         ).double().numpy()
-
-
-def fid_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features" / "fid_zoo"
-
-
-def feature_net(data, log, epochs: int = 8) -> tuple[FeatureNet, float]:
-    """The fid_zoo feature network for this training split: trained on the CPU with a fixed seed and
-    number of epochs (the same network on every machine), cached by the split's content hash.
-    Returns it and its held-out accuracy."""
-    from safetensors.torch import load_file, save_file
-
-    digest = hashlib.sha256()
-    for t in (data.train_x, data.train_y, data.test_x, data.test_y):
-        digest.update(t.contiguous().numpy().tobytes())
-    key = f"{data.name}-v{FeatureNet.VERSION}-{digest.hexdigest()[:16]}"
-    path = fid_cache_dir() / f"{key}.safetensors"
-    num_classes = int(max(data.train_y.max(), data.test_y.max())) + 1
-    if num_classes < 2:
-        raise ZooError(f"data={data.name}: fid_zoo trains its feature classifier on class labels, and this data has "
-                       "one class; put the images in class subfolders, or pass inception_weights=PATH")
-    net = FeatureNet(data.train_x.shape[1], num_classes)
-    if path.is_file():
-        try:
-            net.load_state_dict(load_file(str(path)))
-            net.eval()
-            acc = metrics.accuracy(net(to_model_range(data.test_x)), data.test_y)
-            log(f"fid_zoo features: cached classifier {path} (held-out accuracy {acc:.4f})")
-            return net, acc
-        except (RuntimeError, OSError) as exc:  # unreadable or another shape: train again
-            log(f"fid_zoo feature cache {path} unusable ({str(exc).splitlines()[0]}): retraining")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
-        x, y = to_model_range(data.train_x), data.train_y
-        steps_per_epoch = math.ceil(len(y) / 128)
-        lr_at = torch.optim.lr_scheduler.OneCycleLR(opt, 2e-3, total_steps=epochs * steps_per_epoch)
-        net.train()
-        for _ in range(epochs):
-            order = torch.randperm(len(y))
-            for i in range(0, len(y), 128):
-                idx = order[i:i + 128]
-                F.cross_entropy(net(x[idx]), y[idx]).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                lr_at.step()
-    net.eval()
-    with torch.no_grad():
-        acc = metrics.accuracy(net(to_model_range(data.test_x)), data.test_y)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
-    save_file(net.state_dict(), str(tmp))
-    tmp.replace(path)
-    log(f"fid_zoo features: trained a classifier on {len(y)} training images ({epochs} epochs, CPU, seed 0), "
-        f"held-out accuracy {acc:.4f}; cached at {path}")
-    return net, acc
-
-
-class InceptionFeatures:
-    """torch-fidelity's Inception-v3 (the standard FID network), from a local weights file."""
-
-    def __init__(self, path: str, device):
-        file = Path(path)
-        if not file.is_file():
-            raise ZooError(f"inception_weights={path}: file not found")
-        try:  # refuse a pickle that carries code before torch-fidelity (weights_only=False) loads it
-            state = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ZooError(f"inception_weights={file}: not a plain state dict ({type(exc).__name__})") from None
-        if not isinstance(state, dict):
-            raise ZooError(f"inception_weights={file}: not a plain state dict ({type(state).__name__})")
-        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
-
-        try:
-            net = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(file))
-        except RuntimeError as exc:  # another network's weights: missing keys or other shapes
-            raise ZooError(f"inception_weights={file}: not torch-fidelity's Inception-v3 weights "
-                           f"(pt_inception-2015-12-05; {str(exc).splitlines()[-1].strip()[:160]})") from None
-        self.net = net.to(device).eval()
-        self.device = device
-
-    @torch.no_grad()
-    def embed(self, images: torch.Tensor, batch: int = 100) -> np.ndarray:
-        """Images in [-1, 1]; greyscale is repeated to 3 channels; the net resizes to 299 itself."""
-        out = []
-        for i in range(0, len(images), batch):
-            x = to_uint8(images[i:i + batch])
-            x = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
-            out.append(self.net(x.to(self.device))[0].double().cpu())
-        return torch.cat(out).numpy()
-
 
 def fid(features_a: np.ndarray, features_b: np.ndarray) -> float:
     return metrics.frechet_distance(*metrics.gaussian_fit(features_a), *metrics.gaussian_fit(features_b))

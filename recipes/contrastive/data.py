@@ -1,0 +1,109 @@
+"""Contrastive data: unlabelled images to pretrain on, labelled splits to evaluate on, and the two augmented
+views of each image. ``cfg`` is the recipe's config (``ContrastiveConfig`` in ``simclr.py``)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes import images
+
+# =============================================================================================
+# Data: unlabelled images to pretrain on, labelled splits to evaluate on
+# =============================================================================================
+
+@dataclass
+class SSLData:
+    pretrain_x: torch.Tensor  # (N, C, H, W) uint8, labels never seen by training
+    eval: images.ImageSplits  # kNN memory bank / probe training set = eval.train_*, queries = eval.test_*
+
+
+def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
+    """Every image under ``root`` (any depth, class folders or none); other files are counted."""
+    if not root.exists():
+        raise ZooError(f"{root}: folder not found")
+    if not root.is_dir():
+        raise ZooError(f"{root}: not a folder (with eval_data, data is a folder of unlabelled images)")
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    decoded = [images.decode_image(p, size) for p in files if p.suffix.lower() in images.IMAGE_SUFFIXES]
+    if not decoded:
+        raise ZooError(f"{root}: no images found (expected image files under it)")
+    if len(files) > len(decoded):
+        log(f"{root}: skipped {len(files) - len(decoded)} non-image files")
+    return torch.stack(decoded).permute(0, 3, 1, 2).contiguous()
+
+
+def load_data(cfg, run) -> SSLData:
+    size = cfg.image_size or None
+    if cfg.eval_data:
+        if not Path(cfg.data).exists():
+            raise ZooError(f"data={cfg.data}: folder not found (with eval_data, data is a folder of unlabelled images)")
+        x = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
+        splits = images.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction, run.log)
+        run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
+        return SSLData(x, splits)
+    splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, run)
+    return SSLData(splits.train_x, splits)
+
+
+# =============================================================================================
+# Two views per image (kornia: per-image random parameters on whole batches, on the run's device)
+# =============================================================================================
+
+def resolve_auto(cfg, data: SSLData):
+    size = data.pretrain_x.shape[-1]
+    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.eval.name in ("digits", "mnist-test") else "on")
+    crop_min = cfg.crop_min if cfg.crop_min > 0 else (0.2 if size >= 16 else 0.5)
+    blur = cfg.blur if cfg.blur >= 0 else (0.5 if size > 32 else 0.0)
+    return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
+
+
+def blur_kernel(size: int) -> int:
+    """About a tenth of the image side, odd, at least 3."""
+    return max(3, (size // 10) | 1)
+
+
+def build_augment(cfg, channels: int, size: int) -> nn.Module:
+    """Random resized crop, flip, colour jitter, greyscale and blur, each drawn per image."""
+    import kornia.augmentation as K
+
+    ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=(cfg.crop_min, 1.0))]
+    if cfg.flip == "on":
+        ops.append(K.RandomHorizontalFlip())
+    if cfg.color > 0:
+        s = cfg.color
+        colour = channels == 3  # saturation and hue need colour; grey images get brightness and contrast
+        ops.append(K.ColorJitter(s, s, s if colour else 0.0, s / 4 if colour else 0.0, p=0.8))
+    if cfg.grayscale > 0 and channels == 3:
+        ops.append(K.RandomGrayscale(p=cfg.grayscale))
+    if cfg.blur > 0:
+        kernel = blur_kernel(size)
+        ops.append(K.RandomGaussianBlur((kernel, kernel), (0.1, 2.0), p=cfg.blur))
+    return nn.Sequential(*ops)
+
+
+def describe_augment(cfg, channels: int, size: int) -> str:
+    parts = [f"random resized crop (area {cfg.crop_min:g}-1)"]
+    if cfg.flip == "on":
+        parts.append("flip")
+    if cfg.color > 0:
+        parts.append(f"colour jitter {cfg.color:g} (p 0.8)" if channels == 3 else
+                     f"brightness/contrast {cfg.color:g} (p 0.8)")
+    if cfg.grayscale > 0 and channels == 3:
+        parts.append(f"grey p {cfg.grayscale:g}")
+    if cfg.blur > 0:
+        parts.append(f"blur {blur_kernel(size)}px p {cfg.blur:g}")
+    return ", ".join(parts)
+
+
+def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two independent augmentations of a [0, 1] float batch, replayable from ``seed``
+    (kornia draws from the global RNG, pinned here to the batch's seed)."""
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return augment(x), augment(x)

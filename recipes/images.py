@@ -1,0 +1,387 @@
+"""Images for the image domains (vision, contrastive, diffusion): what they share, registering no recipe.
+
+Reads top to bottom: the named datasets and own class folders as uint8 tensors in memory, the dispatcher
+over them, then the from-scratch backbones (``zoo-net``, ``zoo-resnet``), model building (those or any timm
+model, from scratch or from pretrained weights) and the input-statistics rule.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core.errors import ZooError
+
+# =============================================================================================
+# Data: uint8 image tensors (N, C, H, W) in memory
+# =============================================================================================
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
+
+
+@dataclass
+class ImageSplits:
+    train_x: torch.Tensor  # (N, C, H, W) uint8
+    train_y: torch.Tensor  # (N,) int64
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    classes: list[str]
+    name: str
+
+
+def load_digits_splits() -> ImageSplits:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = torch.from_numpy(digits.images * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8)
+    y = torch.from_numpy(digits.target).long()
+    tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=digits.target)
+    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(c) for c in digits.target_names], "digits")
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An MNIST idx file (gzipped or not): magic, dims, then uint8 data."""
+    import gzip
+    import struct
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
+        dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+        if zero != 0 or dtype != 0x08 or len(raw) != 4 + 4 * ndim + math.prod(dims):
+            raise ValueError("not a uint8 idx file")
+    except (OSError, ValueError, struct.error) as exc:
+        raise ZooError(f"{path}: cannot read idx data ({exc})") from None
+    return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).view(*dims)
+
+
+def load_mnist_test_splits(root: Path, test_size: float | int = 0.2, name: str = "mnist-test") -> ImageSplits:
+    """MNIST's 10,000 test images split once, stratified with seed 0 (a fraction or a count held out)."""
+    from sklearn.model_selection import train_test_split
+
+    x = read_idx(root / "t10k-images-idx3-ubyte.gz").unsqueeze(1)  # (10000, 1, 28, 28)
+    y = read_idx(root / "t10k-labels-idx1-ubyte.gz").long()
+    if len(x) != len(y):
+        raise ZooError(f"{root}: {len(x)} images but {len(y)} labels")
+    tr, te = train_test_split(range(len(y)), test_size=test_size, random_state=0, stratify=y.numpy())
+    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], name)
+
+
+def decode_image(path: Path, size: int | None) -> torch.Tensor:
+    """One image file as (H, W, 3) uint8 RGB, resized (bilinear) to size x size when a size is given."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if size and im.size != (size, size):
+                im = im.resize((size, size), Image.BILINEAR)
+            return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.size[1], im.size[0], 3)
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise ZooError(f"{path}: cannot decode image ({exc})") from None
+
+
+def load_class_folder(root: Path, size: int | None, classes: list[str] | None = None, log=print):
+    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes). Non-image files are counted.
+    ``classes`` given: the held-out split of a training folder (one of its class folders may be empty)."""
+    training = classes is None
+    if not root.exists():
+        raise ZooError(f"{root}: folder not found")
+    if not root.is_dir():
+        raise ZooError(f"{root}: not a folder (expected {root}/<class>/<image files>)")
+    found = sorted(d.name for d in root.iterdir() if d.is_dir())
+    classes = classes or found
+    if not classes:
+        raise ZooError(f"{root}: no class subfolders (expected {root}/<class>/<image files>)")
+    images, labels, skipped, empty = [], [], 0, []
+    for label, name in enumerate(classes):
+        folder = root / name
+        if not folder.is_dir():
+            raise ZooError(f"{root}: class folder {name!r} is missing here but present in the training split")
+        before = len(images)
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
+                images.append(decode_image(path, size))
+                labels.append(label)
+            elif path.is_file():
+                skipped += 1
+        if len(images) == before:
+            empty.append(folder)
+    if not images:
+        raise ZooError(f"{root}: no images found in {len(classes)} class folders")
+    if empty and training:  # a class the model could never learn: almost always a copy that went wrong
+        raise ZooError(f"{empty[0]}: class folder holds no images ({len(empty)} of {len(classes)} class folders "
+                       "are empty); add images or remove the folder")
+    shapes = {tuple(im.shape) for im in images}
+    if len(shapes) > 1:
+        raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")
+    if skipped:
+        log(f"{root}: skipped {skipped} non-image files")
+    x = torch.stack(images).permute(0, 3, 1, 2).contiguous()
+    return x, torch.tensor(labels), classes
+
+
+def load_folder_splits(root: Path, size: int | None, val_fraction: float, log=print) -> ImageSplits:
+    """``root/train`` + ``root/val`` (or ``test``), else one folder split by a fixed seed."""
+    held_out = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
+    if (root / "train").is_dir() and held_out is not None:
+        tx, ty, classes = load_class_folder(root / "train", size, log=log)
+        vx, vy, _ = load_class_folder(held_out, size, classes, log=log)
+        log(f"{root}: {len(ty)} train / {len(vy)} {held_out.name} images, {len(classes)} classes")
+        return ImageSplits(tx, ty, vx, vy, classes, root.name)
+    x, y, classes = load_class_folder(root, size, log=log)
+    g = torch.Generator().manual_seed(0)  # fixed split: every run on this folder sees the same test set
+    order = torch.randperm(len(y), generator=g)
+    n_test = max(1, int(round(val_fraction * len(y))))
+    if n_test >= len(y):
+        raise ZooError(f"{root}: {len(y)} images are too few to hold out {val_fraction:.0%} for testing")
+    te, tr = order[:n_test], order[n_test:]
+    log(f"{root}: {len(tr)} train / {len(te)} test images (seeded {val_fraction:.0%} split), {len(classes)} classes")
+    return ImageSplits(x[tr], y[tr], x[te], y[te], classes, root.name)
+
+
+def load_torchvision_cifar10(root: Path) -> ImageSplits:
+    from torchvision.datasets import CIFAR10
+
+    try:
+        sets = [CIFAR10(str(root), train=t, download=True) for t in (True, False)]
+    except (OSError, RuntimeError) as exc:
+        raise ZooError(f"cifar10: torchvision could not download to {root} ({exc}); offline, use "
+                       "data=cifar10-subset or place cifar-10-batches-py there") from None
+    xs = [torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous() for s in sets]
+    ys = [torch.tensor(s.targets) for s in sets]
+    return ImageSplits(xs[0], ys[0], xs[1], ys[1], list(sets[0].classes), "cifar10")
+
+
+def resize_splits(splits: ImageSplits, size: int) -> None:
+    """Resize both splits' uint8 images to size x size (antialiased bilinear)."""
+    splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
+                                     .round().clamp(0, 255).byte() for t in (splits.train_x, splits.test_x))
+
+
+def load_image_splits(data: str, image_size: int, val_fraction: float, run) -> ImageSplits:
+    """A named dataset or a folder of class folders; ``image_size`` 0 keeps the dataset's own size (own
+    folders: 32 px)."""
+    size = image_size or None
+    if data == "digits":
+        splits = load_digits_splits()
+    elif data == "cifar10-subset":
+        splits = load_folder_splits(run.data_path("cifar10-subset"), size, val_fraction, run.log)
+    elif data == "mnist-test":
+        splits = load_mnist_test_splits(run.data_path("mnist-test"))
+    elif data == "cifar10":
+        splits = load_torchvision_cifar10(run.data_path("cifar10"))
+    elif Path(data).exists():
+        splits = load_folder_splits(Path(data), size or 32, val_fraction, run.log)
+    else:
+        raise ZooError(f"data={data!r}: not a vision dataset (digits, mnist-test, cifar10-subset, cifar10) nor an "
+                       "existing folder")
+    if size and splits.train_x.shape[-1] != size:
+        resize_splits(splits, size)
+    return splits
+
+
+# =============================================================================================
+# Networks: the from-scratch backbones
+# =============================================================================================
+
+def shift_norm(channels: int) -> nn.BatchNorm2d:
+    """BatchNorm whose scale stays 1: only the shift is learned (airbench; fewer, better-behaved params)."""
+    norm = nn.BatchNorm2d(channels, eps=1e-12, momentum=0.4)
+    norm.weight.requires_grad_(False)
+    return norm
+
+
+def conv3x3(c_in: int, c_out: int) -> nn.Conv2d:
+    conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+    with torch.no_grad():
+        nn.init.dirac_(conv.weight[:min(c_in, c_out)])  # the first filters start as identity maps
+    return conv
+
+
+class ConvGroup(nn.Module):
+    """conv - pool - norm - GELU - conv - norm - GELU; pooling first keeps the second conv cheap."""
+
+    def __init__(self, c_in: int, c_out: int, pool: bool):
+        super().__init__()
+        self.conv1, self.norm1 = conv3x3(c_in, c_out), shift_norm(c_out)
+        self.pool = nn.MaxPool2d(2) if pool else nn.Identity()
+        self.conv2, self.norm2 = conv3x3(c_out, c_out), shift_norm(c_out)
+
+    def forward(self, x):
+        x = F.gelu(self.norm1(self.pool(self.conv1(x))))
+        return F.gelu(self.norm2(self.conv2(x)))
+
+
+class ZooNet(nn.Module):
+    """The default from-scratch network, shaped for small images and CPU budgets (after airbench94).
+
+    A frozen 2x2 patch-whitening stem, then one ConvGroup per width (w, 2w, 4w), global max-pool and
+    a linear head whose logits are scaled down by 1/9. On 2 CPU cores a 32/64/128 net trains ~20
+    epochs of cifar10-subset in 5 minutes, which beats wider nets that see fewer epochs.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, width: int, image_size: int, logit_scale: float = 1 / 9):
+        super().__init__()
+        self.whiten = nn.Conv2d(in_channels, 2 * in_channels * 4, 2, bias=True)
+        self.whiten.weight.requires_grad_(False)
+        size, c, groups = image_size - 1, self.whiten.out_channels, []
+        for w in (width, 2 * width, 4 * width):
+            groups.append(ConvGroup(c, w, pool=size > 1))
+            size, c = max(1, size // 2), w
+        self.groups = nn.Sequential(*groups)
+        self.head = nn.Linear(c, num_classes, bias=False)
+        self.logit_scale = logit_scale
+
+    @torch.no_grad()
+    def init_whitening(self, x: torch.Tensor, eps: float = 5e-4) -> None:
+        """Stem filters = eigenvectors of the 2x2 patch covariance / sqrt(eigenvalue), in +/- pairs."""
+        c, k = x.shape[1], self.whiten.kernel_size[0]
+        patches = x.float().unfold(2, k, 1).unfold(3, k, 1).permute(0, 2, 3, 1, 4, 5).reshape(-1, c * k * k)
+        evals, evecs = torch.linalg.eigh(patches.T @ patches / len(patches))
+        filters = (evecs.T / (evals + eps).sqrt().unsqueeze(1)).reshape(-1, c, k, k)
+        self.whiten.weight.copy_(torch.cat((filters, -filters)))
+
+    def forward(self, x):
+        x = self.groups(F.gelu(self.whiten(x)))  # (B, 4w, h, w)
+        return self.head(torch.amax(x, dim=(2, 3))) * self.logit_scale
+
+
+def conv_bn(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.GELU())
+
+
+class Residual(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(channels, channels), conv_bn(channels, channels))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class ZooResNet(nn.Module):
+    """A compact residual net (DAWNBench ResNet-9 shape): stem, then per stage conv-pool(-residual pair).
+
+    Widths w, 2w, 4w; max-pool only while the feature map is larger than 1x1, so 8x8 inputs work too.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, width: int, image_size: int):
+        super().__init__()
+        layers, size, c = [conv_bn(in_channels, width)], image_size, width
+        for i, w in enumerate((width, 2 * width, 4 * width)):
+            layers.append(conv_bn(c, w))
+            if size > 1:
+                layers.append(nn.MaxPool2d(2))
+                size //= 2
+            if i != 1:
+                layers.append(Residual(w))
+            c = w
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c, num_classes)
+
+    def forward(self, x):
+        return self.head(torch.amax(self.features(x), dim=(2, 3)))
+
+
+OWN_MODELS = {"zoo-net": ZooNet, "zoo-resnet": ZooResNet}
+
+
+# =============================================================================================
+# Model building: own backbones or timm models, from scratch or from pretrained weights
+# =============================================================================================
+
+def build_model(name: str, width: int, weights: str, in_channels: int, num_classes: int,
+                image_size: int) -> tuple[nn.Module, str]:
+    """``name``: zoo-net, zoo-resnet or a timm model; ``width``: the own backbones' first-group channels;
+    ``weights``: a file or run folder, 'hub' (timm's hub) or '' (from scratch).
+    Returns the model and the name of its classifier module."""
+    if name in OWN_MODELS:
+        model = OWN_MODELS[name](in_channels, num_classes, width, image_size)
+        if weights:
+            _load_own_weights(model, weights, name)
+        return model, "head"
+    import timm
+
+    if name not in timm.list_models():
+        import difflib
+
+        near = difflib.get_close_matches(name, timm.list_models(), n=1)
+        raise ZooError(f"model={name!r}: not a timm model" + (f"; did you mean {near[0]!r}?" if near else ""))
+    kwargs = dict(num_classes=num_classes, in_chans=in_channels)
+    if weights == "hub":
+        try:
+            model = timm.create_model(name, pretrained=True, **kwargs)
+        except Exception as exc:  # offline, or no pretrained tag: say what to do instead
+            raise ZooError(f"weights=hub: cannot get pretrained {name} from the timm hub ({type(exc).__name__}); "
+                           "download them elsewhere and pass weights=PATH") from None
+    elif weights:
+        path = Path(weights)
+        if not path.exists():
+            raise ZooError(f"weights={weights}: file or folder not found")
+        file = path / "model.safetensors" if path.is_dir() else path
+        import pickle
+
+        from safetensors import SafetensorError
+
+        try:
+            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(file)},
+                                      **kwargs)
+        except (RuntimeError, OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError) as exc:
+            raise ZooError(f"weights={file}: cannot read weights into {name} "
+                           f"({str(exc).splitlines()[0][:160]})") from None
+    else:
+        model = timm.create_model(name, **kwargs)
+    if image_size <= 64 and hasattr(model, "conv1") and hasattr(model, "maxpool"):
+        # ResNet family on small images: a 3x3 stride-1 stem and no max-pool keep spatial detail.
+        # the stem's output width is what bn1 normalises (a deep stem's first conv can be narrower)
+        out = model.bn1.num_features if isinstance(getattr(model, "bn1", None), nn.BatchNorm2d) else (
+            model.conv1.out_channels if isinstance(model.conv1, nn.Conv2d) else model.conv1[-1].out_channels)
+        if not weights:
+            model.conv1 = nn.Conv2d(in_channels, out, 3, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+    return model, model.pretrained_cfg.get("classifier", "fc")
+
+
+def _read_state(file: Path) -> dict:
+    """A state dict from a .safetensors file or a torch checkpoint (its ``model`` entry), tensors only."""
+    blob = read_weights(file, key="weights")
+    state = blob.get("model", blob) if isinstance(blob, dict) else None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ZooError(f"weights={file}: cannot read weights (not a state dict of tensors)")
+    return state
+
+
+def _load_own_weights(model: nn.Module, path: str, name: str) -> None:
+    """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
+    file = Path(path)
+    file = file / "model.safetensors" if file.is_dir() else file
+    if not file.is_file():
+        raise ZooError(f"weights={path}: file not found")
+    state = _read_state(file)
+    state = {k: v for k, v in state.items() if not k.startswith("head.")}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatch: another width or channel count
+        raise ZooError(f"weights={file}: does not fit {name} ({str(exc).splitlines()[-1].strip()})") from None
+    if unexpected or [k for k in missing if not k.startswith("head.")]:
+        raise ZooError(f"weights={file}: does not fit {name} (unexpected {unexpected[:3]}, missing {missing[:3]})")
+
+
+def input_stats(train_x: torch.Tensor, model: nn.Module | None = None, name: str = "",
+                weights: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """Pretrained models use their own normalisation; from-scratch models the training set's.
+    ``model``, ``name`` and ``weights`` as built by ``build_model``; without them: the training set's."""
+    if weights and name not in OWN_MODELS:
+        pc = model.pretrained_cfg
+        return torch.tensor(pc["mean"]), torch.tensor(pc["std"])
+    x = train_x.float() / 255
+    return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp(min=1e-3)

@@ -1,0 +1,225 @@
+"""``llm/gpt``: a GPT pretrained from scratch on text, validation bits per byte.
+
+Reads top to bottom: config, the depth the budget buys, the Muon + AdamW optimizer table, then
+pretraining (data, model, schedule, loop, evaluation) and samples. The tokenizer is trained on the
+training split and the metric counts the bytes each token spells, so runs with different tokenizers and
+vocabularies compare. The depth is sized by the budget (Chinchilla's 20 tokens per parameter, or a few
+passes over a small corpus); Muon trains the hidden matrices, AdamW the embedding, head and scalars.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core.api import recipe
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.flops import peak_flops
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
+from recipe_zoo.recipes.llm import data, models
+
+# =============================================================================================
+# Config
+# =============================================================================================
+
+
+@dataclass
+class GPTConfig(LoopSettings):
+    # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
+    LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
+    data: str = "tinyshakespeare"  # dataset name, a text file, a folder of .txt/.md files, or hf:NAME[:CONFIG]
+    val_fraction: float = 0.1  # tail held out for validation when there is no val file
+    eval_bytes: int = 100_000  # validation bytes scored (the first N of the split): fixed so runs compare
+    tokenizer: str = "bpe"  # bpe (trained on the train split) | bytes (256 byte tokens) | a tokenizer.json
+    vocab_size: int = 1024  # BPE vocabulary including the 256 bytes and <|bos|>
+    depth: int = 0  # transformer blocks; width = aspect x depth, heads = width / head_dim; 0 = sized by the budget
+    aspect: int = 64  # model width per block
+    head_dim: int = 64  # attention head size
+    kv_heads: int = 0  # key/value heads for grouped-query attention (0 = as many as query heads)
+    mlp: Literal["relu2", "swiglu"] = "relu2"  # ReLU^2 MLP (4x wide) or SwiGLU (8/3 x wide)
+    softcap: float = 15.0  # logits = softcap * tanh(logits / softcap) (0 = off)
+    seq_len: int = 256  # context length in tokens
+    batch_tokens: int = 4096  # tokens per optimizer step; gradient accumulation makes up the rest
+    micro_batch: int = 16  # sequences per forward/backward pass
+    matrix_lr: float = 0.04  # Muon LR of the hidden matrices (scaled by max(1, rows/cols)^0.5)
+    embedding_lr: float = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
+    head_lr: float = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
+    scalar_lr: float = 0.005  # AdamW LR of the per-block scalars, x (width/768)^-0.5
+    weight_decay: float = 0.2  # Muon weight decay (cautious), decaying linearly to 0; never on embeddings
+    schedule: Literal["wsd", "cosine", "linear", "constant"] = "wsd"  # LR shape over budget progress
+    warmup: float = 0.0  # warmup fraction (Muon needs none)
+    warmdown: float = 0.5  # WSD: the final fraction of the budget decaying the LR
+    lr_final: float = 0.0  # LR multiplier at the end of the budget
+    tokens_per_param: float = 20.0  # depth=0 sizing: tokens per parameter when data is plentiful (Chinchilla)
+    max_epochs: float = 4.0  # depth=0 sizing: passes over the data when it is not (repeats past ~4 stop paying)
+    samples: int = 3  # text samples written at the end (samples.txt)
+    sample_tokens: int = 160  # tokens per sample
+    temperature: float = 0.8  # sampling temperature
+    prompt: str = ""  # text the samples continue ('' = start of a document)
+    eval_every: float = 0.25  # fraction of the budget between validations
+    diverge_factor: float = 3.0  # a language model's loss never rises 3x above its first step's
+    compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
+    fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
+
+
+# =============================================================================================
+# Sizing: the depth the budget buys
+# =============================================================================================
+
+ASSUMED_MFU = 0.5  # model-FLOPs utilisation measured for depths 2-4 on 2 CPU cores with compile: 50-61%
+
+
+def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, device: torch.device, log=print,
+                    processes: int = 1) -> int:
+    """The depth whose token count, at the compute the budget buys (on ``processes`` devices), is nearest the
+    target: Chinchilla's tokens per parameter, or ``max_epochs`` passes over the training tokens when that
+    is fewer.
+
+    On tinyshakespeare (383K tokens) this picks depth 2 for 60 s, 3 for 163 s and 4 for 5 minutes on
+    2 CPU cores, the best depths the sweep in the LLM issue's closing note found.
+    """
+    if budget.kind != "seconds":
+        log("depth=0 with a step or epoch budget: depth 4")
+        return 4
+    peak = peak_flops(device) or 1e11
+    compute = peak * ASSUMED_MFU * budget.amount * processes
+    best, best_gap = 1, float("inf")
+    for depth in range(1, 49):
+        shape = models.GPTShape.from_depth(depth, cfg, vocab)
+        n = models.param_estimate(shape)
+        tokens = compute / (6 * n + 12 * depth * shape.width * cfg.seq_len)
+        target = min(cfg.tokens_per_param * n, cfg.max_epochs * train_tokens)
+        gap = abs(math.log(tokens / target))
+        if gap < best_gap:
+            best, best_gap = depth, gap
+    log(f"depth=0: depth {best} for {budget} at ~{peak * ASSUMED_MFU * processes / 1e9:.0f} GFLOP/s "
+        f"(nearest to {cfg.tokens_per_param:g} tokens/param or {cfg.max_epochs:g} epochs of {train_tokens:,} tokens)")
+    return best
+
+
+# =============================================================================================
+# Optimizer: the Muon + AdamW table
+# =============================================================================================
+
+def build_optimizer(cfg: GPTConfig, model: models.GPT) -> optim.MuonAdamW:
+    s = optim.width_lr_scale(model.shape.width)
+    groups = optim.hybrid_groups(model, head=["lm_head"], matrix_lr=cfg.matrix_lr, embedding_lr=cfg.embedding_lr * s,
+                                 head_lr=cfg.head_lr * s, scalar_lr=cfg.scalar_lr * s, matrix_wd=cfg.weight_decay)
+    return optim.MuonAdamW(groups)
+
+
+# =============================================================================================
+# Pretraining
+# =============================================================================================
+
+def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
+    """``zoo plan --recipe llm/gpt depth=N``: the shape a config describes and its parameter count."""
+    shape = models.GPTShape.from_depth(cfg.depth, cfg, cfg.vocab_size)
+    return shape, models.param_estimate(shape)
+
+
+@recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="val_bpb", higher_is_better=False,
+        budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
+                             "the budget; validation bits per byte",
+        scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
+        hooks={"shape": shape_of})
+def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
+    device = choose_device(run.device)
+    speed_switches(device)
+    splits = data.load_text(cfg.data, cfg.val_fraction, run)
+    scored = data.eval_text(splits, cfg.eval_bytes)
+    tok = data.load_tokenizer(cfg, splits.train)
+    tok.save(str(run.dir / "tokenizer.json"))
+    lengths = data.token_bytes(tok)
+    train_tokens = data.encode_docs(tok, splits.train)
+    val_tokens = data.encode_docs(tok, [scored])
+    vocab = tok.get_vocab_size()
+    per_target = lengths[val_tokens[1:].long()]
+    if int(per_target.sum()) != len(scored.encode()):
+        raise RuntimeError(f"byte table mismatch: {int(per_target.sum())} != {len(scored.encode())} bytes")
+    run.log(f"{splits.name}: {sum(len(d) for d in splits.train):,} train chars -> {len(train_tokens):,} tokens "
+            f"({len(''.join(splits.train).encode()) / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
+            f"validation scores {cfg.eval_bytes:,} bytes = {len(val_tokens) - 1:,} tokens")
+    run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens")  # leakage: scored windows found in train
+
+    world = distributed.world_size()
+    # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
+    depth = cfg.depth or distributed.broadcast_object(
+        size_for_budget(cfg, vocab, len(train_tokens), run.budget, device, run.log, processes=world))
+    shape = models.GPTShape.from_depth(depth, cfg, vocab)
+    model = models.GPT(shape).to(device)
+    run.log(f"GPT depth {depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of {shape.head_dim}, "
+            f"context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params "
+            f"({model.scaling_params() / 1e6:.2f}M excluding the embedding)")
+
+    per_micro = cfg.micro_batch * cfg.seq_len * world  # batch_tokens is global: more processes, less accumulation
+    accum = max(1, round(cfg.batch_tokens / per_micro))
+    if accum * per_micro != cfg.batch_tokens:
+        run.log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len x processes = "
+                f"{per_micro}: using {accum * per_micro}")
+    settings = LoopSettings.of(cfg)
+    settings.accum_steps = accum
+    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
+    if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
+        distributed.fully_shard_blocks(model)
+        run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")
+    elif cfg.fsdp:
+        run.log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
+    optimizer = build_optimizer(cfg, model)
+    lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, decay=cfg.warmdown, final=cfg.lr_final)
+    update = functools.partial(schedule.apply_schedules, lr=lr, weight_decay=schedule.weight_decay_linear,
+                               momentum=schedule.muon_momentum)
+    precision = resolve_precision(device, cfg.precision)
+
+    def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+        x, y = (t.to(device, non_blocking=True) for t in batch)
+        logits = model(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        return {"val_bpb": data.bits_per_byte(model, val_tokens, cfg.seq_len, cfg.micro_batch, device,
+                                              bytes_per_target=per_target)}
+
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
+                 update_hparams=update, settings=settings)
+    export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name,
+                                                                       "shape": json.dumps(dataclasses.asdict(shape))})
+    with autocast(device, precision):
+        write_samples(model, tok, cfg, run)
+    tokens = result.samples * cfg.seq_len
+    tokens_per_s = tokens / max(result.train_seconds, 1e-9)
+    peak = peak_flops(device)
+    mfu = 100 * model.flops_per_token() * tokens_per_s / (peak * world) if peak else float("nan")
+    stats = {**result.stats(), **result.metrics, "tokens": tokens, "tokens_per_s": tokens_per_s,
+             "tokens_per_param": tokens / model.scaling_params(), "chinchilla_tokens_per_param": 20.0,
+             "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent, "depth": depth,
+             "vocab_size": vocab}
+    run.report("tokens_per_s", f"{tokens_per_s:,.0f}")
+    run.report("tokens_seen", f"{tokens:,} ({tokens / len(train_tokens):.1f} epochs)")
+    run.report("tokens_per_param", f"{stats['tokens_per_param']:.2f} (Chinchilla: 20)")
+    run.log(f"{tokens:,} tokens at {tokens_per_s:,.0f} tokens/s; {stats['tokens_per_param']:.2f} tokens/param "
+            f"(Chinchilla: 20); MFU {mfu:.1f}% of {peak / 1e9 if peak else float('nan'):.0f} GFLOP/s "
+            f"(model FLOPs; {result.mfu_percent:.1f}% counting the optimizer)")
+    return stats
+
+
+def write_samples(model: models.GPT, tok, cfg: GPTConfig, run) -> None:
+    if cfg.samples <= 0:
+        return
+    model.eval()
+    prompt = [tok.token_to_id(data.BOS)] + tok.encode(cfg.prompt, add_special_tokens=False).ids
+    g = torch.Generator().manual_seed(run.seed)
+    texts = [cfg.prompt + tok.decode(model.generate(prompt, cfg.sample_tokens, cfg.temperature, g))
+             for _ in range(cfg.samples)]
+    (run.dir / "samples.txt").write_text("\n\n----------\n\n".join(texts) + "\n")
+    for i, text in enumerate(texts):
+        run.log(f"sample {i + 1}:\n{text}")

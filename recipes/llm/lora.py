@@ -1,0 +1,169 @@
+"""``llm/lora``: LoRA fine-tuning of a ``transformers`` causal LM, bits per byte before and after.
+
+Reads top to bottom: config, the response-only loss, the adapter, then training. The model is a local
+``save_pretrained`` folder (or a hub name when online); the data is text, trained on in windows as
+``llm/gpt`` does, or prompt/response JSONL, where the loss and the score are on the response only.
+Only the adapter trains (AdamW); it is saved, and optionally merged into the base model.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core.api import recipe
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
+from recipe_zoo.recipes.llm import data, models
+
+# =============================================================================================
+# Config
+# =============================================================================================
+
+@dataclass
+class LoRAConfig(LoopSettings):
+    model: str = ""  # a transformers causal LM: a local save_pretrained folder, or a hub name when online
+    data: str = "tinyshakespeare"  # text (as llm/gpt) or a .jsonl of {"prompt", "response"} lines
+    val_fraction: float = 0.1  # held-out tail of the text / of the JSONL examples
+    eval_bytes: int = 100_000  # text: validation bytes scored (JSONL: every held-out response)
+    rank: int = 8  # LoRA rank
+    alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
+    lora_dropout: float = 0.05  # dropout on the LoRA input
+    target_modules: str = "all-linear"  # comma-separated module names, or all-linear (every linear but the head)
+    lr: float = 2e-4  # AdamW LR of the adapter
+    weight_decay: float = 0.0  # AdamW weight decay on the adapter
+    schedule: Literal["wsd", "cosine", "linear", "constant"] = "cosine"  # LR shape over budget progress
+    warmup: float = 0.05  # warmup fraction
+    lr_final: float = 0.1  # LR multiplier at the end
+    seq_len: int = 256  # tokens per training window / longest JSONL example kept whole
+    micro_batch: int = 8  # sequences per forward/backward pass
+    clip_grad: float = 1.0  # max global grad norm
+    merge: bool = False  # also save the base model with the adapter merged in (merged/)
+    eval_every: float = 0.5  # fraction of the budget between validations
+
+
+# =============================================================================================
+# Loss, adapter and training
+# =============================================================================================
+
+def response_nats(model, batch, device, skip_token: int | None = None) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross-entropy over the labelled tokens (optionally not ``skip_token``)."""
+    ids, labels, mask = (t.to(device) for t in batch)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    targets = labels[:, 1:]
+    if skip_token is not None:
+        targets = targets.masked_fill(targets == skip_token, -100)
+    nats = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100,
+                           reduction="sum")
+    return nats, int((targets != -100).sum())
+
+
+def lora_config(cfg: LoRAConfig):
+    from peft import LoraConfig
+
+    targets = cfg.target_modules if cfg.target_modules == "all-linear" else \
+        [m.strip() for m in cfg.target_modules.split(",") if m.strip()]
+    return LoraConfig(task_type="CAUSAL_LM", r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets)
+
+
+@recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="val_bpb", higher_is_better=False,
+        budget="5m", summary="LoRA fine-tuning of a transformers causal LM (local folder or hub) on text or "
+                             "prompt/response JSONL; bits per byte before and after")
+def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
+    from peft import get_peft_model
+
+    device = choose_device(run.device)
+    speed_switches(device)
+    precision = resolve_precision(device, cfg.precision)
+    with warnings.catch_warnings(record=True) as caught:  # library notices go to the log, not stderr
+        warnings.simplefilter("always")
+        model, tokenizer, start = models.load_causal_lm(cfg, torch.bfloat16 if precision == "bf16" else torch.float32,
+                                                        run.log)
+        try:
+            model = get_peft_model(model, lora_config(cfg))
+        except ValueError as exc:
+            raise ZooError(f"target_modules={cfg.target_modules}: {str(exc).splitlines()[0]}") from None
+    for w in {str(w.message) for w in caught}:
+        run.log(f"warning: {w}")
+    model.to(device)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    run.log(f"LoRA rank {cfg.rank} alpha {cfg.alpha:g} on {cfg.target_modules}: {trainable / 1e6:.3f}M trainable "
+            f"parameters ({100 * trainable / sum(p.numel() for p in model.parameters()):.2f}%)")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
+
+    if cfg.data.endswith(".jsonl"):
+        examples = data.load_jsonl(Path(cfg.data).expanduser(), tokenizer, cfg.seq_len, run.log)
+        n_val = max(1, round(len(examples) * cfg.val_fraction))
+        if len(examples) - n_val < 1:
+            raise ZooError(f"{cfg.data}: {len(examples)} examples leave none to train on after holding out {n_val}")
+        train_examples, val_examples = examples[:-n_val], examples[-n_val:]
+        batches = TensorBatches((torch.arange(len(train_examples)),), cfg.micro_batch, seed=run.seed,
+                                transform=lambda batch, g: data.pad_examples([train_examples[i] for i in batch[0]],
+                                                                             pad_id))
+        val_bytes = sum(e.response_bytes for e in val_examples)
+        run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation examples "
+                f"({val_bytes:,} response bytes scored)")
+        # one row per example (prompt + response token ids): exact duplicates across the splits are found
+        run.inspect(train=([e.ids for e in train_examples],), val=([e.ids for e in val_examples],),
+                    task="unlabelled", fine_tune=("lora_",))
+
+        def loss_fn(model, batch):
+            nats, count = response_nats(model, batch, device)
+            return nats / max(count, 1)
+
+        def evaluate(model):
+            nats = sum(response_nats(model, data.pad_examples(val_examples[i:i + cfg.micro_batch], pad_id), device,
+                                     skip_token=tokenizer.eos_token_id)[0].item()
+                       for i in range(0, len(val_examples), cfg.micro_batch))
+            return {"val_bpb": metrics.bits_per_byte(nats, val_bytes)}
+    else:
+        splits = data.load_text(cfg.data, cfg.val_fraction, run)
+        scored = data.eval_text(splits, cfg.eval_bytes)
+        ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
+        train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
+        val_tokens = torch.tensor([start] + tokenizer(scored, add_special_tokens=False).input_ids)
+        batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
+        run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores {cfg.eval_bytes:,} bytes = "
+                f"{len(val_tokens) - 1:,} tokens")
+        run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))
+
+        def loss_fn(model, batch):
+            x, y = (t.to(device) for t in batch)
+            logits = model(input_ids=x).logits.float()
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+        def evaluate(model):
+            return {"val_bpb": data.bits_per_byte(lambda x: model(input_ids=x).logits, val_tokens, cfg.seq_len,
+                                                  cfg.micro_batch, device, total_bytes=len(scored.encode()))}
+
+    model.eval()
+    with torch.no_grad(), autocast(device, precision):
+        before = evaluate(model)["val_bpb"]
+    model.train()
+    run.log(f"val_bpb before fine-tuning: {before:.4f}")
+    groups = [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": cfg.weight_decay}]
+    optimizer = optim.adamw(groups, lr=cfg.lr)
+    lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final)
+    settings = LoopSettings.of(cfg)
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
+                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings)
+    model.save_pretrained(str(run.dir / "adapter"))
+    tokenizer.save_pretrained(str(run.dir / "adapter"))
+    if cfg.merge:
+        merged = model.merge_and_unload()
+        merged.save_pretrained(str(run.dir / "merged"))
+        tokenizer.save_pretrained(str(run.dir / "merged"))
+    after = result.metrics["val_bpb"]
+    run.report("val_bpb_before", f"{before:.4f}")
+    run.report("trainable_M", f"{trainable / 1e6:.3f}")
+    run.log(f"val_bpb {before:.4f} -> {after:.4f} ({after - before:+.4f}); adapter saved to {run.dir / 'adapter'}")
+    return {**result.stats(), **result.metrics, "val_bpb_before": before, "trainable_M": trainable / 1e6}

@@ -1,0 +1,10 @@
+"""Molecular property prediction from SMILES, on seeded random or Bemis-Murcko scaffold splits.
+
+- ``dmpnn.py``: ``molecules/dmpnn``, a directed message-passing network over bonds (chemprop's D-MPNN) in
+  plain torch, with RDKit descriptors beside the readout; k-fold and ensembles.
+- ``fp_xgb.py``: ``molecules/fp-xgb``, Morgan count fingerprints (+ RDKit descriptors) into XGBoost: the strong
+  classical baseline.
+- ``config.py``: ``MolConfig``, the settings both share; ``data.py``: reading and standardising the molecules,
+  atom/bond features, descriptors and fingerprints (cached), splits and metrics; ``models.py``: the D-MPNN and
+  its batches.
+"""

@@ -1,0 +1,50 @@
+"""The molecule recipes' settings: one config shared by ``molecules/dmpnn`` and ``molecules/fp-xgb`` (the
+table, its standardisation and its splits are read the same way; each recipe reads its own block of fields)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from recipe_zoo.core.loop import LoopSettings
+
+
+@dataclass
+class MolConfig(LoopSettings):
+    data: str = "esol"  # esol | lipophilicity | freesolv | bbbp, or a CSV file
+    smiles: str = ""  # SMILES column ('' = the dataset's, or 'smiles')
+    target: str = ""  # target column(s), comma-separated for multi-task ('' = the dataset's)
+    task: Literal["auto", "regression", "classification"] = "auto"  # auto: classification when targets are 0/1
+    split: Literal["random", "scaffold"] = "random"  # seeded random, or Bemis-Murcko scaffold groups
+    split_sizes: str = "0.8,0.1,0.1"  # train, validation, test fractions
+    folds: int = 0  # k-fold cross-validation (scaffold-aware for split=scaffold); 0 = one split
+    on_invalid: Literal["error", "skip", "auto"] = "auto"  # unparsable SMILES: auto = skip for a registered
+    # dataset's known-bad rows (BBBP's 11), error for own data
+    standardize: bool = True  # RDKit: keep the largest fragment, neutralise charges (salts, counter-ions)
+    # D-MPNN
+    depth: int = 3  # message-passing steps over directed bonds
+    hidden: int = 300  # message and atom hidden size
+    readout: Literal["mean", "sum"] = "mean"  # atom vectors to a molecule vector
+    ffn_hidden: int = 300  # FFN head width
+    ffn_layers: int = 2  # FFN head layers (including the output layer)
+    dropout: float = 0.0  # dropout in messages and the head
+    descriptors: bool = True  # RDKit 2-D descriptors: concatenated to the D-MPNN readout, beside the fingerprints
+    ensemble: int = 1  # models trained (each on budget / n) and averaged
+    lr: float = 1e-3  # peak AdamW LR
+    weight_decay: float = 0.0  # AdamW weight decay on weights (never biases)
+    batch_size: int = 50  # molecules per batch
+    warmup: float = 0.04  # LR warmup fraction (from 0.1 x peak)
+    lr_final: float = 0.1  # LR multiplier at the end (cosine)
+    eval_every: float = 0.02  # validation this often; the best validation checkpoint is kept
+    # fp-xgb
+    radius: int = 2  # Morgan radius
+    bits: int = 2048  # fingerprint length
+    counts: bool = True  # count fingerprints (else bits)
+    n_estimators: int = 3000  # XGBoost trees at most (early stopping on validation)
+    xgb_lr: float = 0.03  # XGBoost learning rate
+    max_depth: int = 6  # XGBoost tree depth
+    early_stopping: int = 200  # rounds without validation improvement before stopping
+
+    def benchmark_key(self, data_key: str) -> str:
+        """Scaffold and random splits (and k-fold CV) are different benchmarks."""
+        return (data_key + (f":{self.split}" if self.split != "random" else "")
+                + (f":{self.folds}fold" if self.folds else ""))

@@ -1,0 +1,16 @@
+"""Protein fitness and variant effects with ESM-2 (fair-esm).
+
+One file per recipe, each a methods section:
+
+- ``onehot.py``: ``protein/onehot``, one-hot/BLOSUM62 per position + ridge, kernel ridge or an MLP head: the
+  no-pretraining floor every protein table needs;
+- ``esm_embed.py``: ``protein/esm-embed``, frozen ESM-2 embeddings (cached per sequence) or an NPZ of your own
+  + the same heads;
+- ``esm_finetune.py``: ``protein/esm-finetune``, ESM-2 + a head fine-tuned with LoRA or end to end (or an ESM-2
+  trained from scratch);
+- ``esm_zeroshot.py``: ``protein/esm-zeroshot``, masked-marginal mutation scores, no training.
+
+What they share: ``config.py`` (the config), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, splits, encodings,
+mutations, the registered datasets), ``models.py`` (the heads on fixed features and the supervised fit through
+the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached embeddings, masked marginals).
+"""

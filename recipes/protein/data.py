@@ -1,0 +1,391 @@
+"""Protein data: sequences and their checks; FASTA, CSV, NPZ-of-embeddings and FLIP readers; the registered
+datasets; splits and how predictions are scored; the one-hot / BLOSUM62 encodings; mutation strings and the
+mutant sequences they spell."""
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import math
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.protein.config import FLIP_DEFAULT, ProteinConfig
+
+# =============================================================================================
+# Reading sequences: FASTA, CSV, NPZ embeddings, FLIP splits
+# =============================================================================================
+
+AMINO = "ACDEFGHIKLMNPQRSTVWY"
+EXTRA = "XBZUO"  # unknown, ambiguous (B, Z), selenocysteine, pyrrolysine: in ESM's alphabet too
+FLIP_SPLITS = ("one_vs_rest", "two_vs_rest", "three_vs_rest", "low_vs_high", "sampled")
+# TEM-1's mature chain (UniProt P62593 without the 23-residue signal peptide), numbered from 24 as
+# the ESM-1v benchmark does; the same residues as any synonymous record of P62593.fasta.
+BLAT_WT = ("HPETLVKVKDAEDQLGARVGYIELDLNSGKILESFRPEERFPMMSTFKVLLCGAVLSRVDAGQEQLGRRIHYSQNDLVEYSPVTEKHLTDGMTVREL"
+           "CSAAITMSDNTAANLLLTTIGGPKELTAFLHNMGDHVTRLDRWEPELNEAIPNDERDTTMPAAMATTLRKLLTGELLTLASRQQLIDWMEADKVAGP"
+           "LLRSALPAGWFIADKSGAGERGSRGIIAALGPDGKPSRIVVIYTTGSQATMDERNRQIAEIGASLIKHW")
+# name -> how to read it (the files are registered in zoo.data)
+DATASETS = {
+    "tem1-esm2-8m": {"kind": "npz", "target": "fitness"},
+    "p62593": {"kind": "fasta", "split": "esm-example"},
+    "flip-gb1": {"kind": "flip"},
+    "blat-ecolx-dms": {"kind": "mutations", "target": "2500", "wt": BLAT_WT, "offset": 24},
+}
+
+
+@dataclass
+class ProteinData:
+    name: str
+    y: np.ndarray  # (n,) float targets, or class indices for classification
+    task: str  # regression | classification
+    seqs: list[str] | None = None
+    emb: np.ndarray | None = None  # precomputed embeddings (NPZ input)
+    classes: list[str] | None = None
+    split: tuple | None = None  # fixed (train, validation, test) indices, when the data defines them
+    skipped: int = 0
+
+
+def check_sequence(seq: str, where: str, cfg: ProteinConfig) -> str:
+    """Upper-cased, letters checked against the alphabet, length against max_len (or cropped)."""
+    seq = re.sub(r"\s+", "", seq).upper()
+    if not seq:
+        raise ZooError(f"{where}: empty sequence")
+    bad = next((i for i, a in enumerate(seq) if a not in AMINO and a not in EXTRA), None)
+    if bad is not None:
+        raise ZooError(f"{where}: unknown amino-acid letter {seq[bad]!r} at position {bad + 1} "
+                       f"(expected the 20 standard letters or {', '.join(EXTRA)})")
+    if len(seq) > cfg.max_len:
+        if cfg.too_long == "error":
+            raise ZooError(f"{where}: {len(seq)} residues, longer than max_len={cfg.max_len} (ESM-2 was trained "
+                           "on 1,022); set too_long=crop to keep the first max_len residues")
+        seq = seq[:cfg.max_len]
+    return seq
+
+
+def parse_labels(labels: list[str], where: list[str], task: str) -> tuple[np.ndarray, str, list[str] | None]:
+    """Numbers for regression, class indices (sorted names) for classification; NaN is an error."""
+    numbers = []
+    for text, w in zip(labels, where):
+        try:
+            numbers.append(float(text))
+        except ValueError:
+            numbers.append(None)
+    numeric = all(v is not None for v in numbers)
+    words = [i for i, v in enumerate(numbers) if v is None]
+    if task == "auto" and words and 2 * len(words) <= len(labels):  # a typo among numbers more often than a class
+        i = words[0]
+        raise ZooError(f"{where[i]}: target {labels[i]!r} is not a number ({len(words)} of {len(labels)} labels "
+                       "are not numbers); fix them, or set task=classification if they are class names")
+    if task == "auto":
+        task = "classification" if not numeric or set(numbers) <= {0.0, 1.0} else "regression"
+    if task == "regression":
+        for v, text, w in zip(numbers, labels, where):
+            if v is None or not math.isfinite(v):
+                raise ZooError(f"{w}: target {text!r} is not a finite number")
+        return np.array(numbers, dtype=np.float64), task, None
+    for text, w in zip(labels, where):
+        if text.strip().lower() in ("", "nan", "na"):
+            raise ZooError(f"{w}: missing class label {text!r}")
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise ZooError(f"{where[0].split(':')[0]}: classification needs at least 2 classes, found {classes}")
+    index = {c: i for i, c in enumerate(classes)}
+    return np.array([index[t] for t in labels], dtype=np.int64), task, classes
+
+
+def read_fasta(path: Path) -> list[tuple[str, str, int]]:
+    """(header, sequence, line number of the header) for each record."""
+    records: list[tuple[str, list[str], int]] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if line.startswith(">"):
+                    records.append((line[1:].strip(), [], n))
+                elif line:
+                    if not records:
+                        raise ZooError(f"{path} line {n}: sequence before the first '>' header; is this FASTA?")
+                    records[-1][1].append(line)
+    except UnicodeDecodeError:
+        raise not_utf8(path, "line") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read as a UTF-8 FASTA file ({exc})") from None
+    if not records:
+        raise ZooError(f"{path}: no FASTA records")
+    return [(h, "".join(s), n) for h, s, n in records]
+
+
+def read_csv_rows(path: Path | io.StringIO, name: str) -> tuple[list[str], list[dict]]:
+    try:
+        f = open(path, newline="", encoding="utf-8-sig") if isinstance(path, Path) else path
+        with f:
+            reader = csv.DictReader(f)
+            columns, rows = list(reader.fieldnames or []), list(reader)
+    except UnicodeDecodeError as exc:
+        if isinstance(path, Path):
+            raise not_utf8(path) from None
+        raise ZooError(f"{name}: cannot read as a UTF-8 CSV ({exc})") from None
+    except (OSError, csv.Error) as exc:
+        raise ZooError(f"{name}: cannot read as a UTF-8 CSV ({exc})") from None
+    if not columns:
+        raise ZooError(f"{name}: empty file (no header row, no rows)")
+    return columns, rows
+
+
+def need_columns(name: str, columns: list[str], wanted: list[str], hint: str) -> None:
+    for col in wanted:
+        if col not in columns:
+            raise ZooError(f"{name}: no column {col!r} (columns: {column_list(columns)}); {hint}")
+
+
+def load_fasta(cfg: ProteinConfig, path: Path) -> ProteinData:
+    seqs, labels, where = [], [], []
+    for header, seq, line in read_fasta(path):
+        fields = header.split("|")
+        w = f"{path} record {header.split()[0] if header else '?'!r} (line {line})"
+        try:
+            labels.append(fields[cfg.label_field].strip())
+        except IndexError:
+            raise ZooError(f"{w}: header has no field {cfg.label_field} for the label "
+                           "(labels go in the header, '|'-separated; set label_field=)") from None
+        seqs.append(check_sequence(seq, w, cfg))
+        where.append(w)
+    y, task, classes = parse_labels(labels, where, cfg.task)
+    return ProteinData(str(path), y, task, seqs=seqs, classes=classes)
+
+
+def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_target: str = "target") -> ProteinData:
+    columns, rows = read_csv_rows(path, name)
+    target = cfg.target or default_target
+    need_columns(name, columns, [cfg.sequence, target], "set sequence= / target=")
+    if not rows:
+        raise ZooError(f"{name}: no rows")
+    where = [f"{name} row {i + 2}" for i in range(len(rows))]
+    seqs = [check_sequence(r[cfg.sequence] or "", w, cfg) for r, w in zip(rows, where)]
+    y, task, classes = parse_labels([(r[target] or "").strip() for r in rows], where, cfg.task)
+    data = ProteinData(name, y, task, seqs=seqs, classes=classes)
+    if "set" in columns:  # FLIP's layout: set = train | test, validation = True marks part of train
+        sets = [(r["set"] or "").strip().lower() for r in rows]
+        odd = next((i for i, s in enumerate(sets) if s not in ("train", "test")), None)
+        if odd is not None:
+            raise ZooError(f"{where[odd]}: set is {rows[odd]['set']!r}; expected train or test")
+        is_val = np.array([(r.get("validation") or "").strip().lower() == "true" for r in rows])
+        is_test = np.array([s == "test" for s in sets])
+        train, val, test = (np.where(~is_test & ~is_val)[0], np.where(is_val & ~is_test)[0], np.where(is_test)[0])
+        if len(train) == 0 or len(test) == 0:
+            raise ZooError(f"{name}: the set column leaves no {'train' if len(train) == 0 else 'test'} rows")
+        data.split = (train, val, test)
+    return data
+
+
+def load_npz(cfg: ProteinConfig, path: Path, default_target: str) -> ProteinData:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ZooError(f"{path}: cannot read as a NumPy .npz file ({exc})") from None
+    target = cfg.target or default_target
+    for key in ("emb", target):
+        if key not in arrays:
+            raise ZooError(f"{path}: no array {key!r} (arrays: {column_list(arrays)}); embeddings go in 'emb', "
+                           "the label in target=")
+    emb, raw = arrays["emb"], arrays[target]
+    if emb.ndim != 2 or raw.ndim != 1 or len(emb) != len(raw):
+        raise ZooError(f"{path}: 'emb' must be (n, d) and {target!r} (n,); got {emb.shape} and {raw.shape}")
+    bad = np.where(~np.isfinite(emb).all(axis=1))[0]
+    if len(bad):
+        raise ZooError(f"{path}: 'emb' row {bad[0]} has NaN or inf ({len(bad)} rows in all)")
+    where = [f"{path} {target}[{i}]" for i in range(len(raw))]
+    y, task, classes = parse_labels([str(v) for v in raw.tolist()], where, cfg.task)
+    return ProteinData(str(path), y, task, emb=emb.astype(np.float32), classes=classes)
+
+
+def load_flip(cfg: ProteinConfig, folder: Path) -> ProteinData:
+    split = cfg.split or FLIP_DEFAULT
+    if split not in FLIP_SPLITS:
+        raise ZooError(f"split={split!r}: FLIP GB1 has {', '.join(FLIP_SPLITS)}")
+    archive = folder / "splits.zip"
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            text = zf.read(f"splits/{split}.csv").decode("utf-8")
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise ZooError(f"{archive}: cannot read splits/{split}.csv ({exc})") from None
+    data = load_csv(cfg, io.StringIO(text), f"{archive}:{split}.csv")
+    data.name = f"flip-gb1:{split}"
+    return data
+
+
+def esm_example_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fair-esm supervised example's test set (train_test_split, 80/20, random_state=42), with 10% of
+    the training rows held out (by the run's seed) for model selection."""
+    from sklearn.model_selection import train_test_split
+
+    train, test = train_test_split(np.arange(n), train_size=0.8, random_state=42)
+    order = np.random.default_rng(seed).permutation(train)
+    n_val = int(round(0.1 * len(train)))
+    return np.sort(order[n_val:]), np.sort(order[:n_val]), np.sort(test)
+
+
+def load_data(cfg: ProteinConfig, run) -> ProteinData:
+    if cfg.split and cfg.data != "flip-gb1":
+        raise ZooError(f"split={cfg.split!r}: only flip-gb1 has named splits")
+    spec = DATASETS.get(cfg.data)
+    if spec is not None:
+        path = run.data_path(cfg.data)
+        kind = spec["kind"]
+        if kind == "mutations":
+            raise ZooError(f"{cfg.data} is a zero-shot mutation table: use protein/esm-zeroshot")
+        if kind == "npz":
+            data = load_npz(cfg, path, spec["target"])
+        elif kind == "fasta":
+            data = load_fasta(cfg, path)
+        else:
+            data = load_flip(cfg, path)
+        data.name = data.name if kind == "flip" else cfg.data
+        if spec.get("split") == "esm-example":
+            data.split = esm_example_split(len(data.y), run.seed)
+    else:
+        path = Path(cfg.data).expanduser()
+        if not path.is_file():
+            raise ZooError(f"{cfg.data}: no such file, and not a dataset name (see `zoo data list`)")
+        suffix = path.suffix.lower()
+        if suffix in (".fasta", ".fa", ".faa", ".fas"):
+            data = load_fasta(cfg, path)
+        elif suffix == ".csv":
+            data = load_csv(cfg, path, str(path))
+        elif suffix == ".npz":
+            data = load_npz(cfg, path, "target")
+        else:
+            raise ZooError(f"{path}: expected a .fasta, .csv or .npz file")
+    if data.split is None:
+        data.split = random_split(len(data.y), parse_sizes(cfg.split_sizes), run.seed)
+    train, val, test = data.split
+    if len(val) == 0:  # e.g. FLIP's one_vs_rest marks only 3 validation rows, or none
+        raise ZooError(f"{data.name}: no validation rows to select the head on")
+    metric, higher = primary_metric(data.task)
+    run.set_metric(f"test_{metric}", higher)
+    run.log(f"{data.name}: {len(data.y)} {'embeddings' if data.emb is not None else 'sequences'}, {data.task}"
+            f"{'' if data.classes is None else ' (' + str(len(data.classes)) + ' classes)'}; "
+            f"train {len(train)} / validation {len(val)} / test {len(test)}")
+    return data
+
+
+def parse_sizes(text: str) -> tuple[float, float, float]:
+    try:
+        sizes = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        sizes = ()
+    if len(sizes) != 3 or any(s <= 0 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
+        raise ZooError(f"split_sizes={text!r}: give three positive fractions that sum to 1, e.g. 0.8,0.1,0.1")
+    return sizes
+
+
+def random_split(n: int, sizes: tuple[float, float, float], seed: int):
+    order = np.random.default_rng(seed).permutation(n)
+    n_train, n_val = int(round(sizes[0] * n)), int(round(sizes[1] * n))
+    return np.sort(order[:n_train]), np.sort(order[n_train:n_train + n_val]), np.sort(order[n_train + n_val:])
+
+
+# =============================================================================================
+# Metrics (the core's metrics.score), and the split as zoo doctor and the summary see it
+# =============================================================================================
+
+# task -> (the core's task, the metrics reported): regression Spearman (primary), Pearson, RMSE; classification
+# (predictions are (n, classes) scores) accuracy (primary), macro-F1
+SCORING = {"regression": ("regression", ("spearman", "pearson", "rmse")),
+           "classification": ("multiclass", ("accuracy", "macro_f1"))}
+
+
+def primary_metric(task: str) -> tuple[str, bool]:
+    return ("spearman", True) if task == "regression" else ("accuracy", True)
+
+
+def inspect_split(run, data: ProteinData, loop: bool, fine_tune: bool | tuple[str, ...] = False) -> None:
+    """The split for ``zoo doctor``: the sequences as strings (or the NPZ's embeddings), validation and test rows
+    held out together."""
+    train, val, test = data.split
+
+    def rows(idx: np.ndarray) -> tuple:
+        return ([data.seqs[i] for i in idx] if data.seqs is not None else data.emb[idx], data.y[idx])
+
+    run.inspect(train=rows(train), val=rows(np.concatenate([val, test])), task=data.task,
+                num_classes=None if data.classes is None else len(data.classes), fine_tune=fine_tune, loop=loop)
+
+
+def finish(metrics: dict, data: ProteinData) -> dict:
+    metrics["sequences" if data.seqs is not None else "rows"] = len(data.y)
+    return metrics
+
+
+# =============================================================================================
+# Encodings for protein/onehot
+# =============================================================================================
+
+@functools.cache
+def blosum62() -> np.ndarray:
+    """(21, 20): BLOSUM62 rows of the 20 amino acids over the 20, plus X's row for the other letters; / 4."""
+    from Bio.Align import substitution_matrices
+
+    m = substitution_matrices.load("BLOSUM62")
+    return np.array([[m[a][b] for b in AMINO] for a in AMINO + "X"], dtype=np.float32) / 4
+
+
+def encode(seqs: list[str], kind: str) -> np.ndarray:
+    """(n, length x 21) one-hot (letters beyond the 20 share a column) or (n, length x 20) BLOSUM62;
+    positions are compared as given (variants of one protein), shorter sequences padded with zeros."""
+    length = max(len(s) for s in seqs)
+    lookup = {a: i for i, a in enumerate(AMINO)}
+    idx = np.full((len(seqs), length), -1, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        idx[i, :len(s)] = [lookup.get(a, 20) for a in s]
+    table = np.concatenate([np.eye(21, dtype=np.float32) if kind == "onehot" else blosum62(),
+                            np.zeros((1, 21 if kind == "onehot" else 20), dtype=np.float32)])
+    return table[idx].reshape(len(seqs), -1)  # index -1 picks the zero row: padding
+
+
+# =============================================================================================
+# Mutations for protein/esm-zeroshot: the wild type, H24C:A50G strings, mutant sequences
+# =============================================================================================
+
+def read_wild_type(text: str) -> str:
+    """A FASTA file (its first record) or the sequence itself."""
+    path = Path(text).expanduser()
+    if path.suffix.lower() in (".fasta", ".fa", ".faa", ".fas") or path.is_file():
+        if not path.is_file():
+            raise ZooError(f"wt={text}: no such FASTA file")
+        return read_fasta(path)[0][1]
+    return text
+
+
+def parse_mutations(text: str, wt: str, offset: int, where: str) -> list[tuple[int, str, str]]:
+    """'H24C:A50G' -> [(index into wt, 'H', 'C'), ...], each wild-type letter checked against wt."""
+    out = []
+    for part in text.strip().split(":"):
+        m = re.fullmatch(r"([A-Z])(\d+)([A-Z])", part.strip())
+        if not m:
+            raise ZooError(f"{where}: mutation {part!r} is not like H24C (or H24C:A50G for several)")
+        w, pos, mt = m.group(1), int(m.group(2)), m.group(3)
+        i = pos - offset
+        if not 0 <= i < len(wt):
+            raise ZooError(f"{where}: position {pos} of {part} is outside the wild type "
+                           f"({offset}..{offset + len(wt) - 1} with offset={offset})")
+        if wt[i] != w:
+            raise ZooError(f"{where}: {part} says {w} at {pos} but the wild type has {wt[i]} there (offset={offset})")
+        if mt not in AMINO:
+            raise ZooError(f"{where}: {part} mutates to {mt!r}, not one of the 20 amino acids")
+        out.append((i, w, mt))
+    return out
+
+
+def mutant_sequence(wt: str, variant: list[tuple[int, str, str]]) -> str:
+    """The wild type with the variant's mutations applied (H24C:A50G and A50G:H24C are one sequence)."""
+    seq = list(wt)
+    for i, _, mt in variant:
+        seq[i] = mt
+    return "".join(seq)

@@ -1,0 +1,195 @@
+"""ESM-2 (fair-esm): weights by name (the torch hub cache, downloaded when online), from a local file, or a
+randomly initialised model; tokens; pooled embeddings cached on disk per sequence; masked marginals
+(Meier et al. 2021) for zero-shot mutation scores."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import time
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import autocast
+from recipe_zoo.recipes.protein.config import ProteinConfig
+
+# =============================================================================================
+# ESM-2 weights: fair-esm names (torch hub cache, downloaded when online), a local file, or scratch
+# =============================================================================================
+
+ESM_URL = "https://dl.fbaipublicfiles.com/fair-esm/models/{}.pt"
+ESM2_MODELS = ("esm2_t6_8M_UR50D", "esm2_t12_35M_UR50D", "esm2_t30_150M_UR50D", "esm2_t33_650M_UR50D",
+               "esm2_t36_3B_UR50D", "esm2_t48_15B_UR50D")
+
+
+def read_esm_file(path: Path) -> tuple[nn.Module, object]:
+    """A fair-esm checkpoint ({'cfg': {'model': Namespace}, 'model': state}) read with weights_only=True:
+    tensors and the config namespace only, so a file carrying code is refused, not run."""
+    import esm
+
+    data = read_weights(path, allow=(argparse.Namespace,))
+    if not isinstance(data, dict) or not {"cfg", "model"} <= set(data):
+        raise ZooError(f"{path}: not a fair-esm checkpoint (expected a dict with 'cfg' and 'model')")
+    name = path.stem if path.stem.startswith(("esm1", "esm2")) else "esm2"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "regression weights not found": the contact head is not used
+            model, alphabet = esm.pretrained.load_model_and_alphabet_core(name, data, None)
+    except (RuntimeError, AttributeError, KeyError) as exc:
+        raise ZooError(f"{path}: does not match the ESM architecture its config names "
+                       f"({str(exc).splitlines()[0][:200]})") from None
+    return model, alphabet
+
+
+def load_esm(cfg: ProteinConfig, run) -> tuple[nn.Module, object, str]:
+    """(model, alphabet, description): a scratch model, a local file, or a fair-esm name."""
+    import esm
+
+    if cfg.esm_model == "scratch":
+        torch.manual_seed(run.seed)
+        model = esm.model.esm2.ESM2(num_layers=cfg.scratch_layers, embed_dim=cfg.scratch_dim,
+                                    attention_heads=cfg.scratch_heads, alphabet="ESM-1b", token_dropout=False)
+        return model, model.alphabet, (f"ESM-2 from scratch ({cfg.scratch_layers} layers, width {cfg.scratch_dim}, "
+                                       "random init)")
+    if cfg.esm_weights:
+        path = Path(cfg.esm_weights).expanduser()
+        if not path.is_file():
+            raise ZooError(f"esm_weights={cfg.esm_weights}: no such file (a fair-esm .pt checkpoint, e.g. "
+                           f"{ESM_URL.format(ESM2_MODELS[0])})")
+    else:
+        if not re.fullmatch(r"esm[\w.]+", cfg.esm_model):
+            raise ZooError(f"esm_model={cfg.esm_model!r}: a fair-esm name ({', '.join(ESM2_MODELS)}) or scratch")
+        path = Path(torch.hub.get_dir()) / "checkpoints" / f"{cfg.esm_model}.pt"
+        if not path.is_file():
+            try:
+                run.fetch(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
+            except ZooError as exc:
+                reason = str(exc).rsplit(": ", 1)[-1]
+                raise ZooError(f"ESM weights {cfg.esm_model} are not on this machine and the download failed "
+                               f"({reason}): put {cfg.esm_model}.pt in {path.parent}/ or pass esm_weights=PATH.pt"
+                               ) from None
+    model, alphabet = read_esm_file(path)
+    return model, alphabet, f"{path.name} ({model.num_layers} layers, width {model.embed_dim})"
+
+
+# =============================================================================================
+# Tokens and pooled embeddings, cached per sequence
+# =============================================================================================
+
+def weights_digest(model: nn.Module) -> str:
+    """A content hash of the weights: the embedding cache key, whatever the file is called."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def tokenize(alphabet, seqs: list[str]) -> torch.Tensor:
+    """(n, longest + 2) token ids: BOS, residues, EOS, padding."""
+    _, _, tokens = alphabet.get_batch_converter()([(str(i), s) for i, s in enumerate(seqs)])
+    return tokens
+
+
+def length_batches(seqs: list[str], toks_per_batch: int) -> list[list[int]]:
+    """Indices grouped by length (longest first) so each forward pass holds about toks_per_batch tokens."""
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    batches, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * (len(seqs[current[0]]) + 2) > toks_per_batch:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + [current] if current else batches
+
+
+def pool_tokens(rep: torch.Tensor, tokens: torch.Tensor, alphabet, pool: str) -> torch.Tensor:
+    if pool == "bos":
+        return rep[:, 0]
+    residues = (tokens != alphabet.padding_idx) & (tokens != alphabet.cls_idx) & (tokens != alphabet.eos_idx)
+    return (rep * residues.unsqueeze(-1)).sum(1) / residues.sum(1, keepdim=True).clamp(min=1)
+
+
+def resolve_layer(model: nn.Module, layer: int) -> int:
+    if not -model.num_layers - 1 <= layer <= model.num_layers:
+        raise ZooError(f"layer={layer}: the model has layers 0..{model.num_layers}")
+    return layer % (model.num_layers + 1)
+
+
+def features_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features" / "esm"
+
+
+@torch.inference_mode()
+def embed(model: nn.Module, alphabet, seqs: list[str], layer: int, pool: str, device, precision: str,
+          toks_per_batch: int, log) -> np.ndarray:
+    """(n, width) pooled embeddings, cached on disk per (weights, layer, pool, precision) and sequence:
+    a sequence embedded once is never embedded again by the same model, in any dataset."""
+    folder = features_root() / f"{weights_digest(model)}-layer{layer}-{pool}-{precision}"
+    keys = [hashlib.sha1(s.encode()).hexdigest() for s in seqs]
+    found: dict[str, np.ndarray] = {}
+    for shard in sorted(folder.glob("shard-*.npz")) if folder.is_dir() else []:
+        try:
+            with np.load(shard, allow_pickle=False) as f:
+                found.update(zip(f["keys"].tolist(), f["emb"]))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            log(f"embedding cache shard {shard} unreadable: ignored (it will be recomputed)")
+    todo = sorted({s for s, k in zip(seqs, keys) if k not in found})
+    if todo:
+        start = time.perf_counter()
+        model.eval().to(device)
+        new_keys, new_emb = [], []
+        for idx in length_batches(todo, toks_per_batch):
+            batch = [todo[i] for i in idx]
+            tokens = tokenize(alphabet, batch).to(device)
+            with autocast(device, precision):
+                rep = model(tokens, repr_layers=[layer])["representations"][layer]
+            new_emb.append(pool_tokens(rep.float(), tokens, alphabet, pool).cpu().numpy())
+            new_keys += [hashlib.sha1(s.encode()).hexdigest() for s in batch]
+        emb = np.concatenate(new_emb).astype(np.float32)
+        found.update(zip(new_keys, emb))
+        folder.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha1("".join(new_keys).encode()).hexdigest()[:12]
+        tmp = folder / f".shard-{name}.{os.getpid()}.npz"
+        np.savez(tmp, keys=np.array(new_keys), emb=emb)
+        os.replace(tmp, folder / f"shard-{name}.npz")
+        log(f"embedded {len(todo)} new sequences in {time.perf_counter() - start:.1f}s "
+            f"({len(seqs) - len(todo)} from the cache {folder})")
+    else:
+        log(f"all {len(seqs)} embeddings from the cache {folder}")
+    return np.stack([found[k] for k in keys])
+
+
+
+# =============================================================================================
+# Zero-shot: masked marginals
+# =============================================================================================
+
+@torch.inference_mode()
+def masked_marginals(model: nn.Module, alphabet, wt: str, positions: list[int], device, precision: str,
+                     toks_per_batch: int) -> dict[int, torch.Tensor]:
+    """Position -> log-probabilities over the alphabet with that position masked (Meier et al. 2021)."""
+    model.eval().to(device)
+    base = tokenize(alphabet, [wt])[0]
+    per_batch = max(1, toks_per_batch // len(base))
+    out = {}
+    for i in range(0, len(positions), per_batch):
+        chunk = positions[i:i + per_batch]
+        tokens = base.repeat(len(chunk), 1)
+        rows = torch.arange(len(chunk))
+        cols = torch.tensor(chunk) + 1  # after BOS
+        tokens[rows, cols] = alphabet.mask_idx
+        with autocast(device, precision):
+            logits = model(tokens.to(device))["logits"].float().cpu()
+        logp = torch.log_softmax(logits[rows, cols], dim=-1)
+        out.update(zip(chunk, logp))
+    return out
+

@@ -1,0 +1,26 @@
+"""protein/onehot: each position one-hot (21 letters) or its BLOSUM62 row, then a ridge, an RBF kernel ridge
+(both closed form, the regularisation chosen on validation) or an MLP head. No pretraining: the floor every
+protein fitness table needs, and on variants of one protein (deep mutational scans) a strong one."""
+from __future__ import annotations
+
+from recipe_zoo.core.api import recipe
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.data import encode, finish, inspect_split, load_data
+from recipe_zoo.recipes.protein.models import fit_head
+
+
+@recipe("protein/onehot", config=ProteinConfig, benchmark="p62593", metric="test_spearman", higher_is_better=True,
+        budget="1m", summary="one-hot or BLOSUM62 per position + ridge / RBF kernel ridge (chosen on validation) "
+                             "or an MLP: the no-pretraining floor; Spearman",
+        scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device")
+def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
+    data = load_data(cfg, run)
+    if data.seqs is None:
+        raise ZooError(f"{data.name}: holds embeddings, not sequences: use protein/esm-embed")
+    inspect_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
+    X = encode(data.seqs, cfg.encoding)
+    run.report("features", f"{X.shape[1]} ({cfg.encoding}, {X.shape[1] // (21 if cfg.encoding == 'onehot' else 20)}"
+                           " positions)")
+    return finish(fit_head(cfg, run, data, X, scale=False), data)
+

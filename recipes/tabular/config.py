@@ -1,0 +1,48 @@
+"""The tabular recipes' settings: one config shared by ``tabular/xgb`` and ``tabular/mlp`` (the table, its
+split and features are read the same way; each recipe reads its own block of fields)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from recipe_zoo.core.loop import LoopSettings
+
+
+@dataclass
+class TabularConfig(LoopSettings):
+    data: str = "california-housing"  # dataset name (zoo data list), or a .csv / .parquet file
+    target: str = ""  # the column to predict ('' = the dataset's)
+    drop: str = ""  # columns to leave out, comma-separated
+    categorical: str = ""  # columns to treat as categories besides the text ones, comma-separated
+    task: Literal["auto", "regression", "binary", "multiclass"] = "auto"  # auto: from the target's values
+    target_nan: Literal["error", "drop"] = "error"  # rows whose target is missing: stop, or drop them (counted)
+    log_target: Literal["auto", "on", "off"] = "auto"  # regression on log1p(target); auto: xgb tries both on
+    # validation when the target is positive and skewed, mlp uses it then
+    test_size: float = 0.2  # held-out fraction when the data has no test file
+    split_seed: int = 42  # the test split's seed: fixed, so runs with different --seed share the test rows
+    val_fraction: float = 0.1  # validation carve-out of the training rows (early stopping, choices)
+    folds: int = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
+    features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon
+    class_weight: Literal["none", "balanced"] = "none"  # balanced: weight rows by inverse class frequency
+    # xgb
+    max_depth: int = 0  # tree depth; 0 = chosen on validation from 6, 8, 10
+    xgb_lr: float = 0.03  # learning rate of the final (bagged) models
+    n_estimators: int = 20000  # rounds at most; early stopping decides
+    early_stopping: int = 200  # rounds without validation improvement before stopping
+    subsample: float = 0.8  # rows per tree
+    colsample: float = 0.8  # columns per tree
+    bagging: int = 5  # final models, each early-stopped on its own fold of the training rows; averaged
+    # mlp
+    model: Literal["mlp", "ft-transformer"] = "mlp"  # an MLP over embeddings, or a small FT-Transformer
+    hidden: int = 256  # MLP width (ft-transformer: token width / 4)
+    layers: int = 3  # MLP hidden layers (ft-transformer: blocks)
+    dropout: float = 0.1  # dropout in the MLP / transformer
+    quantile: bool = False  # numeric features through a normal quantile transform instead of z-scores
+    lr: float = 1e-3  # peak AdamW LR (warmup, then cosine to zero)
+    weight_decay: float = 1e-5  # AdamW weight decay on weights (never biases, norms, embeddings)
+    batch_size: int = 256  # rows per step
+    warmup: float = 0.05  # LR warmup fraction
+    eval_every: float = 0.05  # validation this often; the best validation state is kept (early stopping)
+
+    def benchmark_key(self, data_key: str) -> str:
+        return data_key + (f":{self.folds}fold" if self.folds else "")

@@ -1,0 +1,433 @@
+"""Reading the table (pandas) and its bad inputs, the target's checks and encoding, the splits (a test split
+or folds, a validation carve-out), engineered features, values missing only outside the training rows,
+sample weights, the log-target choice, the metrics, and the loop over splits both recipes share.
+The test rows are never used for any choice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.metrics import score, summarize_folds
+from recipe_zoo.recipes.tabular.config import TabularConfig
+
+# =============================================================================================
+# Reading the table
+# =============================================================================================
+
+ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
+                 "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
+                 "income"]
+SKLEARN_SETS = {"diabetes": "load_diabetes", "breast-cancer": "load_breast_cancer", "wine": "load_wine"}
+
+
+@dataclass
+class Table:
+    name: str
+    X: object  # pandas DataFrame of features (categoricals as pandas 'category')
+    y: np.ndarray  # float targets, or class indices
+    task: str  # regression | binary | multiclass
+    classes: list[str] | None
+    test_rows: np.ndarray | None  # rows of a given test file (adult); None = split by split_seed
+    notes: list[str]
+
+
+def columns_list(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def read_frame(cfg: TabularConfig, run):
+    """(frame, target column, rows of a given test file or None, name)."""
+    import pandas as pd
+
+    if cfg.data == "california-housing":
+        return pd.read_csv(run.data_path(cfg.data)), "median_house_value", None, cfg.data
+    if cfg.data == "adult":
+        folder = run.data_path(cfg.data)
+        parts = [pd.read_csv(folder / f, header=None, names=ADULT_COLUMNS, sep=r",\s*", engine="python",
+                             na_values="?", skip_blank_lines=True, comment="|") for f in ("adult.data", "adult.test")]
+        parts[1]["income"] = parts[1]["income"].str.rstrip(".")  # the test file's labels end with a period
+        frame = pd.concat(parts, ignore_index=True)
+        return frame, "income", np.arange(len(parts[0]), len(frame)), cfg.data
+    if cfg.data in SKLEARN_SETS:
+        import sklearn.datasets
+
+        bunch = getattr(sklearn.datasets, SKLEARN_SETS[cfg.data])(as_frame=True)
+        return bunch.frame, "target", None, cfg.data
+    path = Path(cfg.data).expanduser()
+    if not path.is_file():
+        raise ZooError(f"{cfg.data}: no such file, and not a dataset name (see `zoo data list`)")
+    try:
+        if path.suffix.lower() == ".parquet":
+            frame = pd.read_parquet(path)
+        elif path.suffix.lower() in (".csv", ".tsv"):
+            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+        else:
+            raise ZooError(f"{path}: expected a .csv, .tsv or .parquet file")
+    except pd.errors.EmptyDataError:
+        raise ZooError(f"{path}: empty file (no header row, no rows)") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ZooError(f"{path}: cannot read the table ({first[:200]})") from None
+    if frame.empty:
+        raise ZooError(f"{path}: no rows")
+    if not cfg.target:
+        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(frame)})")
+    return frame, cfg.target, None, str(path)
+
+
+def load_table(cfg: TabularConfig, run) -> Table:
+    frame, target, test_rows, name = read_frame(cfg, run)
+    frame.columns = [str(c) for c in frame.columns]
+    target = cfg.target or target
+    notes: list[str] = []
+    if target not in frame:
+        raise ZooError(f"{name}: no column {target!r} (columns: {column_list(frame.columns)}); set target=")
+    for col in columns_list(cfg.drop) + columns_list(cfg.categorical):
+        if col not in frame:
+            raise ZooError(f"{name}: drop/categorical names {col!r}, not a column "
+                           f"(columns: {column_list(frame.columns)})")
+    check_target(frame[target], cfg.task, name, target)
+    missing = frame[target].isna().to_numpy()
+    if missing.any():
+        first = int(np.where(missing)[0][0])
+        if cfg.target_nan == "error":
+            raise ZooError(f"{name}: {int(missing.sum())} rows have no {target!r} (first: row {first + 2}); "
+                           "fill them in or set target_nan=drop")
+        keep = np.where(~missing)[0]
+        if test_rows is not None:
+            test_rows = np.searchsorted(keep, np.intersect1d(keep, test_rows))
+        frame = frame.iloc[keep].reset_index(drop=True)
+        notes.append(f"{int(missing.sum())} rows without a target dropped")
+        run.report("target_nan_dropped", int(missing.sum()))
+    y_raw = frame.pop(target)
+    frame = frame.drop(columns=columns_list(cfg.drop))
+    X = prepare_columns(frame, set(columns_list(cfg.categorical)), name, notes)
+    y, task, classes = encode_target(y_raw, cfg.task, name)
+    return Table(name, X, y, task, classes, test_rows, notes)
+
+
+def check_target(s, task: str, name: str, target: str) -> None:
+    """The target's bad rows, named: an infinite number; a word among numbers (a typo more often than a
+    class: set task=multiclass when the words are classes); any word when task=regression."""
+    import pandas as pd
+
+    present = s.notna().to_numpy()
+    if pd.api.types.is_numeric_dtype(s):
+        bad = np.where(present & ~np.isfinite(s.to_numpy(np.float64, na_value=np.nan)))[0]
+        if len(bad):
+            raise ZooError(f"{name} row {bad[0] + 2}: target {target!r} is {s.iloc[bad[0]]}, not a finite number "
+                           f"({len(bad)} rows in all)")
+        return
+    if task in ("binary", "multiclass"):
+        return
+    text = s.astype("string").str.strip()
+    words = present & pd.to_numeric(text, errors="coerce").isna().to_numpy()
+    if words.any() and (task == "regression" or 2 * int(words.sum()) <= int(present.sum())):
+        first = int(np.where(words)[0][0])
+        raise ZooError(f"{name} row {first + 2}: target {target!r} is {text.iloc[first]!r}, not a number "
+                       f"({int(words.sum())} of {int(present.sum())} values are text); fix them"
+                       + ("" if task == "regression" else ", or set task=multiclass if they are class names"))
+
+
+def prepare_columns(frame, categorical: set[str], name: str, notes: list[str]):
+    """Numbers stay numbers (NaN left to the model); text and named columns become pandas categories;
+    a column that mixes numbers and words is an error; id-like columns are dropped and reported."""
+    import pandas as pd
+
+    out = {}
+    for col in frame.columns:
+        s = frame[col]
+        if col in categorical or s.dtype == bool:
+            out[col] = s.astype("string").astype("category")
+            continue
+        if pd.api.types.is_numeric_dtype(s):
+            if is_id_like(s, numeric=True):
+                notes.append(f"column {col!r} looks like an id (all distinct integers in order): dropped")
+                continue
+            out[col] = finite_feature(s, col, name)
+            continue
+        text = s.astype("string").str.strip()
+        numbers = pd.to_numeric(text, errors="coerce")
+        present = text.notna() & (text != "")
+        numeric_share = float((numbers.notna() & present).sum()) / max(1, int(present.sum()))
+        if 0.5 <= numeric_share < 1.0:
+            bad = np.where(present & numbers.isna())[0]
+            raise ZooError(f"{name}: column {col!r} mixes numbers and text: {len(bad)} of {int(present.sum())} "
+                           f"values are not numbers (first: row {bad[0] + 2}, {text.iloc[bad[0]]!r}); fix them, "
+                           "or list the column in categorical=")
+        if numeric_share == 1.0:
+            out[col] = finite_feature(numbers, col, name)
+            continue
+        if is_id_like(text, numeric=False):
+            notes.append(f"column {col!r} looks like an id (a distinct value in every row): dropped")
+            continue
+        out[col] = text.where(present).astype("category")
+    if not out:
+        raise ZooError(f"{name}: no feature columns left to learn from")
+    return pd.DataFrame(out)
+
+
+def finite_feature(s, col: str, name: str):
+    """A numeric column as float32 (NaN stays: missing); an infinite value, or one past float32's range, is an
+    error naming the row (the models cannot take it)."""
+    import pandas as pd
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = s.to_numpy(np.float64, na_value=np.nan).astype(np.float32)
+    bad = np.where(np.isinf(v))[0]
+    if len(bad):
+        raise ZooError(f"{name} row {bad[0] + 2}: column {col!r} is {s.iloc[bad[0]]}, not a finite (float32) number "
+                       f"({len(bad)} rows in all); fix them, or drop={col}")
+    return pd.Series(v, index=s.index, name=s.name)
+
+
+def is_id_like(s, numeric: bool) -> bool:
+    values = s.dropna()
+    if len(values) < 20 or values.nunique() != len(values):
+        return False
+    if not numeric:
+        return True
+    v = values.to_numpy()
+    return bool(np.all(v == np.round(v)) and np.all(np.diff(v) > 0))  # distinct integers, increasing
+
+
+def encode_target(y_raw, task: str, name: str) -> tuple[np.ndarray, str, list[str] | None]:
+    import pandas as pd
+
+    numeric = pd.api.types.is_numeric_dtype(y_raw)
+    distinct = y_raw.nunique()
+    if task == "auto":
+        if not numeric or distinct == 2:
+            task = "binary" if distinct == 2 else "multiclass"
+        elif np.all(y_raw.to_numpy() == np.round(y_raw.to_numpy())) and distinct <= 20:
+            task = "multiclass"  # a handful of integer codes: classes
+        else:
+            task = "regression"
+    if task == "regression":
+        if not numeric:
+            raise ZooError(f"{name}: task=regression needs a numeric target, got values like {y_raw.iloc[0]!r}")
+        return y_raw.to_numpy(np.float64), task, None
+    classes = sorted(y_raw.astype(str).unique())
+    if len(classes) < 2:
+        raise ZooError(f"{name}: the target has one class only ({classes[0]!r})")
+    if task == "binary" and len(classes) != 2:
+        raise ZooError(f"{name}: task=binary but the target has {len(classes)} classes")
+    index = {c: i for i, c in enumerate(classes)}
+    return y_raw.astype(str).map(index).to_numpy(np.int64), task, classes
+
+
+# =============================================================================================
+# Splits
+# =============================================================================================
+
+def stratify(table: Table, idx: np.ndarray):
+    return table.y[idx] if table.task != "regression" else None
+
+
+def test_split(table: Table, cfg: TabularConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, test rows): the given test file, or a split_seed split (stratified for classes)."""
+    from sklearn.model_selection import train_test_split
+
+    n = len(table.y)
+    if table.test_rows is not None:
+        return np.setdiff1d(np.arange(n), table.test_rows), np.asarray(table.test_rows)
+    if not 0 < cfg.test_size < 1:
+        raise ZooError(f"test_size={cfg.test_size}: a fraction between 0 and 1")
+    return tuple(train_test_split(np.arange(n), test_size=cfg.test_size, random_state=cfg.split_seed,
+                                  stratify=stratify(table, np.arange(n))))
+
+
+def fold_splits(table: Table, cfg: TabularConfig):
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    if cfg.folds < 2:
+        raise ZooError(f"folds={cfg.folds}: cross-validation needs at least 2 folds")
+    n = len(table.y)
+    kind = KFold if table.task == "regression" else StratifiedKFold
+    return list(kind(cfg.folds, shuffle=True, random_state=cfg.split_seed).split(np.zeros(n), stratify(table, np.arange(n))))
+
+
+def carve_validation(table: Table, train: np.ndarray, fraction: float, seed: int):
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < fraction < 1:
+        raise ZooError(f"val_fraction={fraction}: a fraction between 0 and 1")
+    return tuple(train_test_split(train, test_size=fraction, random_state=seed, stratify=stratify(table, train)))
+
+
+# =============================================================================================
+# Features
+# =============================================================================================
+
+COORDINATES = (("latitude", "longitude"), ("lat", "lon"), ("lat", "lng"))
+
+
+def engineered(X, notes: list[str] | None = None):
+    """Ratios between count-like columns (non-negative whole numbers with a long right tail: rooms, people,
+    households) and coordinates rotated by 15-75 degrees (trees split on one axis at a time)."""
+    X = X.copy()
+    numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
+    counts = []
+    for c in numeric:
+        v = X[c].to_numpy(np.float64)
+        v = v[np.isfinite(v)]
+        if len(v) and v.min() >= 0 and np.all(v == np.round(v)) and np.median(v) > 0 \
+                and np.percentile(v, 99) / np.median(v) >= 3:
+            counts.append(c)
+    counts = counts[:6]
+    added = []
+    for i, a in enumerate(counts):
+        for b in counts[i + 1:]:
+            X[f"{a}/{b}"] = (X[a] / X[b].where(X[b] != 0)).astype(np.float32)
+            added.append(f"{a}/{b}")
+    lower = {c.lower(): c for c in numeric}
+    for lat, lon in COORDINATES:
+        if lat in lower and lon in lower:
+            for deg in (15, 30, 45, 60, 75):
+                t = math.radians(deg)
+                X[f"rot{deg}"] = (math.cos(t) * X[lower[lat]] + math.sin(t) * X[lower[lon]]).astype(np.float32)
+            added.append("rotated coordinates")
+            break
+    if notes is not None and added:
+        notes.append(f"features added: {', '.join(added)}")
+    return X
+
+
+def impute_unseen_missing(X, train: np.ndarray, log=None):
+    """Fill numeric columns that are missing only outside the training rows. Trees learn no direction for
+    a missing value they never saw (XGBoost sends it down an arbitrary branch) and the network gets no
+    flag for it; each such value is predicted from the row's complete columns by a ridge regression
+    fitted on the training rows (on log1p scale when the columns are non-negative, as counts are)."""
+    from sklearn.linear_model import Ridge
+
+    numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
+    complete = [c for c in numeric if not X[c].iloc[train].isna().any()]
+    out = None
+    for c in complete:
+        missing = X[c].isna().to_numpy()
+        if not missing.any():
+            continue
+        others = [o for o in complete if o != c]
+        values = X[others + [c]].to_numpy(np.float64)
+        positive = bool(np.nanmin(values) >= 0)
+        values = np.log1p(values) if positive else values
+        usable = missing & ~np.isnan(values[:, :-1]).any(axis=1)
+        out = X.copy() if out is None else out
+        filled = np.full(missing.sum(), np.nanmedian(values[train, -1]))
+        if others and usable.any():
+            model = Ridge(alpha=1.0).fit(values[train, :-1], values[train, -1])
+            filled[usable[missing]] = model.predict(values[usable, :-1])
+        out.loc[missing, c] = (np.expm1(filled) if positive else filled).astype(np.float32)
+        if log:
+            log(f"column {c!r}: {int(missing.sum())} values missing outside the training rows and none inside: "
+                f"filled by a ridge regression on {len(others)} complete columns")
+    return X if out is None else out
+
+
+def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run):
+    """The model's view of the table for one split: unseen-missing values filled, engineered columns added."""
+    X = impute_unseen_missing(table.X, train, run.log)
+    return engineered(X, table.notes) if cfg.features == "auto" else X
+
+
+# =============================================================================================
+# Metrics, sample weights, the target transform
+# =============================================================================================
+
+# What each task reports (``recipe_zoo.core.metrics.score``): pred is values for regression, P(class 1) for
+# binary, (n, classes) probabilities for multiclass; ROC-AUC is left out when the rows hold one class.
+METRIC_NAMES = {"regression": ("rmse", "mae", "r2"), "binary": ("accuracy", "macro_f1", "roc_auc"),
+                "multiclass": ("accuracy", "macro_f1", "roc_auc")}
+
+
+def primary_metric(task: str) -> tuple[str, bool]:
+    return ("rmse", False) if task == "regression" else ("accuracy", True)
+
+
+def better(a: float, b: float, higher: bool) -> bool:
+    return a > b if higher else a < b
+
+
+def sample_weights(table: Table, idx: np.ndarray, cfg: TabularConfig) -> np.ndarray | None:
+    if cfg.class_weight == "none" or table.task == "regression":
+        return None
+    counts = np.bincount(table.y[idx], minlength=len(table.classes)).astype(np.float64)
+    w = len(idx) / (len(counts) * np.maximum(counts, 1))
+    return w[table.y[idx]]
+
+
+def use_log(table: Table, idx: np.ndarray, cfg: TabularConfig) -> list[bool]:
+    """Target transforms to try: log1p only for a positive, right-skewed regression target (or when asked)."""
+    if table.task != "regression" or cfg.log_target == "off":
+        return [False]
+    if cfg.log_target == "on":
+        if (table.y[idx] <= -1).any():
+            raise ZooError(f"{table.name}: log_target=on needs targets above -1")
+        return [True]
+    from scipy.stats import skew
+
+    y = table.y[idx]
+    return [False, True] if (y > 0).all() and skew(y) > 0.5 else [False]
+
+
+# =============================================================================================
+# The loop over splits both recipes share
+# =============================================================================================
+
+def splits_for(cfg: TabularConfig, table: Table) -> list[tuple[np.ndarray, np.ndarray]]:
+    if cfg.folds:
+        if table.test_rows is not None:
+            raise ZooError(f"folds={cfg.folds}: {table.name} has its own test file; cross-validation would mix it in")
+        return fold_splits(table, cfg)
+    return [test_split(table, cfg)]
+
+
+def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, dict, float]:
+    """``fit_one(k, X, train, test) -> (test predictions, stats)`` on each split: the test metrics
+    (mean ± std over folds), the last split's stats, and the training seconds in all."""
+    results, stats, total = [], {}, 0.0
+    for k, (X, train, test) in enumerate(views):
+        pred, stats = fit_one(k, X, train, test)
+        total += stats["train_seconds"]
+        scores = score(table.y[test], pred, table.task, METRIC_NAMES[table.task])
+        results.append({f"test_{m}": v for m, v in scores.items()})
+    return summarize_folds(results, run.log), stats, total
+
+
+def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
+    """The table, its splits and each split's features (engineering adds columns the log reports)."""
+    table = load_table(cfg, run)
+    metric, higher = primary_metric(table.task)
+    run.set_metric(f"test_{metric}", higher)
+    splits = splits_for(cfg, table)
+    views = [(features_for(cfg, table, train, run), train, test) for train, test in splits]
+    for note in dict.fromkeys(table.notes):
+        run.log(f"{table.name}: {note}")
+    X = views[0][0]
+    n_cat = sum(str(X[c].dtype) == "category" for c in X.columns)
+    run.log(f"{table.name}: {len(table.y)} rows, {X.shape[1]} features ({n_cat} categorical), {table.task}"
+            f"{'' if table.classes is None else ' (' + ', '.join(table.classes[:5]) + ')'}")
+    run.report("rows_features", f"{len(table.y)} x {X.shape[1]}")
+    return table, views
+
+
+def inspect_split(run, table: Table, views: list, loop: bool) -> None:
+    """The first split's training and test rows for ``zoo doctor`` (test rows copied in train inflate the score
+    most). Missing numbers shown as the network takes them, the median plus a missing flag (XGBoost takes NaN
+    natively): the rows stay equal exactly when the table's rows are."""
+    if not run.inspecting:
+        return
+    X, train, test = views[0]
+    num = X.select_dtypes("number")
+    shown = X.fillna(num.median()).join(num.isna().loc[:, num.isna().any()].add_suffix(" missing"))
+    run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[test], table.y[test]),
+                task="regression" if table.task == "regression" else "classification",
+                num_classes=None if table.classes is None else len(table.classes), loop=loop)

@@ -1,0 +1,70 @@
+"""Vision's own data steps: settings that depend on the data, augmentation of whole uint8 batches on the
+fly, and MixUp/CutMix. ``cfg`` is the recipe's config (``VisionConfig`` in ``resnet.py``)."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from recipe_zoo.recipes.images import ImageSplits
+
+# =============================================================================================
+# Settings that depend on the data
+# =============================================================================================
+
+def resolve_auto(cfg, data: ImageSplits):
+    """Augmentations that depend on the data: no flips for handwritten digits (a flipped digit is
+    another symbol), translation by an eighth of the image side (4 px at 32 px)."""
+    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist-test") else "on")
+    pad = cfg.crop_pad if cfg.crop_pad >= 0 else max(1, data.train_x.shape[-1] // 8)
+    return dataclasses.replace(cfg, flip=flip, crop_pad=pad)
+
+
+# =============================================================================================
+# Augmentation, on whole uint8 batches
+# =============================================================================================
+
+def random_translate(x: torch.Tensor, pad: int, g: torch.Generator) -> torch.Tensor:
+    """Shift each image by up to ``pad`` pixels, filling by reflection (random crop of the padded image)."""
+    n, _, h, w = x.shape
+    padded = F.pad(x.float(), (pad, pad, pad, pad), mode="reflect").to(x.dtype)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=g, device=g.device).tolist()
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=g, device=g.device).tolist()
+    return torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+
+
+def random_flip(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    mask = torch.rand(x.shape[0], generator=g, device=g.device) < 0.5
+    return torch.where(mask.view(-1, 1, 1, 1).to(x.device), x.flip(-1), x)
+
+
+def randaugment(x: torch.Tensor, ops: int, g: torch.Generator) -> torch.Tensor:
+    from torchvision.transforms import v2
+
+    aug = v2.RandAugment(num_ops=ops)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # torchvision draws from the global RNG: pin it to this batch's seed
+        return torch.stack([aug(img) for img in x])
+
+
+def augment(batch, g: torch.Generator, cfg):
+    x, y = batch
+    if cfg.crop_pad:
+        x = random_translate(x, cfg.crop_pad, g)
+    if cfg.flip == "on":
+        x = random_flip(x, g)
+    if cfg.randaugment:
+        x = randaugment(x, cfg.randaugment, g)
+    return x, y
+
+
+def mix(x: torch.Tensor, y: torch.Tensor, num_classes: int, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """MixUp or CutMix (chosen at random when both are on); returns soft targets."""
+    from torchvision.transforms import v2
+
+    choices = [t for t, a in ((v2.MixUp, cfg.mixup), (v2.CutMix, cfg.cutmix)) if a > 0]
+    alphas = [a for a in (cfg.mixup, cfg.cutmix) if a > 0]
+    k = int(torch.randint(len(choices), (1,)))
+    return choices[k](alpha=alphas[k], num_classes=num_classes)(x, y)

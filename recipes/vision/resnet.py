@@ -1,0 +1,261 @@
+"""Vision: image classification from scratch (``vision/resnet``) and two-stage transfer (``vision/finetune``).
+
+Reads top to bottom: config, optimizer and schedule (with the fine-tuning stages), evaluation, training.
+Images live in memory as uint8 tensors and are augmented in batches, so data loading never starves
+the 2-core CPU runs the leaderboard is measured on. The datasets and backbones are shared with the other
+image domains (``recipe_zoo.recipes.images``); vision's augmentation is in ``recipe_zoo.recipes.vision.data``.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.diagnose import relative_weight_change, snapshot
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.precision import choose_device, speed_switches
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.api import recipe
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.vision.data import augment, mix, resolve_auto
+from recipe_zoo.recipes.vision.models import layer_groups
+
+# =============================================================================================
+# Config
+# =============================================================================================
+
+
+@dataclass
+class VisionConfig(LoopSettings):
+    data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
+    image_size: int = 0  # pixels per side; 0 = the dataset's own size (own folders: 32; finetune: the model's)
+    val_fraction: float = 0.2  # held-out fraction when a folder has no val/ or test/ inside
+    model: str = "zoo-net"  # zoo-net (whitened stem + 3 conv groups, sized for CPU budgets), zoo-resnet, or a timm name
+    width: int = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
+    weights: str = ""  # pretrained weights: a file or folder, 'hub' for the timm hub, '' for none
+    optimizer: Literal["sgd", "adamw", "muon"] = "sgd"  # sgd (Nesterov) | adamw | muon (filters; AdamW elsewhere)
+    lr: float = 0.0  # peak LR; 0 = the optimizer's default: sgd 0.375 x sqrt(batch/256), adamw 1e-3, muon 0.02
+    momentum: float = 0.85  # SGD Nesterov momentum
+    norm_lr_scale: float = -1.0  # LR x this for BatchNorm shifts; -1 = 64 for zoo-net under SGD, else 1
+    weight_decay: float = -1.0  # on weights only, never biases/norms; -1 = sgd 1.3e-3, adamw 0.05, muon 0.1
+    batch_size: int = 256  # images per micro-batch
+    schedule: Literal["cosine", "wsd", "linear", "constant"] = "linear"  # LR shape over budget progress
+    warmup: float = 0.23  # fraction of the budget spent warming up
+    warmup_start: float = 0.2  # LR multiplier the warmup starts from (0.2 + linear decay = a one-cycle)
+    lr_final: float = 0.07  # LR multiplier at the end of the budget
+    label_smoothing: float = 0.2  # cross-entropy label smoothing
+    crop_pad: int = -1  # random translation by up to this many pixels (reflect padding); 0 = off, -1 = size/8
+    flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips + flip TTA; auto = on, except digits
+    randaugment: int = 0  # RandAugment ops per image (0 = off); slow on CPU for large images
+    mixup: float = 0.0  # MixUp alpha (0 = off)
+    cutmix: float = 0.0  # CutMix alpha (0 = off)
+    tta: int = 2  # test-time views: 0 none, 1 + mirror image (when flipping), 2 + 1-pixel shifts
+    channels_last: bool = True  # NHWC memory format for convolutions
+    head_fraction: float = 0.0  # finetune stage 1: fraction of the budget training only the new head
+    finetune_lr_ratio: float = 0.1  # finetune stage 2: backbone LR as a fraction of lr
+    unfreeze_top: int = 0  # finetune stage 2: train only the last N layer groups of the backbone (0 = all)
+    layer_decay: float = 1.0  # layer-wise LR decay per layer group towards the input (1 = off; 0.65 typical)
+    freeze_bn: bool = False  # keep pretrained BatchNorm statistics fixed while fine-tuning
+    ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
+    lookahead: float = 0.95  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
+    eval_every: float = 0.5  # fraction of the budget between evaluations (each costs test-set TTA passes)
+
+
+# =============================================================================================
+# Optimizer and schedule
+# =============================================================================================
+
+# SGD values were tuned for zoo-net on cifar10-subset at batch 256 (airbench94's, in mean-loss units);
+# timm ResNets usually want lr 0.1 and weight_decay 5e-4.
+DEFAULT_LR = {"sgd": 0.375, "adamw": 1e-3, "muon": 0.02}
+DEFAULT_WD = {"sgd": 1.3e-3, "adamw": 0.05, "muon": 0.1}  # coupled (SGD) vs decoupled (AdamW, Muon) decay
+
+
+def build_optimizer(cfg: VisionConfig, model: nn.Module, head: str) -> torch.optim.Optimizer:
+    lr = cfg.lr or DEFAULT_LR[cfg.optimizer]
+    if cfg.optimizer == "sgd" and not cfg.lr:
+        lr *= optim.batch_lr_scale(cfg.batch_size * cfg.accum_steps, 256)
+    wd = cfg.weight_decay if cfg.weight_decay >= 0 else DEFAULT_WD[cfg.optimizer]
+    finetuning = bool(cfg.weights)
+    depth = layer_groups(model, head) if finetuning and cfg.layer_decay != 1.0 else {}
+    lr_decay = optim.layer_decay(depth, cfg.layer_decay)  # per parameter name, 1 at the top group
+    auto_scale = 64.0 if cfg.model == "zoo-net" and cfg.optimizer == "sgd" else 1.0  # airbench's SGD setting
+    norm_scale = cfg.norm_lr_scale if cfg.norm_lr_scale > 0 else auto_scale
+    norm_shifts = {id(m.bias) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    groups: dict[tuple, list] = {}
+    for name, p in model.named_parameters():
+        is_head = name.startswith(head + ".")
+        scale = 1.0 if is_head or not finetuning else cfg.finetune_lr_ratio
+        scale *= lr_decay[name] if lr_decay and not is_head else 1.0
+        scale *= norm_scale if id(p) in norm_shifts else 1.0
+        kind = "muon" if cfg.optimizer == "muon" and p.ndim >= 2 and not is_head else "adamw"
+        decay = 0.0 if optim.no_decay(name, p) else (wd if kind == "muon" or cfg.optimizer != "muon" else 0.0)
+        groups.setdefault((scale, decay, kind, is_head), []).append(p)
+    param_groups = []
+    for (scale, decay, kind, is_head), params in groups.items():
+        base = DEFAULT_LR["adamw"] if cfg.optimizer == "muon" and kind == "adamw" else lr
+        group = {"params": params, "lr": base * scale, "weight_decay": decay, "is_head": is_head}
+        if cfg.optimizer == "muon":
+            group["optimizer"] = kind
+        param_groups.append(group)
+    optim.assert_covers(model, [g["params"] for g in param_groups])
+    if cfg.optimizer == "sgd":
+        return optim.sgd_nesterov(param_groups, lr, cfg.momentum)
+    if cfg.optimizer == "adamw":
+        return optim.adamw(param_groups, lr)
+    return optim.MuonAdamW(param_groups)
+
+
+def stage_hook(cfg: VisionConfig, model: nn.Module, head: str):
+    """Fine-tuning stages as a function of progress: head only, then the (top of the) backbone.
+
+    Parameters the architecture keeps frozen (a fixed whitening stem, unit norm scales) stay frozen.
+    """
+    depth = layer_groups(model, head) if cfg.unfreeze_top else {}
+    top = max(depth.values(), default=0)
+    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
+    learnable = dict(trainable)
+
+    def on_step(progress: float, step: int) -> None:
+        stage2 = progress >= cfg.head_fraction
+        for name, p in model.named_parameters():
+            if name.startswith(head + "."):
+                want = True
+            elif not stage2:
+                want = False
+            else:
+                want = not depth or depth[name] > top - 1 - cfg.unfreeze_top
+            want = want and learnable[name]
+            if trainable[name] != want:
+                p.requires_grad_(want)
+                trainable[name] = want
+        if cfg.freeze_bn:
+            for m in model.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+
+    return on_step
+
+
+# =============================================================================================
+# Evaluation
+# =============================================================================================
+
+def _mirror(model: nn.Module, x: torch.Tensor, flip: bool) -> torch.Tensor:
+    return 0.5 * (model(x).float() + model(x.flip(-1)).float()) if flip else model(x).float()
+
+
+def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024):
+    """Logits averaged over test-time views: 1 adds the mirror image (when training flips), 2 also
+    the image shifted by one pixel both ways (half the weight on the centred views)."""
+    logits = []
+    for i in range(0, len(x_uint8), batch):
+        x = normalize(x_uint8[i:i + batch])
+        out = _mirror(model, x, flip and tta >= 1)
+        if tta >= 2:
+            h, w = x.shape[-2:]
+            layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+            padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
+            shifted = (padded[..., :h, :w].contiguous(memory_format=layout),
+                       padded[..., 2:, 2:].contiguous(memory_format=layout))
+            out = 0.5 * out + 0.25 * sum(_mirror(model, v, flip) for v in shifted)
+        logits.append(out)
+    return torch.cat(logits)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
+             num_classes: int) -> dict:
+    logits = predict(model, x, normalize, tta, flip)
+    y = y.to(logits.device)
+    return {"accuracy": metrics.accuracy(logits, y), "macro_f1": metrics.macro_f1(logits, y, num_classes),
+            "test_loss": F.cross_entropy(logits, y).item()}
+
+
+# =============================================================================================
+# Training
+# =============================================================================================
+
+@recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+        summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA")
+@recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+        summary="two-stage transfer: train the new head on a frozen backbone, then unfreeze at 10x lower LR",
+        defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2})
+def train(cfg: VisionConfig, run) -> dict[str, float]:
+    device = choose_device(run.device)
+    speed_switches(device)
+    if cfg.head_fraction > 0 and not cfg.weights:
+        raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
+                       "(file or folder) or weights=hub")
+    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, run)
+    cfg = resolve_auto(cfg, data)
+    pretrained_timm = bool(cfg.weights) and cfg.model not in images.OWN_MODELS
+    if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
+        data.train_x, data.test_x = data.train_x.expand(-1, 3, -1, -1), data.test_x.expand(-1, 3, -1, -1)
+    num_classes, in_channels = len(data.classes), data.train_x.shape[1]
+    model, head = images.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
+                                     data.train_x.shape[-1])
+    if pretrained_timm and not cfg.image_size:
+        size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
+        images.resize_splits(data, size)
+    run.inspect(train=(data.train_x, data.train_y), val=(data.test_x, data.test_y), task="classification",
+                num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
+    mean, std = (t.view(1, -1, 1, 1).to(device)
+                 for t in images.input_stats(data.train_x, model, cfg.model, cfg.weights))
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model = model.to(device=device, memory_format=memory_format)
+    run.log(f"{data.name}: {len(data.train_y)} train / {len(data.test_y)} test, {num_classes} classes, "
+            f"{tuple(data.train_x.shape[1:])}; {cfg.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
+
+    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
+        x = x_uint8.to(device, non_blocking=True).float().div_(255)
+        return ((x - mean) / std).contiguous(memory_format=memory_format)
+
+    if hasattr(model, "init_whitening") and not cfg.weights:
+        model.init_whitening(normalize(data.train_x[:5000]))
+
+    def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        x, y = normalize(x), y.to(device, non_blocking=True)
+        if cfg.mixup or cfg.cutmix:
+            x, y = mix(x, y, num_classes, cfg)
+        return F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
+
+    from recipe_zoo.core.batches import TensorBatches
+
+    batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
+                            transform=functools.partial(augment, cfg=cfg))
+    optimizer = build_optimizer(cfg, model, head)
+    lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final, start=cfg.warmup_start)
+    update = functools.partial(schedule.apply_schedules, lr=lr_schedule,
+                               momentum=schedule.muon_momentum if cfg.optimizer == "muon" else None)
+    hooks, initial = [], None
+    if cfg.weights:
+        hooks.append(stage_hook(cfg, model, head))
+        initial = snapshot(model)
+    elif isinstance(model, images.ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
+        hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
+    on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
+    result = fit(model, optimizer, batches, loss_fn, run, device=device,
+                 evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
+                                             num_classes),
+                 update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
+    if initial is not None:
+        _report_weight_change(model, initial, head, run)
+    export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
+    return {**result.stats(), **result.metrics}
+
+
+def _report_weight_change(model: nn.Module, initial: dict, head: str, run) -> None:
+    change = relative_weight_change(model, initial)
+    worst = sorted(change.items(), key=lambda kv: -kv[1])[:5]
+    run.log("largest relative weight change: " + ", ".join(f"{n} {v:.1%}" for n, v in worst))
+    over = [n for n, v in change.items() if v > 0.10 and not n.startswith(head + ".")]
+    if over:
+        run.log(f"warning: {len(over)} backbone tensors moved more than 10% (e.g. {over[0]}): the fine-tuning LR "
+                "is probably too high for transfer; try finetune_lr_ratio=0.03 or layer_decay=0.65")
