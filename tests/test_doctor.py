@@ -166,7 +166,7 @@ def test_sweep_verdicts_tsv_and_index(blobs, tmp_path):
 
 
 def test_sweep_rules():
-    from recipe_zoo.recipes.llm import GPTConfig
+    from recipe_zoo.recipes.llm.gpt import GPTConfig
 
     fixed, swept = sweep.split_overrides(["warmup=0.1,0.2", "batch_tokens=2048,8192", "matrix_lr=0.02,0.08",
                                           "depth=2"], GPTConfig)
@@ -214,12 +214,12 @@ def test_plan_formulas(capsys):
 
 
 def test_plan_recipe_counts_the_gpt_shape(capsys):
-    from recipe_zoo.recipes import llm
+    from recipe_zoo.recipes.llm import gpt, models
 
     assert main(["plan", "--recipe", "llm/gpt", "depth=6"]) == 0
     out = capsys.readouterr().out
-    shape = llm.GPTShape.from_depth(6, llm.GPTConfig(depth=6), 1024)
-    n = llm.param_estimate(shape)
+    shape = models.GPTShape.from_depth(6, gpt.GPTConfig(depth=6), 1024)
+    n = models.param_estimate(shape)
     assert f"{plan.human(n)}" in out and f"{plan.human(20 * n)}" in out and "activations:" in out
     assert math.isclose(plan.activation_bytes(256, 16, 384, 6, 6), 6 * 256 * 16 * 384 * (34 + 5 * 6 * 256 / 384))
 
@@ -261,7 +261,7 @@ def test_data_checks_on_frames_strings_and_tokens():
     import pandas as pd
 
     from recipe_zoo.core import diagnose
-    from recipe_zoo.doctor import _shared_windows
+    from recipe_zoo.doctor_data import _shared_windows
 
     frame = pd.DataFrame({"a": [1.0, 2.0, np.nan], "b": ["x", "y", "z"]})
     assert list(diagnose.nonfinite_rows(frame)) == [2]
