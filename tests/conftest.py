@@ -137,3 +137,45 @@ def make_tiny_esm(path: Path, layers: int = 2, width: int = 32, heads: int = 4, 
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"cfg": {"model": cfg}, "model": state}, path)
     return path
+
+
+def small_run_args(name: str, tmp_path) -> list[str]:
+    """Overrides that make each recipe a few-second run on tiny local data."""
+    if name.startswith("vision/"):
+        if name != "vision/finetune":
+            return ["width=8"]
+        import timm
+        from safetensors.torch import save_file
+
+        save_file(timm.create_model("test_resnet").state_dict(), str(tmp_path / "w.safetensors"))
+        return ["width=8", "model=test_resnet", f"weights={tmp_path / 'w.safetensors'}", "image_size=16"]
+    if name.startswith("llm/"):
+        text = tmp_path / "corpus.txt"
+        text.write_text("To be, or not to be, that is the question.\n" * 200)
+        common = [f"data={text}", "seq_len=32", "micro_batch=4", "eval_bytes=800"]
+        if name == "llm/lora":
+            return common + [f"model={make_tiny_llama(tmp_path / 'llama')}"]
+        return common + ["depth=1", "aspect=32", "head_dim=16", "batch_tokens=128", "vocab_size=300", "samples=0",
+                         "compile=false"]
+    if name.startswith("molecules/"):
+        data = tmp_path / "mols.csv"
+        data.write_text("smiles,y\n" + "".join(f"{'C' * n}O,{n}\n" for n in range(1, 30)))
+        return [f"data={data}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
+    if name.startswith("tabular/"):
+        return ["data=wine", "bagging=1", "hidden=16"]
+    if name.startswith("protein/"):
+        weights = make_tiny_esm(tmp_path / "esm2_tiny.pt")
+        if name == "protein/esm-zeroshot":
+            data = tmp_path / "muts.csv"
+            data.write_text("mutant,y\nM1A,0.1\nK2A,0.5\nT3W,0.2\nM1C:K2D,0.9\n")
+            return [f"data={data}", "target=y", "wt=MKTAYIAKQR", f"esm_weights={weights}"]
+        data = tmp_path / "prot.fasta"
+        data.write_text("".join(f">v{i}|{i % 7 / 7:.3f}\nMKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR\n" for i in range(40)))
+        return [f"data={data}", f"esm_weights={weights}", "hidden=16", "batch_size=8"]
+    if name.startswith("medical/"):
+        return ["width=8", "levels=3", "tta=false", "patch=64,64" if name == "medical/swinunetr" else "patch=32,32"]
+    if name.startswith("diffusion/"):
+        return ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4"]
+    if name.startswith("contrastive/"):
+        return ["width=8", "proj_hidden=32"]
+    raise AssertionError(f"add tiny-run overrides for {name}")

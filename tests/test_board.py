@@ -4,9 +4,8 @@ import shutil
 
 import pytest
 
-from conftest import make_tiny_esm, make_tiny_llama, summary_block, zoo
-from recipe_zoo import board, registry
-from recipe_zoo.core import api
+from conftest import summary_block, zoo
+from recipe_zoo import board
 from recipe_zoo.data import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
@@ -119,82 +118,3 @@ def test_board_for_own_data(tmp_path):
     assert listing.returncode == 0
     assert "width=4" in listing.stdout and "width=8" in listing.stdout
     assert zoo("board", "--data", tmp_path / "nope").returncode == 2
-
-
-def small_run_args(name: str, tmp_path) -> list[str]:
-    """Overrides that make each recipe a few-second run on tiny local data."""
-    if name.startswith("vision/"):
-        if name != "vision/finetune":
-            return ["width=8"]
-        import timm
-        from safetensors.torch import save_file
-
-        save_file(timm.create_model("test_resnet").state_dict(), str(tmp_path / "w.safetensors"))
-        return ["width=8", "model=test_resnet", f"weights={tmp_path / 'w.safetensors'}", "image_size=16"]
-    if name.startswith("llm/"):
-        text = tmp_path / "corpus.txt"
-        text.write_text("To be, or not to be, that is the question.\n" * 200)
-        common = [f"data={text}", "seq_len=32", "micro_batch=4", "eval_bytes=800"]
-        if name == "llm/lora":
-            return common + [f"model={make_tiny_llama(tmp_path / 'llama')}"]
-        return common + ["depth=1", "aspect=32", "head_dim=16", "batch_tokens=128", "vocab_size=300", "samples=0",
-                         "compile=false"]
-    if name.startswith("molecules/"):
-        data = tmp_path / "mols.csv"
-        data.write_text("smiles,y\n" + "".join(f"{'C' * n}O,{n}\n" for n in range(1, 30)))
-        return [f"data={data}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
-    if name.startswith("tabular/"):
-        return ["data=wine", "bagging=1", "hidden=16"]
-    if name.startswith("protein/"):
-        weights = make_tiny_esm(tmp_path / "esm2_tiny.pt")
-        if name == "protein/esm-zeroshot":
-            data = tmp_path / "muts.csv"
-            data.write_text("mutant,y\nM1A,0.1\nK2A,0.5\nT3W,0.2\nM1C:K2D,0.9\n")
-            return [f"data={data}", "target=y", "wt=MKTAYIAKQR", f"esm_weights={weights}"]
-        data = tmp_path / "prot.fasta"
-        data.write_text("".join(f">v{i}|{i % 7 / 7:.3f}\nMKT{'AGLV'[i % 4]}YIA{'KRDE'[i // 4 % 4]}QR\n" for i in range(40)))
-        return [f"data={data}", f"esm_weights={weights}", "hidden=16", "batch_size=8"]
-    if name.startswith("medical/"):
-        return ["width=8", "levels=3", "tta=false", "patch=64,64" if name == "medical/swinunetr" else "patch=32,32"]
-    if name.startswith("diffusion/"):
-        return ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4"]
-    if name.startswith("contrastive/"):
-        return ["width=8", "proj_hidden=32"]
-    raise AssertionError(f"add tiny-run overrides for {name}")
-
-
-@pytest.mark.parametrize("name", sorted(r["name"] for r in registry.static_list()))
-def test_template_round_trip(tmp_path, name, monkeypatch, capsys):
-    """The file ``zoo new`` writes (here written in-process, as cmd_new does) runs after being moved elsewhere.
-
-    Run through the CLI's entry point in-process, from the file's new folder: a subprocess per recipe would
-    spend ~5 s of each test importing torch and the domain's libraries again."""
-    from recipe_zoo import templates
-    from recipe_zoo.cli import main
-
-    templates.write_template(registry.get(name), "mytask", tmp_path / "mytask.py", "test")
-    moved = tmp_path / "elsewhere" / "mytask.py"
-    moved.parent.mkdir()
-    (tmp_path / "mytask.py").rename(moved)
-    text = moved.read_text()
-    assert text.startswith(f"# mytask: copied from {name}") and "@recipe('mytask'" in text
-    assert text.count("@recipe(") == 1  # the copy registers only itself, not the module's other variants
-    args = small_run_args(name, tmp_path)
-    monkeypatch.chdir(moved.parent)
-    monkeypatch.setattr(api, "REGISTRY", dict(api.REGISTRY))  # "mytask" must not outlive this test
-    code = main(["run", str(moved), *args, "eval_every=0", "--budget", "2steps", "--out", str(tmp_path / "runs")])
-    out = capsys.readouterr()
-    assert code == 0, out.out[-3000:] + out.err[-3000:]
-    assert summary_block(out.out)["recipe"] == "mytask"
-
-
-def test_new_writes_a_file_once(tmp_path):
-    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
-    assert proc.returncode == 0 and (tmp_path / "mytask.py").is_file(), proc.stderr
-    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
-    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
-
-
-def test_new_rejects_bad_names(tmp_path):
-    proc = zoo("new", "../evil", "--from", "vision/resnet", cwd=tmp_path)
-    assert proc.returncode == 2 and "recipe name" in proc.stderr

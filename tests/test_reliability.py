@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, summary_block, zoo
-from test_board import row, small_run_args
+from conftest import ROOT, small_run_args, summary_block, zoo
+from test_board import row
 from recipe_zoo import board, results
 
 # Under a step budget a resumed run must end bit for bit where an uninterrupted one ends. A checkpoint is

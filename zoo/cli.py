@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("name")
     new.add_argument("--from", dest="source", required=True, help="recipe to copy (see zoo list)")
     new.add_argument("--out", type=Path, default=None, help="file to write (default ./NAME.py)")
+    new.add_argument("--vendor", action="store_true",
+                     help="also copy the recipe modules it imports (its domain's data, models) into NAME_parts/ "
+                          "beside it, imports rewritten: only the core still comes from the zoo")
 
     data = sub.add_parser("data", help="datasets: list, fetch")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -510,8 +513,10 @@ def cmd_new(args) -> int:
 
     spec = _resolve_spec(args.source)
     commit, _ = git_state(Path(__file__).resolve().parent)
-    path = templates.write_template(spec, args.name, args.out, commit)
-    print(f"wrote {path}: run it with `zoo run {path}`")
+    path, *parts = templates.write_template(spec, args.name, args.out, commit, vendor=args.vendor)
+    print(f"wrote {path}" + (f" and {len(parts) - 1} recipe modules in {parts[0].parent}/" if parts else
+                             " (it imports no recipe module: nothing to vendor)" if args.vendor else "")
+          + f": run it with `zoo run {path}`")
     return 0
 
 

@@ -17,6 +17,7 @@ from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.errors import ZooError
 
 RECIPES_PACKAGE = "recipe_zoo.recipes"
+EARLIER_ROOTS = ("zoo", "shared", "recipes")  # import roots before recipe_zoo: a template written then names them
 
 
 def _package_dir() -> Path:
@@ -64,7 +65,18 @@ def load_file(path: str | Path) -> list[RecipeSpec]:
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    if str(path.parent) not in sys.path:  # as `python FILE` would: what lies beside it (zoo new --vendor's parts)
+        sys.path.append(str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in EARLIER_ROOTS:
+            raise
+        raise ZooError(f"{path}: written by an earlier zoo: it imports {exc.name!r}, and the zoo's import root is now "
+                       "recipe_zoo (shared -> recipe_zoo.core; zoo.registry, zoo.errors -> recipe_zoo.core.api, "
+                       "recipe_zoo.core.errors; zoo.data's column_list, not_utf8 -> recipe_zoo.core.datafiles; "
+                       "recipes -> recipe_zoo.recipes; fit(...) takes the run in place of the budget); change the "
+                       "imports, or copy the recipe again with zoo new NAME --from RECIPE") from None
     new = [s for k, s in api.REGISTRY.items() if before.get(k) is not s]
     if not new:
         raise ZooError(f"{path}: registers no recipe (decorate its train function with @recipe(...))")

@@ -1,0 +1,103 @@
+"""zoo new: a recipe's own file as a template, and with --vendor its recipe modules too; each copy runs from
+another folder and gives the recipe's own metric."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import small_run_args, summary_block, zoo
+from recipe_zoo import registry, templates
+from recipe_zoo.cli import main
+from recipe_zoo.core import api
+
+NAMES = sorted(r["name"] for r in registry.static_list())
+# in the fast set: one recipe per domain, but diffusion (each run trains its fid_zoo network: ~50 s)
+ONE_PER_DOMAIN = {"contrastive/simclr", "llm/gpt", "medical/unet", "molecules/dmpnn", "protein/onehot",
+                  "tabular/xgb", "vision/finetune"}
+
+
+def _value(argv: list, capsys) -> tuple[str, float]:
+    """``zoo run ARGV`` in-process (a subprocess per run would spend seconds importing torch again): the recipe
+    name and the full-precision metric from summary.json."""
+    code = main(["run", *map(str, argv), "eval_every=0", "--budget", "2steps"])
+    out = capsys.readouterr()
+    assert code == 0, out.out[-3000:] + out.err[-3000:]
+    block = summary_block(out.out)
+    return block["recipe"], json.loads((Path(block["run_dir"]) / "summary.json").read_text())["value"]
+
+
+def _moved(path, tmp_path):
+    """The written template (and its parts folder) moved to a folder of its own, as a user would keep it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for item in [path, path.with_name(path.stem + "_parts")]:
+        if item.exists():
+            shutil.move(str(item), elsewhere / item.name)
+    return elsewhere / path.name
+
+
+def _by_domain(names):
+    return [pytest.param(n, marks=() if n in ONE_PER_DOMAIN else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("vendor", [False, True], ids=["copy", "vendor"])
+@pytest.mark.parametrize("name", _by_domain(NAMES))
+def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor, monkeypatch, capsys):
+    """The copy registers only itself, says what it imports, runs from another folder (with --vendor: imports no
+    recipe module of the zoo), and its metric equals `zoo run RECIPE`'s at the same seed and budget."""
+    spec = registry.get(name)
+    written = templates.write_template(spec, "mytask", tmp_path / "mytask.py", "test", vendor=vendor)
+    moved = _moved(written[0], tmp_path)
+    text = moved.read_text()
+    assert text.startswith(f"# mytask: copied from {name} (recipes/") and "@recipe('mytask'" in text
+    assert text.count("@recipe(") == 1  # the variants stacked on the same train function are not registered
+    header = text.split('"""', 1)[0]
+    for module in templates.imported_modules(text):
+        assert module in header, module  # the header names every module the copy imports
+    if vendor:
+        copies = [moved, *moved.with_name("mytask_parts").glob("*.py")]
+        assert len(copies) == len(written)
+        assert not [m for p in copies for m in templates.imported_modules(p.read_text()) if ".recipes" in m]
+    args = [*small_run_args(name, tmp_path), "--out", tmp_path / "runs"]
+    monkeypatch.chdir(moved.parent)
+    monkeypatch.setattr(api, "REGISTRY", dict(api.REGISTRY))  # "mytask" must not outlive this test
+    monkeypatch.setattr(sys, "path", list(sys.path))  # nor the folder its run puts on the path
+    for module in [m for m in sys.modules if m.split(".")[0] == "mytask_parts"]:  # an earlier test's copy
+        monkeypatch.delitem(sys.modules, module)
+    recipe, original = _value([name, *args], capsys)
+    copied_recipe, copied = _value([moved, *args], capsys)
+    assert (recipe, copied_recipe) == (name, "mytask") and copied == original
+
+
+def test_new_writes_a_file_once(tmp_path):
+    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "mytask.py").is_file(), proc.stderr
+    proc = zoo("new", "mytask", "--from", "tabular/xgb", cwd=tmp_path)
+    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
+    proc = zoo("new", "other", "--from", "vision/resnet", "--vendor", cwd=tmp_path)
+    assert proc.returncode == 0 and "recipe modules in other_parts/" in proc.stdout, proc.stderr
+    assert (tmp_path / "other_parts" / "images.py").is_file() and (tmp_path / "other_parts" / "vision_data.py").is_file()
+    proc = zoo("new", "third", "--from", "vision/resnet", "--out", tmp_path / "other.py", "--vendor", cwd=tmp_path)
+    assert proc.returncode == 2 and "other.py already exists" in proc.stderr
+
+
+def test_new_rejects_bad_names(tmp_path):
+    proc = zoo("new", "../evil", "--from", "vision/resnet", cwd=tmp_path)
+    assert proc.returncode == 2 and "recipe name" in proc.stderr
+
+
+@pytest.mark.parametrize("line", ["from shared import optim, schedule", "from zoo.registry import recipe",
+                                  "from recipes import vision"])
+def test_a_template_from_before_the_import_root_names_what_to_change(tmp_path, line):
+    """Run from its own folder (in this checkout's root, ``shared`` and ``recipes`` are folders on the path)."""
+    old = tmp_path / "old.py"
+    old.write_text(f"{line}\n\n\n@recipe('old', config=None, benchmark='x', metric='y')\ndef train(cfg, run):\n"
+                   "    return {}\n")
+    proc = zoo("run", old, "--out", tmp_path / "runs", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (message,) = proc.stderr.strip().splitlines()
+    root = line.split()[1].split(".")[0]
+    for needle in (str(old), "written by an earlier zoo", f"imports {root!r}", "recipe_zoo.core", "zoo new"):
+        assert needle in message, (needle, message)
