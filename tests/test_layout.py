@@ -1,0 +1,89 @@
+"""The shape of the house: layers import downward, one import root, files of a readable size, a checkout that runs
+without an install."""
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import import_graph
+from conftest import ROOT
+
+FOLDERS = ("zoo", "shared", "recipes")
+
+
+def test_imports_follow_the_layers():
+    bad = import_graph.violations(import_graph.graph(ROOT))
+    assert not bad, "imports against the layering rule (python tests/import_graph.py):\n" + "\n".join(bad)
+
+
+def _tree(root: Path, files: dict[str, str], package_dir: str) -> Path:
+    (root / "pyproject.toml").write_text(f"[tool.setuptools]\npackage-dir = {package_dir}\n")
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_graph_maps_imports_by_package_root_and_finds_each_kind_of_breach(tmp_path):
+    """Another root name (``acme``) over the same folders: an upward, a sideways and an application-to-recipe
+    import are found by where the names lead, and relative imports resolve; a neutral recipe module is allowed."""
+    root = _tree(tmp_path, {
+        "zoo/__init__.py": "", "zoo/cli.py": "from acme.recipes.a import train\n",
+        "shared/__init__.py": "", "shared/loop.py": "from acme import cli\n",
+        "recipes/__init__.py": "", "recipes/images.py": "from acme.core import loop\n",
+        "recipes/a/__init__.py": "", "recipes/a/data.py": "from ..b import models\n",
+        "recipes/a/train.py": "from acme.core.loop import x\nfrom acme.recipes import images\nfrom . import data\n"
+                              "@recipe('a/x')\ndef train(cfg, run): ...\n",
+        "recipes/b/__init__.py": "", "recipes/b/models.py": "import acme.recipes.images\n",
+    }, '{"acme" = "zoo", "acme.core" = "shared", "acme.recipes" = "recipes"}')
+    bad = import_graph.violations(import_graph.graph(root))
+    assert bad == ["zoo/cli.py:1: app imports recipes/a", "shared/loop.py:1: core imports app",
+                   "recipes/a/data.py:1: recipes/a imports recipes/b"], bad
+
+
+def test_recipe_modules_are_of_a_readable_size():
+    """No module in recipes/ over ~500 lines; a file that registers recipes (what zoo new copies) ~350 at most."""
+    too_long = []
+    for path in sorted((ROOT / "recipes").rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        limit = 360 if import_graph.registers_recipes(path) else 510
+        if lines > limit:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines (limit {limit})")
+    assert not too_long, too_long
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_one_top_level_package(tmp_path):
+    """`pip wheel` of the project holds recipe_zoo and its dist-info, and every source file of the three folders."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"recipe_zoo", wheel.name.split("-")[0] + "-" +
+                                                wheel.name.split("-")[1] + ".dist-info"}
+    roots = import_graph.package_roots(ROOT)
+    expected = {"/".join(import_graph.module_name(p, roots).split(".")) + ("/__init__.py" if p.name == "__init__.py"
+                                                                            else ".py")
+                for folder in FOLDERS for p in (ROOT / folder).rglob("*.py")}
+    assert expected <= set(names), sorted(expected - set(names))
+
+
+def test_a_checkout_runs_without_an_install(tmp_path):
+    """`PYTHONPATH=CHECKOUT python -m zoo` (the device machines' way): with site-packages on the path but no .pth
+    files read (``-S``), so the editable install is not seen, the zoo runs from the checkout's folders."""
+    site = sysconfig.get_paths()["purelib"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), site])}
+    check = subprocess.run([sys.executable, "-S", "-c", "import importlib.util; print(importlib.util.find_spec("
+                            "'recipe_zoo'))"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert check.stdout.strip() == "None", "recipe_zoo must not be importable here without the checkout's finder"
+    proc = subprocess.run([sys.executable, "-S", "-m", "zoo", "run", "tabular/xgb", "data=wine", "bagging=1",
+                           "n_estimators=20", "--budget", "2steps", "--out", str(tmp_path / "runs")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "status:          ok" in proc.stdout
