@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -274,16 +273,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     if fsdp and (s.ema_decay > 0 or s.lookahead > 0):
         raise ValueError("EMA and lookahead keep a full copy of the weights: turn them off under FSDP")
     if world > 1:
-        if not hasattr(batches, "shard"):
-            raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
-        batches.shard(rank, world)
-        if not fsdp:  # one starting point before the EMA and lookahead copies are made (DDP would sync only later)
-            distributed.broadcast_state(model)
-        if s.sync_batchnorm and not fsdp:
-            distributed.convert_sync_batchnorm(model, device)
-        _seed_per_rank(rank)  # dropout, noise and mixing differ per rank; the weights were made alike
-        if s.lr_scaling != "none":
-            _scale_lrs(optimizer, world, s.lr_scaling, log)
+        _join_processes(model, optimizer, batches, s, device, fsdp, log)
     precision = resolve_precision(device, s.precision)
     scaler = grad_scaler(device, precision)
     ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
@@ -315,7 +305,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         f"{world} process(es)" + (" (FSDP2)" if fsdp else " (DDP)" if world > 1 else ""))
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
     peak = peak_flops(device)
-    timed_steps = timed_seconds = 0.0
+    timing = _Timing()
     last_ckpt = last_log = time.time()
     grad_norm = torch.zeros(())
     lr_mult = 0.0
@@ -357,29 +347,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     if len(now) != len(params) or any(p is not q for p, q in zip(now, params)):
                         params, train_model = now, wrap()
                 lr_mult = update_hparams(optimizer, progress, state.step)
-                t0 = time.perf_counter()
-                # FLOPs are counted once, on the run's first step (which is then not timed). The counter runs the
-                # ops under a dispatch mode, which can round differently: a resumed run reuses the saved count.
-                try:
-                    with counting_flops() if state.flops_per_step < 0 else contextlib.nullcontext() as counter:
-                        loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params,
-                                                      device, precision)
-                except Exception as exc:
-                    if not is_out_of_memory(exc):
-                        raise
-                    raise OutOfMemory(state.step, batches.batch_size, s.accum_steps, device, precision,
-                                      hasattr(model, "blocks"), str(exc)) from None
-                if counter is not None:
-                    state.flops_per_step = float(counter.get_total_flops())
-                if slow is not None and (state.step + 1) % 5 == 0:
-                    slow.update(model, decay=s.lookahead ** 5 * progress ** 3)
-                    slow.copy_to(model)
-                if ema is not None:
-                    ema.update(model)
-                loss_value = loss.item()  # one sync per step: needed for the divergence check
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                dt = time.perf_counter() - t0
+                loss_value, grad_norm, dt, counted = _timed_step(train_model, model, optimizer, batches, loss_fn, s,
+                                                                 scaler, params, device, precision, state, ema, slow,
+                                                                 progress)
                 if world > 1:  # one small all-reduce: every rank sees the same loss, time and decisions
                     wants_save = rank == 0 and time.time() - last_ckpt > s.checkpoint_every
                     total, dt_sum, stops, saves = distributed.all_reduce_sum(
@@ -391,17 +361,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     gc.collect()
                     gc.freeze()  # the long-lived objects are made: stop the collector scanning them
                     gc.disable()
-                if state.step >= untimed_steps and counter is None:
-                    state.train_seconds += dt
-                    timed_steps += 1
-                    timed_seconds += dt
-                state.step += 1
-                state.samples += global_batch
-                state.window_loss += loss_value
-                state.window_steps += 1
-                state.train_window_loss += loss_value
-                state.train_window_steps += 1
-                state.last_loss = loss_value
+                _count_step(state, timing, loss_value, dt, global_batch,
+                            timed=state.step >= untimed_steps and not counted)
                 progress = progress_now()
                 if progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                     row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
@@ -410,7 +371,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     run.record_train(row)
                 if time.time() - last_log > s.log_every:
                     last_log = time.time()
-                    rate = global_batch * timed_steps / max(timed_seconds, 1e-9)
+                    rate = global_batch * timing.steps / max(timing.seconds, 1e-9)
                     log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {loss_value:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
         save()
@@ -418,12 +379,81 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         gc.enable()
         gc.unfreeze()
     flops_per_step = max(state.flops_per_step, 0.0)
-    mfu = 100 * flops_per_step * timed_steps / timed_seconds / peak if peak and timed_seconds > 0 else float("nan")
+    mfu = (100 * flops_per_step * timing.steps / timing.seconds / peak if peak and timing.seconds > 0
+           else float("nan"))
     return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
                      peak_mem_mb=peak_memory_mb(device), final_train_loss=state.last_loss,
                      metrics=last_metrics, eval_model=ema.module if ema else model,
                      global_batch=global_batch, processes=world)
+
+
+def _join_processes(model, optimizer, batches, s: LoopSettings, device, fsdp: bool, log) -> None:
+    """Under N processes: each rank's share of the batches, one starting point, batch-norm statistics over the
+    global batch, per-rank seeds, and the LR rule for the N-times larger batch."""
+    world, rank = distributed.world_size(), distributed.rank()
+    if not hasattr(batches, "shard"):
+        raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
+    batches.shard(rank, world)
+    if not fsdp:  # one starting point before the EMA and lookahead copies are made (DDP would sync only later)
+        distributed.broadcast_state(model)
+    if s.sync_batchnorm and not fsdp:
+        distributed.convert_sync_batchnorm(model, device)
+    _seed_per_rank(rank)  # dropout, noise and mixing differ per rank; the weights were made alike
+    if s.lr_scaling != "none":
+        _scale_lrs(optimizer, world, s.lr_scaling, log)
+
+
+@dataclass
+class _Timing:
+    """The steps this process timed (not compiling steps, not the FLOP-counting one): throughput and MFU."""
+
+    steps: int = 0
+    seconds: float = 0.0
+
+
+def _timed_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision,
+                state: _State, ema, slow, progress: float) -> tuple[float, torch.Tensor, float, bool]:
+    """One optimizer step with the EMA and lookahead updates: (loss, grad norm, seconds, whether FLOPs were counted).
+
+    FLOPs are counted once, on the run's first step (which is then not timed). The counter runs the ops under a
+    dispatch mode, which can round differently: a resumed run reuses the saved count."""
+    counting = state.flops_per_step < 0
+    t0 = time.perf_counter()
+    try:
+        with counting_flops() if counting else contextlib.nullcontext() as counter:
+            loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params, device,
+                                          precision)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise OutOfMemory(state.step, batches.batch_size, s.accum_steps, device, precision, hasattr(model, "blocks"),
+                          str(exc)) from None
+    if counting:
+        state.flops_per_step = float(counter.get_total_flops())
+    if slow is not None and (state.step + 1) % 5 == 0:
+        slow.update(model, decay=s.lookahead ** 5 * progress ** 3)
+        slow.copy_to(model)
+    if ema is not None:
+        ema.update(model)
+    loss_value = loss.item()  # one sync per step: needed for the divergence check
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return loss_value, grad_norm, time.perf_counter() - t0, counting
+
+
+def _count_step(state: _State, timing: _Timing, loss: float, dt: float, global_batch: int, timed: bool) -> None:
+    if timed:
+        state.train_seconds += dt
+        timing.steps += 1
+        timing.seconds += dt
+    state.step += 1
+    state.samples += global_batch
+    state.window_loss += loss
+    state.window_steps += 1
+    state.train_window_loss += loss
+    state.train_window_steps += 1
+    state.last_loss = loss
 
 
 def _seed_per_rank(rank: int) -> None:

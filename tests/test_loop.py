@@ -264,3 +264,44 @@ def test_best_state_keeps_the_best_weights_in_either_direction():
             weights[v] = model.weight.clone()
         best.restore(model)
         assert best.value == kept and torch.equal(model.weight, weights[kept])
+
+
+def test_read_weights_reads_tensors_and_refuses_the_rest(tmp_path):
+    """The one guarded reader: safetensors and plain torch files load; a pickle carrying code never runs; a broken
+    or missing file is a one-line error naming it."""
+    from safetensors.torch import save_file
+
+    from recipe_zoo.core.errors import ZooError
+
+    save_file({"w": torch.ones(2)}, str(tmp_path / "w.safetensors"))
+    torch.save({"w": torch.ones(2)}, tmp_path / "w.pt")
+    assert torch.equal(checkpoint.read_weights(tmp_path / "w.safetensors")["w"], torch.ones(2))
+    assert torch.equal(checkpoint.read_weights(tmp_path / "w.pt")["w"], torch.ones(2))
+    torch.save({"w": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(ZooError, match=r"weights=.*evil.pt: refused to load: not a file of plain tensors"):
+        checkpoint.read_weights(tmp_path / "evil.pt", key="weights")
+    (tmp_path / "bad.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(ZooError, match=r"bad.safetensors: cannot read weights"):
+        checkpoint.read_weights(tmp_path / "bad.safetensors")
+    with pytest.raises(ZooError, match=r"missing.pt: file not found"):
+        checkpoint.read_weights(tmp_path / "missing.pt")
+
+
+def test_every_run_handle_has_what_the_run_protocol_lists(tmp_path):
+    """The zoo's Run, its parts and SimpleRun each provide every member of recipe_zoo.core.api.Run; a part that is
+    not the main one writes no checkpoint and no rows."""
+    from recipe_zoo import runs
+    from recipe_zoo.core import api
+    from recipe_zoo.core.budget import Budget
+
+    members = [m for m in vars(api.Run) if not m.startswith("_")] + list(api.Run.__annotations__)
+    spec = api.RecipeSpec(name="t/x", train=lambda cfg, run: {}, config=object, benchmark="b", metric="m")
+    run = runs.Run(spec=spec, cfg=None, budget=Budget("steps", 4), seed=0, dir=tmp_path)
+    part = run.part(Budget("steps", 2), main=False)
+    handles = [run, run.part(Budget("steps", 2), main=True), part, api.SimpleRun(Budget("steps", 1))]
+    for handle in handles:
+        missing = [m for m in members if not hasattr(handle, m)]
+        assert not missing, (type(handle).__name__, missing)
+    assert part.checkpoint_path is None and part.resume_from is None and part.budget == Budget("steps", 2)
+    part.record_eval({"step": 1})
+    assert run.eval_rows == []

@@ -56,3 +56,58 @@ def test_frechet_distance_matches_scipy(n, d):
     assert metrics.frechet_distance(*fa, *fa) == pytest.approx(0.0, abs=tol)
     with pytest.raises(ValueError, match="mismatched"):
         metrics.frechet_distance(fa[0], fa[1], fb[0][:-1], fb[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Array metrics (tables, molecules, proteins): against their definitions and scipy/sklearn references
+# ---------------------------------------------------------------------------------------------
+
+def test_regression_scores_match_their_definitions():
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=300)
+    pred = y + rng.normal(scale=0.5, size=300)
+    out = metrics.score(y, pred, "regression", ("rmse", "mae", "r2", "spearman", "pearson"))
+    assert out["rmse"] == pytest.approx(np.sqrt(np.mean((y - pred) ** 2)), rel=1e-12)
+    assert out["mae"] == pytest.approx(np.mean(np.abs(y - pred)), rel=1e-12)
+    assert out["r2"] == pytest.approx(1 - np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2), rel=1e-12)
+    ranks = stats.rankdata(y), stats.rankdata(pred)  # Spearman: Pearson's r of the ranks
+    assert out["spearman"] == pytest.approx(np.corrcoef(*ranks)[0, 1], rel=1e-12)
+    assert out["pearson"] == pytest.approx(np.corrcoef(y, pred)[0, 1], rel=1e-12)
+    constant = metrics.score(y, np.ones_like(y), "regression", ("spearman", "pearson"))
+    assert constant == {"spearman": 0.0, "pearson": 0.0}  # no ranks to correlate
+
+
+def test_classification_scores_match_a_hand_count():
+    import numpy as np
+
+    y = np.array([0, 0, 1, 1, 1, 0])
+    p = np.array([0.1, 0.6, 0.7, 0.4, 0.9, 0.2])  # P(class 1): labels 0 1 1 0 1 0
+    out = metrics.score(y, p, "binary", ("accuracy", "macro_f1", "roc_auc", "pr_auc"))
+    assert out["accuracy"] == pytest.approx(4 / 6)
+    assert out["macro_f1"] == pytest.approx((2 / 3 + 2 / 3) / 2)  # each class: precision 2/3, recall 2/3
+    assert out["roc_auc"] == pytest.approx(8 / 9)  # of the 9 (positive, negative) pairs, 8 are ordered right
+    assert out["pr_auc"] == pytest.approx((1 + 1 + 3 / 4) / 3)  # precision at each positive, by score
+    probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.5, 0.4, 0.1]])
+    multi = metrics.score(np.array([0, 1, 2, 1]), probs, "multiclass", ("accuracy", "roc_auc"))
+    assert multi["accuracy"] == pytest.approx(0.75) and 0 < multi["roc_auc"] <= 1
+    assert "roc_auc" not in metrics.score(np.zeros(4), p[:4], "binary", ("roc_auc",))  # undefined on one class
+
+
+def test_multitask_scores_skip_missing_targets_and_one_class_columns():
+    import numpy as np
+
+    y = np.array([[1.0, 0.0, 1.0], [2.0, 1.0, 1.0], [np.nan, 0.0, 1.0], [4.0, 1.0, 1.0]])
+    pred = np.array([[1.5, 0.2, 0.9], [2.0, 0.8, 0.8], [99.0, 0.4, 0.7], [3.0, 0.6, 0.9]])
+    reg = metrics.score_tasks(y[:, :1], pred[:, :1], "regression", ("rmse",))
+    assert reg["rmse"] == pytest.approx(np.sqrt((0.25 + 0 + 1) / 3))  # the NaN row is left out
+    cls = metrics.score_tasks(y[:, 1:], pred[:, 1:], "binary", ("roc_auc",))
+    assert cls == {"roc_auc": 1.0}  # the second column has one class: left out whole
+
+
+def test_bits_per_byte():
+    import math
+
+    assert metrics.bits_per_byte(math.log(2) * 300, 100) == pytest.approx(3.0)

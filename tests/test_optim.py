@@ -121,3 +121,12 @@ def test_decay_groups_skip_biases_norms_embeddings():
     decayed = {id(p) for p in groups[0]["params"]}
     assert decayed == {id(model.body.weight), id(model.conv.weight), id(model.head.weight)}
     assert groups[1]["weight_decay"] == 0.0
+
+
+def test_layer_decay_scales_lr_by_depth_from_the_top():
+    from recipe_zoo.core.optim import layer_decay
+
+    depth = {"embed": 0, "block.0": 1, "block.1": 2, "norm": 3}
+    assert layer_decay(depth, 0.5) == {"embed": 0.125, "block.0": 0.25, "block.1": 0.5, "norm": 1.0}
+    assert layer_decay(depth, 0.5, top=4)["norm"] == 0.5  # a top above the deepest given (a head elsewhere)
+    assert set(layer_decay(depth, 1.0).values()) == {1.0}
