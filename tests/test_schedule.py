@@ -80,3 +80,18 @@ def test_budget_progress():
     assert Budget("steps", 40).progress(seconds=0, steps=10, steps_per_epoch=10) == 0.25
     assert Budget("epochs", 2).progress(seconds=0, steps=5, steps_per_epoch=10) == 0.25
     assert Budget("steps", 4).progress(seconds=0, steps=9, steps_per_epoch=1) == 1.0
+
+
+def test_xgboost_time_limit_stops_after_a_round_that_early_stopping_has_seen():
+    """A budget spent before the first round ends (a loaded machine) still leaves a best iteration: the limit
+    never stops the first round, so XGBoost's early stopping has seen one."""
+    import numpy as np
+    import xgboost as xgb
+
+    from recipe_zoo.core.budget import xgboost_time_limit
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(200, 3)), rng.normal(size=200)
+    model = xgb.XGBRegressor(n_estimators=500, early_stopping_rounds=10, callbacks=[xgboost_time_limit(0.0)])
+    model.fit(x[:150], y[:150], eval_set=[(x[150:], y[150:])], verbose=False)
+    assert model.best_iteration == 0 and model.get_booster().num_boosted_rounds() == 2
