@@ -30,11 +30,22 @@ def _recipe_decorators(tree: ast.Module, name: str) -> tuple[ast.FunctionDef, li
     raise ZooError(f"cannot find the @recipe({name!r}) decorator in its source")
 
 
+def _runtime_imports(tree: ast.AST):
+    """The import statements that run: every one in the tree but those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for branch in node.orelse for n in _runtime_imports(ast.Module([branch], [])))
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _runtime_imports(node)
+
+
 def imported_modules(source: str) -> list[str]:
-    """The ``recipe_zoo`` modules a source imports (``from recipe_zoo.core import optim`` counts as
+    """The ``recipe_zoo`` modules a source imports when it runs (``from recipe_zoo.core import optim`` counts as
     ``recipe_zoo.core.optim`` when optim is a module: names under a package are listed as its submodules)."""
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in _runtime_imports(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("recipe_zoo"):
             for alias in node.names:
                 found.add(_module_of(node.module, alias.name))
@@ -117,7 +128,7 @@ def rewrite_imports(source: str, package: str) -> str:
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits = []
-    for node in ast.walk(tree):
+    for node in _runtime_imports(tree):
         if not (isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(RECIPES)):
             continue
         indent = re.match(r"\s*", lines[node.lineno - 1]).group(0)
