@@ -1,4 +1,5 @@
-# Two commands do everything: `make demo` (set up, then run the main job) and `make test`.
+# Two commands do everything: `make demo` (set up, then run the main job) and `make test` (the fast tests);
+# `make test-all` adds the tests marked slow (CI runs it).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ $(BIN)/zoo: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $(BIN)/zoo
 
-.PHONY: setup demo test
+.PHONY: setup demo test test-all
 setup: $(BIN)/zoo
 
 demo: setup
@@ -16,3 +17,6 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+test-all: setup
+	$(BIN)/python -m pytest -m "slow or not slow"

@@ -72,6 +72,7 @@ def test_sampler_must_match_the_method():
     assert ddpm.network_evaluations("heun", 25) == 49 and ddpm.network_evaluations("ddim", 50) == 50
 
 
+@pytest.mark.slow
 def test_fid_zoo_features_rank_corruption_and_are_cached():
     from recipe_zoo.recipes.images import load_digits_splits
 
@@ -100,6 +101,7 @@ def test_inception_weights_refuse_a_pickle_with_code(tmp_path):
         models.InceptionFeatures(str(tmp_path / "missing.pth"), torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_flow_cfg_end_to_end_on_digits(tmp_path):
     summary, proc = run_ok("diffusion/flow-cfg", *TINY, "--out", tmp_path)
     assert summary["metric"] == "fid_zoo" and summary["benchmark"] == "digits:cond"
@@ -143,6 +145,7 @@ def test_bad_values_are_refused_before_training(tmp_path):
         models.feature_net(data, print)
 
 
+@pytest.mark.slow
 def test_width_grows_with_the_budget():
     from recipe_zoo.core.budget import parse_budget
 
@@ -159,6 +162,7 @@ def test_width_grows_with_the_budget():
     assert width("1h", min_steps=10**9)[0] == models.WIDTHS[-1]  # nothing fits: the narrowest
 
 
+@pytest.mark.slow
 def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch):
     """``zoo doctor`` in-process: run.inspect's data checks, then the training checks, without an error.
 

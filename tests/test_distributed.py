@@ -87,6 +87,7 @@ def test_launcher_refuses_what_torchrun_cannot_run(capsys):
     assert " DDP " in listing["medical/unet"]
 
 
+@pytest.mark.slow
 def test_two_processes_reproduce_one_vision(tmp_path):
     """2 processes x batch 64 (sqrt LR rule) == 1 process x batch 64 x 2 accumulation steps, augmentation on.
 
@@ -116,6 +117,7 @@ def gpt_args(tmp_path, depth=2):
             "batch_tokens=256", "eval_bytes=1500", "vocab_size=300", "samples=0", "compile=false"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["vision-ddp", "llm-fsdp"])
 def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, kind):
     """Ctrl-C reaches both ranks, which stop at the same step and checkpoint; --resume relaunches two and
@@ -156,6 +158,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
     assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]
 
 
+@pytest.mark.slow
 def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
     """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP and under FSDP2 (fsdp=true)."""
     common = [*gpt_args(tmp_path), "--budget", "8steps"]

@@ -135,6 +135,7 @@ def test_nan_inputs_are_flagged_with_rows(blobs, tmp_path):
     assert "rows 0, 1, 2" in found["data/nonfinite"]["message"]
 
 
+@pytest.mark.slow
 def test_lr_suggestion_within_3x_of_the_sweep_best(blobs, tmp_path, capsys):
     code, found, report_dir = doctor(blobs, tmp_path, "lr=1e-3", steps=100)
     suggested = json.loads((report_dir / "suggested.json").read_text())["config"]["lr"]
@@ -146,6 +147,7 @@ def test_lr_suggestion_within_3x_of_the_sweep_best(blobs, tmp_path, capsys):
     assert 1 / 3 <= suggested / best_lr <= 3, (suggested, best_lr)
 
 
+@pytest.mark.slow
 def test_sweep_verdicts_tsv_and_index(blobs, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", blobs, "batch_size=32,64,128", "lr=1e-2,3e-2", "--seeds", "2", "--budget", "40steps",

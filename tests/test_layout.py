@@ -3,7 +3,6 @@ without an install."""
 import os
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -77,8 +76,8 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
 def test_a_checkout_runs_without_an_install(tmp_path):
     """`PYTHONPATH=CHECKOUT python -m zoo` (the device machines' way): with site-packages on the path but no .pth
     files read (``-S``), so the editable install is not seen, the zoo runs from the checkout's folders."""
-    site = sysconfig.get_paths()["purelib"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), site])}
+    site = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]  # the venv's, without its .pth
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *site])}
     check = subprocess.run([sys.executable, "-S", "-c", "import importlib.util; print(importlib.util.find_spec("
                             "'recipe_zoo'))"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert check.stdout.strip() == "None", "recipe_zoo must not be importable here without the checkout's finder"

@@ -103,6 +103,7 @@ def test_patches_replay_exactly_after_resume():
     assert not torch.equal(xa, a.next_batch()[0])
 
 
+@pytest.mark.slow
 def test_unet_learns_synthetic_2d():
     summary, proc = run_ok("medical/unet", "width=8")
     assert summary["status"] == "ok" and summary["metric"] == "dice" and float(summary["value"]) > 0.7
@@ -113,6 +114,7 @@ def test_unet_learns_synthetic_2d():
     assert (run_dir / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_unet_3d_and_swinunetr():
     summary, _ = run_ok("medical/unet", "data=synthetic-3d", "patch=32,32,32", *TINY, budget="3steps")
     assert "3-D, patch 32x32x32" in summary["plan"] and 0 <= float(summary["value"]) <= 1

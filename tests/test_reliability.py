@@ -66,6 +66,7 @@ def assert_same_run(ref_dir: Path, run_dir: Path) -> None:
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", list(KILL_CASES))
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     extra, steps, kill_at = KILL_CASES[recipe]
@@ -89,6 +90,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     assert not list(run_dir.glob(".checkpoint.pt.*.tmp"))  # a temp file from a kill mid-write is cleaned up
 
 
+@pytest.mark.slow
 def test_ctrl_c_and_sigterm_checkpoint_exit_130_143_and_resume_exactly(tmp_path):
     args = ["tabular/mlp", *small_run_args("tabular/mlp", tmp_path), "eval_every=0.25", "log_every=0",
             "--budget", "60steps", "--seed", "4"]
@@ -110,6 +112,7 @@ def test_ctrl_c_and_sigterm_checkpoint_exit_130_143_and_resume_exactly(tmp_path)
         assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]  # the same row, updated
 
 
+@pytest.mark.slow
 def test_time_budget_resume_continues_the_schedule_from_the_saved_time(tmp_path):
     """A time budget ends at another step by nature; the resumed run must go on from the time already trained,
     not start its schedule again."""
@@ -247,6 +250,7 @@ def test_out_of_memory_in_the_first_step_names_the_batch_and_the_fixes(tmp_path)
     assert [r["status"] for r in results.all_rows(tmp_path / "runs" / "index.sqlite")] == ["crash"]
 
 
+@pytest.mark.slow
 def test_data_deleted_mid_run(tmp_path):
     """The data is read once at the start: deleting the file mid-run changes nothing in that run. Resuming
     after it is gone names the file (exit 2); with the file back the run resumes and ends ok."""
@@ -307,6 +311,7 @@ def train(cfg, run):
 '''
 
 
+@pytest.mark.slow
 def test_eight_runs_at_once_all_land_in_the_index(tmp_path):
     recipe = tmp_path / "many.py"
     recipe.write_text(USER_RECIPE)
