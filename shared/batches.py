@@ -5,8 +5,10 @@ from a generator seeded by (seed, epoch, index): restoring (epoch, index) replay
 order and the same augmentations without saving any generator state.
 
 Under N processes (``shard(rank, world)``) a step's N micro-batches are consecutive slices of the one
-order, each rank taking slot ``index * N + rank``: two processes at batch B see the data (and, with the
-seed drawn per slot, the augmentations) of one process at batch B with two accumulation steps.
+order, each rank taking slot ``index + rank`` of the group's position ``index``: two processes at batch B
+see the data (and, with the seed drawn per slot, the augmentations) of one process at batch B with two
+accumulation steps. That holds across epoch boundaries too: when an epoch's micro-batches do not divide
+by N, a step takes the last of one epoch and the first of the next, as one process accumulating does.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class TensorBatches:
         self.num_samples = n
         self.epoch, self.index = 0, 0
         self.rank, self.world = 0, 1
-        self._order: torch.Tensor | None = None
+        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its order), the last one drawn
 
     def shard(self, rank: int, world: int) -> None:
         """This process's share: every world-th micro-batch of each step (full batches only). Data smaller
@@ -47,31 +49,38 @@ class TensorBatches:
         self.rank, self.world, self.drop_last = rank, world, True
 
     @property
-    def batches_per_epoch(self) -> int:
+    def slots_per_epoch(self) -> int:
+        """Micro-batches in one pass over the data, all processes together."""
         full, rest = divmod(self.num_samples, self.batch_size)
-        return (full if self.drop_last or rest == 0 else full + 1) // self.world
+        return full if self.drop_last or rest == 0 else full + 1
 
-    def _epoch_order(self) -> torch.Tensor:
-        if self._order is None:
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.slots_per_epoch // self.world
+
+    def _epoch_order(self, epoch: int) -> torch.Tensor:
+        if self._order is None or self._order[0] != epoch:
             if self.shuffle:
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-                self._order = torch.randperm(self.num_samples, generator=g)
+                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                self._order = (epoch, torch.randperm(self.num_samples, generator=g))
             else:
-                self._order = torch.arange(self.num_samples)
-        return self._order
+                self._order = (epoch, torch.arange(self.num_samples))
+        return self._order[1]
 
     def next_batch(self) -> tuple[torch.Tensor, ...]:
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index, self._order = self.epoch + 1, 0, None
-        order = self._epoch_order()
-        slot = self.index * self.world + self.rank
-        idx = order[slot * self.batch_size:(slot + 1) * self.batch_size]
+        per_epoch = self.slots_per_epoch
+        if self.index >= per_epoch:
+            self.epoch, self.index = self.epoch + 1, self.index - per_epoch
+        epoch, slot = self.epoch, self.index + self.rank
+        if slot >= per_epoch:  # this rank's micro-batch opens the next epoch (the step straddles the boundary)
+            epoch, slot = epoch + 1, slot - per_epoch
+        idx = self._epoch_order(epoch)[slot * self.batch_size:(slot + 1) * self.batch_size]
         batch = tuple(t[idx.to(t.device)] for t in self.tensors)
         if self.transform is not None:
             g = torch.Generator(device=batch[0].device)
-            g.manual_seed(batch_seed(self.seed, self.epoch, slot))
+            g.manual_seed(batch_seed(self.seed, epoch, slot))
             batch = self.transform(batch, g)
-        self.index += 1
+        self.index += self.world
         return batch
 
     def state_dict(self) -> dict:

@@ -55,6 +55,36 @@ def test_shards_are_the_micro_batches_of_one_process_with_accumulation():
     assert small.batch_size == 5 and small.batches_per_epoch == 1
 
 
+def test_shards_are_the_micro_batches_of_accumulation_across_an_epoch_boundary():
+    """60 samples at 8: 7 full micro-batches an epoch (and 4 left over), an odd number. One process accumulating
+    two takes an epoch's last micro-batch with the next epoch's first in one step; two processes must too
+    (not drop it), with the same augmentation seeds, and a rank resumed mid-way goes on the same."""
+    x = torch.arange(60)
+    seeds = []
+
+    def transform(batch, g):
+        seeds.append(int(torch.randint(10**9, (1,), generator=g)))
+        return batch
+
+    one = TensorBatches((x,), 8, seed=5, transform=transform)
+    assert one.batches_per_epoch == 7
+    expected = [(one.next_batch()[0], seeds[-1]) for _ in range(2 * 10)]  # 10 steps of 2: ~3 epochs
+    ranks = []
+    for rank in range(2):
+        b = TensorBatches((x,), 8, seed=5, transform=transform)
+        b.shard(rank, 2)
+        drawn = [(b.next_batch()[0], seeds[-1]) for _ in range(4)]  # 4 steps: past the first boundary
+        resumed = TensorBatches((x,), 8, seed=5, transform=transform)
+        resumed.shard(rank, 2)
+        resumed.load_state_dict(b.state_dict())
+        drawn += [(resumed.next_batch()[0], seeds[-1]) for _ in range(6)]
+        ranks.append(drawn)
+    merged = [pair for step in zip(*ranks) for pair in step]
+    assert len(merged) == len(expected)
+    for i, ((a, sa), (b, sb)) in enumerate(zip(merged, expected)):
+        assert torch.equal(a, b) and sa == sb, f"micro-batch {i} (step {i // 2 + 1}) differs"
+
+
 def test_token_windows_shard_like_accumulation():
     from recipe_zoo.recipes.llm.data import TokenWindows
 
