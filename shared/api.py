@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,6 +104,9 @@ class Run(Protocol):
     def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
         """Download ``url`` to ``dest`` (pretrained weights), checked by sha256 when given; one line on failure."""
 
+    def record_split(self, parts: dict[str, Iterable]) -> None:
+        """Who went where: each split's item keys (paths, row names), written to the run's ``split.csv``."""
+
     def inspect(self, *, train: tuple, val: tuple | None = None, task: str, num_classes: int | None = None,
                 fine_tune: bool | tuple[str, ...] = False, loop: bool = True) -> None:
         """Show the data to ``zoo doctor`` (nothing happens otherwise). ``task``: classification | regression |
@@ -130,6 +133,7 @@ class SimpleRun:
     eval_rows: list[dict] = field(default_factory=list)
     train_rows: list[dict] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    splits: dict = field(default_factory=dict)
     metric: str = ""
     higher_is_better: bool = True
     log: Callable[[str], None] = print
@@ -156,6 +160,9 @@ class SimpleRun:
 
     def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
         raise ZooError(f"{dest}: not here, and a SimpleRun does not download ({url})")
+
+    def record_split(self, parts: dict[str, Iterable]) -> None:
+        self.splits = {name: list(keys) for name, keys in parts.items()}
 
     def inspect(self, **parts) -> None:
         pass

@@ -18,10 +18,37 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def hardware() -> str:
-    """``NVIDIA H100 80GB HBM3 x8`` or ``AMD EPYC (2 threads)``: the string leaderboards show.
+ISA_LEVELS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"),
+              ("avx", "AVX"), ("asimd", "NEON"))  # the best vector unit a CPU reports, best first
 
-    Under torchrun: the GPUs the job uses (all nodes), or ``AMD EPYC (1 threads) x 2 processes``."""
+
+def cpu_signature(cpuinfo: str | None = None) -> str:
+    """``family 6 model 167 stepping 1, AMX``: what separates CPU generations that share a model name (a cloud
+    VM's "AMD EPYC" or "Intel(R) Xeon(R) Processor" is any of several). Empty where /proc/cpuinfo says nothing."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    isa = next((name for flag, name in ISA_LEVELS if flag in flags), "")
+    parts = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if fields.get(k)]
+    text = " ".join(p.replace("cpu family", "family") for p in parts)
+    return ", ".join(x for x in (text, isa) if x)
+
+
+def hardware() -> str:
+    """``NVIDIA H100 80GB HBM3 x8`` or ``AMD EPYC [family 23 model 49 stepping 0, AVX2] (2 threads)``: the string
+    leaderboards show and rank within. Rows from before the CPU signature (``AMD EPYC (2 threads)``) keep their
+    key, so they stay apart from rows measured since.
+
+    Under torchrun: the GPUs the job uses (all nodes), or ``... (1 threads) x 2 processes``."""
     import torch
 
     from recipe_zoo.core import distributed
@@ -29,7 +56,9 @@ def hardware() -> str:
     world = distributed.world_size()
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)} x{world if world > 1 else torch.cuda.device_count()}"
-    return f"{cpu_model()} ({torch.get_num_threads()} threads)" + (f" x {world} processes" if world > 1 else "")
+    signature = cpu_signature()
+    return (f"{cpu_model()}{f' [{signature}]' if signature else ''} ({torch.get_num_threads()} threads)"
+            + (f" x {world} processes" if world > 1 else ""))
 
 
 def git_state(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, bool]:

@@ -39,6 +39,20 @@ def macro_f1(preds: torch.Tensor, targets: torch.Tensor, num_classes: int | None
     return (f1[present].mean()).item()
 
 
+def bootstrap(statistic: Callable[[np.ndarray], float], n_items: int, *, rounds: int = 1000, seed: int = 0,
+              level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of a test metric over its items resampled with replacement: the noise of the test
+    set itself (``statistic(indices)`` computes the metric on those items). A fixed seed: the same interval for
+    the same predictions."""
+    rng = np.random.default_rng(seed)
+    values = np.array([statistic(rng.integers(0, n_items, n_items)) for _ in range(rounds)], dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return float("nan"), float("nan")
+    tail = 100 * (1 - level) / 2
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+
+
 def summarize_folds(results: list[dict[str, float]], log: Callable[[str], None]) -> dict[str, float]:
     """One split: its metrics. Several folds: each metric's mean, plus ``<metric>_std`` across folds
     (sample std); the per-fold values go to ``log``."""

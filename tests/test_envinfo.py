@@ -25,3 +25,17 @@ def test_fingerprint_names_hardware_and_versions(tmp_path):
     info = fingerprint(tmp_path)
     assert "threads" in info["hardware"] or "x" in info["hardware"]
     assert info["torch"] and info["python"] and "numpy" in {k.lower() for k in info["packages"]}
+
+
+def test_the_cpu_signature_separates_generations_that_share_a_name():
+    """Two VMs both called "AMD EPYC" (Rome and Genoa) get different hardware keys; a CPU that reports no
+    family (an ARM board) still gets its vector unit."""
+    from recipe_zoo.core.envinfo import cpu_signature
+
+    rome = "vendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 49\nmodel name\t: AMD EPYC\nstepping\t: 0\n" \
+           "flags\t\t: fpu sse2 avx avx2\n\nprocessor\t: 1\n"
+    genoa = rome.replace("23", "25").replace(": 49", ": 17").replace("avx2", "avx2 avx512f avx512_bf16")
+    assert cpu_signature(rome) == "family 23 model 49 stepping 0, AVX2"
+    assert cpu_signature(genoa) == "family 25 model 17 stepping 0, AVX-512 BF16"
+    assert cpu_signature("processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU part\t: 0xd0c\n") == "NEON"
+    assert cpu_signature("") == ""
