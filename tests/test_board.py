@@ -12,7 +12,7 @@ CPU = "AMD EPYC (2 threads)"
 
 
 def row(recipe, mean, std=0.01, n=3, budget="5m", hardware=CPU, benchmark="cifar10-subset", **kw):
-    return {"benchmark": benchmark, "split": "test/", "metric": "accuracy", "higher_is_better": True,
+    return {"protocol": 2, "benchmark": benchmark, "split": "test/", "metric": "accuracy", "higher_is_better": True,
             "recipe": recipe, "mean": mean, "std": std, "n": n, "budget": budget, "hardware": hardware,
             "train_seconds": 300.0, "params_M": 0.3, "peak_mem_mb": 900.0, "commit": "abc1234",
             "date": "2026-11-29", "command": f"zoo bench {recipe} --seeds 3 --budget {budget}", **kw}
@@ -35,9 +35,10 @@ def test_rank_line_and_noise():
     rows = [row("a", 0.70, 0.02), row("b", 0.80, 0.02)]
     kw = dict(benchmark="cifar10-subset", budget="5m", hardware=CPU, metric="accuracy", higher=True, rows=rows)
     assert board.rank_line(0.81, **kw).startswith("1 of 3")
-    assert "within the best row's seed spread" in board.rank_line(0.79, **kw)
+    assert "within the best row's interval" in board.rank_line(0.79, **kw)  # 0.80 ± 2 x 0.02 / sqrt 3
     line = board.rank_line(0.75, **kw)
     assert line.startswith("2 of 3") and "delta -0.0500" in line and "outside" in line
+    assert board.rank_line(0.5, **{**kw, "rows": [dict(r, protocol=1) for r in rows]}).startswith("unranked")
     assert board.rank_line(0.95, **kw).endswith("better than the best row)")
     assert board.rank_line(0.5, **{**kw, "hardware": "other"}).startswith("unranked")
     lower = [dict(row("a", 0.5), higher_is_better=False), dict(row("b", 0.6), higher_is_better=False)]
@@ -73,22 +74,24 @@ def test_data_fingerprint_stable_across_order_and_changes_with_content(tmp_path)
 def test_bench_appends_rows_and_renders(tmp_path):
     out = tmp_path / "runs"
     proc = zoo("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
-               "eval_every=0", "--out", out)
+               "eval_every=0", "--out", out, "--allow-dirty")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (r,) = board.load_rows()
     assert r["n"] == 2 and r["benchmark"] == "digits" and r["seeds"] == [0, 1]
     assert r["overrides"] == {"width": "8", "data": "digits", "eval_every": "0"}
     assert r["command"] == "zoo bench vision/resnet --seeds 2 --budget 4steps width=8 data=digits eval_every=0"
+    assert r["protocol"] == 2 and r["ci_low"] <= r["mean"] <= r["ci_high"] and r["val_mean"] is not None
+    assert "validation" in r["split"] and r["dirty"] in (True, False)
     assert r["mean"] == pytest.approx(sum(r["values"]) / 2)
     text = (board.board_dir() / "leaderboard.md").read_text()
-    assert "## digits · accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
+    assert "## digits · test_accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
     # a later run on the same benchmark, budget and hardware gets a rank line against the row
     proc = zoo("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
     assert summary_block(proc.stdout)["rank"].split(" of ")[1].startswith("2 on digits @ 4steps")
     run_dirs = sorted((out / "vision" / "resnet").iterdir())
     cmp = zoo("compare", *run_dirs[:2])
     assert cmp.returncode == 0 and cmp.stdout.count(" of 2 on digits @ 4steps") == 2
-    assert "digits · accuracy · 4steps" in cmp.stdout and "  1. " in cmp.stdout and "  2. " in cmp.stdout
+    assert "digits · test_accuracy · 4steps" in cmp.stdout and "  1. " in cmp.stdout and "  2. " in cmp.stdout
     plot = zoo("board", "--plot")
     assert plot.returncode == 0 and list((board.board_dir() / "benchmarks" / "plots").glob("digits-4steps*.png"))
     shown = zoo("show", "vision/resnet")
@@ -118,3 +121,83 @@ def test_board_for_own_data(tmp_path):
     assert listing.returncode == 0
     assert "width=4" in listing.stdout and "width=8" in listing.stdout
     assert zoo("board", "--data", tmp_path / "nope").returncode == 2
+
+
+def test_one_seed_shows_no_spread_and_overlapping_rows_share_rank_one():
+    """n=1 is printed as n=1 (no ± 0.0000); rows whose test interval overlaps the best row's are ranked =1, the
+    rest by mean; a protocol-1 row is shown apart and never ranked against them."""
+    rows = [row("a", 0.80, n=1, std=0.0, ci_low=0.79, ci_high=0.81), row("b", 0.805, ci_low=0.795, ci_high=0.815),
+            row("c", 0.70, ci_low=0.69, ci_high=0.71), row("old", 0.99, protocol=1)]
+    text = board.render(rows, [])
+    current, old = text.split("# Protocol 1")
+    assert "| =1 | b | 0.8050 ± 0.0100 | 0.7950..0.8150 |" in current
+    assert "| =1 | a | 0.8000 (n=1) |" in current and "± 0.0000" not in text
+    assert "| 3 | c |" in current and "old" not in current
+    assert "| 1 | old |" in old and "never ranked against the tables above" in old
+    assert board.ranks([row("x", 0.9, ci_low=0.89, ci_high=0.91), row("y", 0.5, ci_low=0.49, ci_high=0.51)]) == ["1", "2"]
+
+
+def test_context_rows_say_their_split():
+    reported = [{"benchmark": "cifar10-subset", "metric": "accuracy", "model": "ResNet18 (full CIFAR-10)",
+                 "value": "93.02%", "source": "README", "split": "CIFAR-10's own 50k / 10k", "same_split": "no"}]
+    text = board.render([row("a", 0.8, metric="test_accuracy")], reported)
+    assert "| ResNet18 (full CIFAR-10) | 93.02% | CIFAR-10's own 50k / 10k | no | README |" in text
+
+
+def test_bench_refuses_an_uncommitted_checkout(tmp_path, monkeypatch):
+    import subprocess
+
+    from recipe_zoo import bench, runs
+    from recipe_zoo.core.errors import ZooError
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    monkeypatch.setattr(runs, "CODE_DIR", tmp_path)
+    bench.check_provenance(allow_dirty=False)  # clean: fine
+    (tmp_path / "code.py").write_text("x = 2\n")
+    with pytest.raises(ZooError, match="uncommitted changes.*--allow-dirty"):
+        bench.check_provenance(allow_dirty=False)
+    bench.check_provenance(allow_dirty=True)
+    monkeypatch.setattr(runs, "CODE_DIR", tmp_path.parent / "not-a-checkout-anywhere")
+    with pytest.raises(ZooError, match="not a git checkout"):
+        bench.check_provenance(allow_dirty=False)
+
+
+def test_verify_tolerance_and_floors():
+    from recipe_zoo import verify
+
+    three = row("a", 0.80, std=0.01, n=3)
+    assert verify.tolerance(three, dict(three)) == pytest.approx(2 * (2 * 0.01 ** 2 / 3) ** 0.5)
+    one = row("a", 0.80, std=0.0, n=1)
+    assert verify.tolerance(one, dict(one)) == pytest.approx(2 * (2 * 0.005 ** 2) ** 0.5)  # [0, 1] metric floor
+    rmse = row("a", 40000.0, std=0.0, n=1, metric="test_rmse")
+    assert verify.spread(rmse) == pytest.approx(400.0)  # 1% of the value for a metric with a scale
+
+
+def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
+    """The rank-1 row is re-run by its command: an honest row holds; a row whose value was written wrong fails,
+    stays on the board, and is flagged there."""
+    from recipe_zoo.core.envinfo import hardware
+
+    out = tmp_path / "runs"
+    proc = zoo("bench", "vision/resnet", "--seeds", "1", "--budget", "3steps", "width=8", "eval_every=0", "data=digits",
+               "--out", out, "--allow-dirty")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (honest,) = board.load_rows()
+    forged = dict(honest, mean=honest["mean"] - 0.2, recipe="vision/resnet", date="2026-01-01")
+    board.append_rows([forged])
+    listing = zoo("verify", "--list")
+    assert listing.returncode == 0 and "  1  digits" in listing.stdout and "  2  digits" in listing.stdout
+    proc = zoo("verify", "1", "2", "--out", out, "--allow-dirty")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "row 1: holds" in proc.stdout and "row 2: FAILS" in proc.stdout
+    checks = board.load_rows(board.checks_file())
+    assert [c["passed"] for c in checks] == [True, False] and checks[0]["hardware"] == hardware()
+    text = (board.board_dir() / "leaderboard.md").read_text()
+    assert text.count("**FAILED**") == 1 and "ok 20" in text
+    assert zoo("verify", "7").returncode == 2  # no such row

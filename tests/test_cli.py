@@ -44,15 +44,15 @@ def test_vision_smoke_run_writes_everything(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     block = summary_block(proc.stdout)
     assert block["recipe"] == "vision/resnet" and block["benchmark"] == "digits" and block["status"] == "ok"
-    assert block["metric"] == "accuracy" and 0.0 <= float(block["value"]) <= 1.0 and block["seed"] == "3"
+    assert block["metric"] == "test_accuracy" and 0.0 <= float(block["value"]) <= 1.0 and block["seed"] == "3"
     run_dir = next((out / "vision" / "resnet").iterdir())
     for name in ("config.json", "env.json", "metrics.csv", "train.csv", "log.txt", "checkpoint.pt",
-                 "summary.json", "curves.png", "model.safetensors"):
+                 "summary.json", "curves.png", "model.safetensors", "split.csv"):
         assert (run_dir / name).is_file(), name
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["config"]["width"] == 8 and saved["budget"] == "12steps"
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["metrics"]["steps"] == 12 and "macro_f1" in summary["metrics"]
+    assert summary["metrics"]["steps"] == 12 and "test_macro_f1" in summary["metrics"]
     env = json.loads((run_dir / "env.json").read_text())
     assert env["torch"] and "threads" in env["hardware"] and "torch" in env["packages"]
     (row,) = index_rows(out)
@@ -86,7 +86,7 @@ def test_own_folder_run(tmp_path):
     proc = zoo("run", "vision/resnet", f"data={data}", "image_size=16", "batch_size=4", *TINY,
                "--budget", "6steps", "--out", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "12 train / 4 val images, 2 classes" in proc.stdout
+    assert "/ 4 test images, 2 classes" in proc.stdout and "4 test (val/)" in summary_block(proc.stdout)["split"]
     assert "skipped 1 non-image files" in proc.stdout
     assert summary_block(proc.stdout)["benchmark"].startswith("own:")
 

@@ -1,3 +1,6 @@
+import dataclasses
+import re
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -66,3 +69,64 @@ def test_config_file_errors(tmp_path):
 
 def test_field_comments():
     assert config.field_comments(Cfg)["steps"] == "optimizer steps"
+
+
+# Fields that touch the split, the target, the metric or the evaluation: each config must list them in its
+# KEY_FIELDS (so a run that changes one is keyed as another benchmark), or the table below says why not.
+TOUCHES_WHAT_IS_MEASURED = re.compile(r"split|target|metric|eval|test|^val_|fold|knn|n_real|n_samples|label|"
+                                      r"^task$|^smiles$|^sequence$|mutant|^wt$|offset|probe|on_invalid|^drop$|"
+                                      r"categorical|max_len|too_long|hd95|^features$|standardize|class_weight")
+NOT_KEY = {  # field: why it does not change what is measured
+    "eval_every": "how often validation runs during training; the test is scored once at the end either way",
+    "label_smoothing": "a training loss setting; the metric is on hard labels",
+    "class_weight": "a training loss weighting; the metric is unweighted",
+    "features": "engineered input features are part of the method",
+    "standardize": "RDKit standardisation of the inputs is part of the method",
+    "drop": "leaving input columns out is part of the method",
+    "categorical": "how input columns are encoded is part of the method",
+    "target_nan": "rows without a target are dropped (counted) or refused; the metric reads only rows with one",
+    "log_target": "training on log1p of the target is part of the method; the metric is on the original scale",
+    "target_modules": "which layers LoRA adapts is part of the method",
+    "class_weights": "a training loss weighting; the metric is unweighted",
+    "max_len": "how long sequences are handled (an error, or cropped with too_long=crop); no item is dropped",
+    "too_long": "how long sequences are handled; no item is dropped",
+    "hd95": "reports one more test metric (the Hausdorff distance) beside Dice; the ranked metric is unchanged",
+    "offset": "the numbering of the mutation strings; a wrong one is refused (the wild-type letter is checked)",
+}
+
+
+def _configs():
+    from recipe_zoo import registry
+
+    seen = {}
+    for spec in registry.load_all().values():
+        seen.setdefault(spec.config, []).append(spec.name)
+    return seen
+
+
+def test_every_field_that_changes_what_is_measured_is_a_key_field():
+    """A config field that changes the split, target, metric or evaluation is in its KEY_FIELDS, so the run's
+    benchmark key says it; KEY_FIELDS name real fields."""
+    missing = []
+    for cfg_class, names in _configs().items():
+        declared = set(getattr(cfg_class, "KEY_FIELDS", ()))
+        fields = {f.name for f in dataclasses.fields(cfg_class)}
+        assert declared <= fields, (cfg_class.__name__, declared - fields)
+        for name in sorted(fields):
+            if TOUCHES_WHAT_IS_MEASURED.search(name) and name not in declared and name not in NOT_KEY:
+                missing.append(f"{cfg_class.__name__}.{name} ({', '.join(names)})")
+    assert not missing, "declare in KEY_FIELDS (or say in NOT_KEY why not): " + "; ".join(missing)
+
+
+def test_a_key_field_off_its_default_names_another_benchmark():
+    from recipe_zoo.runs import key_suffix
+
+    @dataclasses.dataclass
+    class Cfg:
+        KEY_FIELDS: typing.ClassVar[tuple] = ("split", "eval_bytes")
+        split: str = "random"
+        eval_bytes: int = 100
+        lr: float = 0.1
+
+    assert key_suffix(Cfg()) == "" and key_suffix(Cfg(lr=0.5)) == ""
+    assert key_suffix(Cfg(split="scaffold", eval_bytes=50)) == ":split=scaffold:eval_bytes=50"

@@ -13,8 +13,8 @@ def test_tensorboard_scalars_and_config(tmp_path):
     events = EventAccumulator(f"{run_dir}/tensorboard")
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train_loss", "lr", "grad_norm", "accuracy", "macro_f1"} <= tags
-    assert [e.step for e in events.Scalars("accuracy")] == [2, 4]
+    assert {"train_loss", "lr", "grad_norm", "val_accuracy", "val_macro_f1"} <= tags
+    assert [e.step for e in events.Scalars("val_accuracy")] == [2, 4]
     assert "config/text_summary" in events.Tags()["tensors"]
 
 
@@ -30,7 +30,7 @@ def test_mlflow_params_metrics_artifacts(tmp_path, monkeypatch):
     (exp,) = [e for e in client.search_experiments() if e.name == "vision/resnet"]
     (run,) = client.search_runs([exp.experiment_id])
     assert run.data.params["width"] == "8" and run.info.status == "FINISHED"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "accuracy")] == [2, 4]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [2, 4]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "metrics.csv", "config.json"} <= artifacts
 

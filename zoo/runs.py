@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import errno
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -116,8 +117,7 @@ class Run:
         from recipe_zoo.data import DATASETS, own_data_key
 
         key = data if data in DATASETS or not Path(data).exists() else own_data_key(Path(data))
-        # A config may qualify the key: a scaffold split of esol is another benchmark than a random one.
-        return self.cfg.benchmark_key(key) if hasattr(self.cfg, "benchmark_key") else key
+        return key + key_suffix(self.cfg)
 
     def data_path(self, name: str) -> Path:
         from recipe_zoo.data import locate
@@ -156,6 +156,13 @@ class Run:
         shown = {k: v for k, v in row.items() if k not in ("epoch", "progress", "lr", "grad_norm")}
         self.log("eval " + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
 
+    def record_split(self, parts: dict) -> None:
+        """Who went where, in ``split.csv`` (the main process writes it)."""
+        if self.main:
+            from recipe_zoo.core.splits import record_split
+
+            record_split(self.dir / "split.csv", parts)
+
     def record_train(self, row: dict) -> None:
         """The training loss every 1% of the budget: a row of ``train.csv``."""
         if not self.main:
@@ -164,6 +171,39 @@ class Run:
         _write_csv(self.dir / "train.csv", self.train_rows)
         for tracker in self.trackers:
             tracker.log_metrics(row)
+
+
+INPUT_FIELDS = ("weights", "esm_weights", "inception_weights", "model", "tokenizer")  # fields that may name files
+
+
+def input_files(cfg) -> dict[str, dict]:
+    """The pretrained weights and other files a config names, by sha256 (a folder: over its files' hashes and
+    names), so a row that started from a file says which file. ``weights=hub`` records where they came from."""
+    from recipe_zoo.data import sha256_file
+
+    found = {}
+    for name in INPUT_FIELDS:
+        value = str(getattr(cfg, name, "") or "")
+        path = Path(value).expanduser()
+        if value == "hub":
+            found[name] = {"origin": "the timm hub (pretrained weights of the named model)", "sha256": None}
+        elif value and path.is_file():
+            found[name] = {"origin": str(path.resolve()), "sha256": sha256_file(path)}
+        elif value and path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            digest = hashlib.sha256("".join(f"{p.relative_to(path)}\0{sha256_file(p)}\n" for p in files).encode())
+            found[name] = {"origin": str(path.resolve()), "sha256": digest.hexdigest(), "files": len(files)}
+    return found
+
+
+def key_suffix(cfg) -> str:
+    """``:field=value`` for each of the config's ``KEY_FIELDS`` (what changes the split, target, metric or
+    evaluation) that is off its default: a run measured another way is another benchmark, never ranked with it."""
+    if not dataclasses.is_dataclass(cfg):
+        return ""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return "".join(f":{name}={getattr(cfg, name)}" for name in getattr(type(cfg), "KEY_FIELDS", ())
+                   if getattr(cfg, name) != defaults[name])
 
 
 class PartRun:
@@ -188,6 +228,10 @@ class PartRun:
     def record_train(self, row: dict) -> None:
         if self.main_part:
             self.run.record_train(row)
+
+    def record_split(self, parts: dict) -> None:
+        if self.main_part:
+            self.run.record_split(parts)
 
     def part(self, budget: Budget, *, main: bool) -> PartRun:
         return PartRun(self.run, budget, main and self.main_part)
@@ -399,7 +443,8 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     summary = _summary(run, metrics, status)
     if status == "ok":
         summary["rank"] = standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
-    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code})
+    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
+                                           "inputs": input_files(cfg) if status == "ok" else {}})
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)
@@ -481,7 +526,8 @@ def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) ->
     rows = []
     for (description, budget, hardware, metric), runs in pooled.items():
         mean, std = board.mean_std([r["metric"] for r in runs])
-        rows.append({"benchmark": benchmark, "metric": metric, "budget": budget, "hardware": hardware,
+        rows.append({"protocol": board.PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
+                     "hardware": hardware,
                      "recipe": description, "mean": mean, "std": std, "n": len(runs),
                      "higher_is_better": bool(runs[0]["higher_is_better"]),
                      "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),

@@ -1,7 +1,8 @@
 """``zoo sweep NAME key=v1,v2,...``: one variable at a time at a fixed budget, each trial a normal run.
 
 Swept keys go in the order of their impact (learning rate, then batch size, weight decay, warmup, then the
-rest as given); each value is run for K seeds and compared with the best so far: ``keep`` when better by
+rest as given); each value is run for K seeds and its validation value (never the test value) compared with
+the best so far: ``keep`` when better by
 more than the seed spread, ``within noise`` when inside it (the current best stays: no evidence), else
 ``discard``. The best config is written as a config file for ``zoo run --config``, and the trials as TSV in
 the ``commit metric memory_gb status description`` form. A change of the batch size moves the LRs by the
@@ -150,7 +151,7 @@ def sweep(spec, overrides: list[str], *, seeds: int, budget_text: str | None, ou
                 trial.status = outcome.summary.get("status", "crash")
                 break
             higher = outcome.summary["higher_is_better"]
-            trial.values.append(outcome.summary["value"])
+            trial.values.append(validation_value(outcome.run_dir, outcome.summary["metric"]))
             mem = outcome.summary.get("peak_mem_mb")
             trial.memory_gb = max(trial.memory_gb or 0.0, mem / 1024) if mem else trial.memory_gb
             if not commit:
@@ -192,6 +193,18 @@ def _same(a: str, b: str) -> bool:
         return a.lower() == b.lower()
 
 
+def validation_value(run_dir: Path, metric: str) -> float:
+    """What a sweep keeps or discards on: the run's validation value of its metric, never the test value."""
+    from recipe_zoo.board import metric_base
+
+    key = metric if metric.startswith("val_") else "val_" + metric_base(metric)
+    measured = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    if key not in measured:
+        raise ZooError(f"{run_dir}: the run reports no {key}: a sweep selects on validation, never on {metric}; "
+                       f"return {key} from the recipe's train")
+    return measured[key]
+
+
 def _mean_std(t: Trial) -> str:
     if t.status != "ok":
         return t.status
@@ -207,8 +220,9 @@ def _write(out_dir: Path, spec, trials: list[Trial], best: Trial, higher: bool, 
         kept = status.get(t.verdict, "discard") if t.status == "ok" else "crash"
         tsv.append(f"{commit}\t{metric}\t{mem}\t{kept}\t{describe(spec.name, t.overrides)}")
     (out_dir / "results.tsv").write_text("\n".join(tsv) + "\n")
-    table = [f"# zoo sweep {spec.name}", "", f"{'higher' if higher else 'lower'} is better; verdicts against the best "
-             "so far; within noise = the difference is inside the larger seed std (the current best stays)", "",
+    table = [f"# zoo sweep {spec.name}", "", f"on the validation value of {spec.metric} ({'higher' if higher else 'lower'} "
+             "is better; the test value is never read); verdicts against the best so far; within noise = the "
+             "difference is inside the larger seed std (the current best stays)", "",
              "| trial | mean ± std | seeds | verdict | note |", "|---|---|---|---|---|"]
     table += [f"| {describe(spec.name, t.overrides)} | {_mean_std(t)} | {len(t.values)} | {t.verdict} | {t.note} |"
               for t in trials]

@@ -1,0 +1,100 @@
+"""``zoo verify [ROW ...]``: run leaderboard rows again by their command and say whether they hold.
+
+A row holds when the new mean is within ``2 * sqrt(s_old^2 / n_old + s_new^2 / n_new)`` of the old one, where s is
+the seed standard deviation, and for one seed (no spread of its own) the metric's floor below. Each check is
+appended to ``benchmarks/verify.jsonl``; the board shows the latest per row, and a failed row stays on the board,
+flagged. Rows are re-run only on the hardware they were measured on: a time budget buys another amount of
+work elsewhere.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from recipe_zoo import bench, board, registry
+from recipe_zoo.core.errors import ZooError
+
+# The spread a single run is allowed when it has no seeds of its own: absolute for metrics on [0, 1] (accuracy,
+# Dice, ROC-AUC, Spearman, kNN accuracy), relative for metrics with a scale (RMSE, bits per byte, FID).
+UNIT_INTERVAL_FLOOR = 0.005
+RELATIVE_FLOOR = 0.01
+SCALED = ("rmse", "mae", "bpb", "fid")
+
+
+def floor(row: dict) -> float:
+    base = board.metric_base(row["metric"])
+    return RELATIVE_FLOOR * abs(row["mean"]) if any(s in base for s in SCALED) else UNIT_INTERVAL_FLOOR
+
+
+def spread(row: dict) -> float:
+    return row["std"] if row["n"] > 1 else floor(row)
+
+
+def tolerance(old: dict, new: dict) -> float:
+    return 2 * math.sqrt(spread(old) ** 2 / old["n"] + spread(new) ** 2 / new["n"])
+
+
+def select(rows: list[dict], picks: list[str], hardware: str) -> list[int]:
+    """Row numbers (1-based, file order) to verify: those named, the rank-1 rows of the named benchmarks, or by
+    default the rank-1 row of every current-protocol table measured on this hardware."""
+    if not picks:
+        tables = board.group([r for r in rows if board.protocol(r) == board.PROTOCOL and r["hardware"] == hardware])
+        return sorted(rows.index(board.ranked(t)[0]) + 1 for t in tables.values())
+    chosen = []
+    for pick in picks:
+        if pick.isdigit():
+            if not 1 <= int(pick) <= len(rows):
+                raise ZooError(f"row {pick}: the board has rows 1..{len(rows)} (zoo verify --list)")
+            chosen.append(int(pick))
+            continue
+        tables = [t for t in board.group(rows).values() if t[0]["benchmark"] == pick]
+        if not tables:
+            raise ZooError(f"{pick!r}: neither a row number nor a benchmark on the board (zoo verify --list)")
+        chosen += [rows.index(board.ranked(t)[0]) + 1 for t in tables]
+    return sorted(set(chosen))
+
+
+def listing(rows: list[dict]) -> str:
+    return "\n".join(f"{i:>3}  {r['benchmark']:<22} {r['budget']:<5} {board.value_text(r):<22} {board.label(r)} "
+                     f"[{r['hardware']}, protocol {board.protocol(r)}]" for i, r in enumerate(rows, 1))
+
+
+def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, log=print) -> int:
+    from recipe_zoo.core.envinfo import hardware
+
+    rows = board.load_rows()
+    here = hardware()
+    numbers = select(rows, picks, here)
+    if not numbers:
+        raise ZooError(f"no rows measured on this hardware ({here}) to verify; zoo verify --list shows them all")
+    bench.check_provenance(allow_dirty)
+    failed = 0
+    for number in numbers:
+        old = rows[number - 1]
+        if old["hardware"] != here:
+            log(f"row {number}: measured on {old['hardware']}, this machine is {here}: not re-run (a time budget "
+                "buys another amount of work here)")
+            continue
+        spec = registry.get(old["recipe"])
+        overrides = [f"{k}={v}" for k, v in old.get("overrides", {}).items()]
+        log(f"row {number}: {board.label(old)} on {old['benchmark']} @ {old['budget']}, {board.value_text(old)}: "
+            f"running {seeds} seed(s)")
+        new = bench.bench_one(spec, seeds=seeds, budget_text=old["budget"], overrides=overrides, out_root=out_root,
+                              command=old.get("command", ""), append=False, log=log)
+        if new is None:
+            failed += 1
+            log(f"row {number}: a seed did not finish ok")
+            continue
+        tol = tolerance(old, new)
+        passed = abs(new["mean"] - old["mean"]) <= tol
+        failed += not passed
+        board.append_rows([{"row": board.row_id(old), "number": number, "date": time.strftime("%Y-%m-%d"),
+                            "commit": new["commit"], "hardware": here, "n": new["n"], "values": new["values"],
+                            "mean": new["mean"], "std": new["std"], "old_mean": old["mean"], "tolerance": tol,
+                            "passed": passed}], board.checks_file())
+        log(f"row {number}: {'holds' if passed else 'FAILS'}: new {board.value_text(new)}, old "
+            f"{board.value_text(old)}, |difference| {abs(new['mean'] - old['mean']):.4f} "
+            f"{'<=' if passed else '>'} {tol:.4f}")
+    board.write_board()
+    return 1 if failed else 0
