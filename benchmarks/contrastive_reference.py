@@ -4,7 +4,8 @@
     ZOO_DATA=../shared/data python benchmarks/contrastive_reference.py --seeds 0 --runs RUN_DIR [RUN_DIR ...]
 
 - floor: the recipes' default backbone with random weights (seed N), evaluated exactly as a trained
-  one is (kNN k=200 T=0.1 and the linear probe, on the same splits);
+  one is at the end of a run (kNN k=200 T=0.1 and the linear probe: the training images without validation
+  as the bank, the recipes' test images as queries; the same split as the recipes');
 - ``--runs``: backbones of finished ``vision/resnet`` runs (trained with labels), their classifier
   removed, evaluated the same way: what supervised training reaches in the same budget.
 Uses the recipe's own loaders, backbone builder and evaluation. Prints one JSON line per figure.
@@ -16,6 +17,7 @@ import dataclasses
 import json
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from recipe_zoo.data import locate
@@ -31,23 +33,22 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--runs", nargs="*", default=[], help="vision/resnet run folders (model.safetensors)")
     args = parser.parse_args()
-    splits = (images.load_folder_splits(locate("cifar10-subset"), None, 0.2) if args.data == "cifar10-subset"
-              else images.load_digits_splits())
+    cfg = simclr.ContrastiveConfig(data=args.data, model=args.model, width=args.width)
+    splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction,
+                                      SimpleNamespace(data_path=locate, log=print))  # the recipes' split
     mean, std = (t.view(1, -1, 1, 1) for t in images.input_stats(splits.train_x))
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
         return ((x_uint8.float() / 255 - mean) / std).contiguous(memory_format=torch.channels_last)
 
     channels, size = splits.train_x.shape[1], splits.train_x.shape[-1]
-    cfg = simclr.ContrastiveConfig(model=args.model, width=args.width)
     values = []
     for seed in range(args.seeds):
         torch.manual_seed(seed)
         backbone, _ = models.build_backbone(cfg, channels, size)
         if isinstance(backbone, images.ZooNet):
             backbone.init_whitening(normalize(splits.train_x[:5000]))
-        values.append(simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
-                                            probe=True))
+        values.append(simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg))
     if values:
         print(json.dumps({"figure": "floor: random weights", "data": args.data, "model": f"{args.model} w{args.width}",
                           **{k: [v[k] for v in values] for k in values[0]},
@@ -58,12 +59,11 @@ def main() -> None:
         run_cfg = dataclasses.replace(cfg, model=config["model"], width=int(config["width"]))
         backbone, _ = models.build_backbone(run_cfg, channels, size)
         images._load_own_weights(backbone, str(run_dir), run_cfg.model)
-        result = simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg,
-                                       probe=True)
+        result = simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg)
         summary = json.loads((run_dir / "summary.json").read_text())
         print(json.dumps({"figure": "supervised backbone", "run": str(run_dir), "recipe": summary.get("recipe"),
                           "model": f"{run_cfg.model} w{run_cfg.width}",
-                          "supervised_accuracy": summary.get("metrics", {}).get("accuracy"), **result}))
+                          "supervised_test_accuracy": summary.get("metrics", {}).get("test_accuracy"), **result}))
 
 
 if __name__ == "__main__":

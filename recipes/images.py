@@ -7,42 +7,102 @@ model, from scratch or from pretrained weights) and the input-statistics rule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipe_zoo.core import splits
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.errors import ZooError
 
 # =============================================================================================
-# Data: uint8 image tensors (N, C, H, W) in memory
+# Data: uint8 image tensors (N, C, H, W) in memory, split train / validation / test
 # =============================================================================================
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
+PARTS = ("train", "validation", "test")
 
 
 @dataclass
 class ImageSplits:
+    """Train / validation / test images with their labels. Selection reads validation only; test is scored
+    once, at the end. ``keys``: each part's item keys (a file's path relative to the dataset root, or an
+    in-memory image's content), what ``run.record_split`` writes; ``how``: the split in one line."""
     train_x: torch.Tensor  # (N, C, H, W) uint8
     train_y: torch.Tensor  # (N,) int64
+    val_x: torch.Tensor
+    val_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
     classes: list[str]
     name: str
+    keys: dict[str, list] = field(default_factory=dict)  # "train" | "validation" | "test" -> item keys
+    how: str = ""  # e.g. "1293 train / 144 validation (...) / 360 test (...)"
+
+    def sizes(self) -> str:
+        return f"{len(self.train_y)} train / {len(self.val_y)} validation / {len(self.test_y)} test"
 
 
-def load_digits_splits() -> ImageSplits:
+def content_keys(x: torch.Tensor) -> list[bytes]:
+    """The key of each in-memory image: its bytes (identical images share a side of every split)."""
+    return [splits.content_key(img) for img in x.numpy()]
+
+
+def hash_parts(keys: list, val_fraction: float, test_fraction: float = 0.0) -> tuple[np.ndarray, ...]:
+    """Indices (train, validation, test) by a hash of each item's key: test the items whose hash (salt "test")
+    falls below ``test_fraction`` (none when 0), validation those of the rest whose hash falls below
+    ``val_fraction`` (``splits.carve``): the same items on every machine, in any order."""
+    n = len(keys)
+    test = splits.carve(keys, test_fraction, salt="test") if test_fraction else np.zeros(n, dtype=bool)
+    rest = np.flatnonzero(~test)
+    if len(rest) < 2:
+        raise ZooError(f"{n} images are too few for train, validation and test parts")
+    val = np.zeros(n, dtype=bool)
+    val[rest[splits.carve([keys[i] for i in rest], val_fraction)]] = True
+    return np.flatnonzero(~test & ~val), np.flatnonzero(val), np.flatnonzero(test)
+
+
+def split_by_index(x: torch.Tensor, y: torch.Tensor, keys: list, parts: tuple, classes: list[str], name: str,
+                   how: str) -> ImageSplits:
+    """An ``ImageSplits`` of one set of images from index arrays (train, validation, test)."""
+    tr, va, te = (torch.as_tensor(p, dtype=torch.long) for p in parts)
+    return ImageSplits(x[tr], y[tr], x[va], y[va], x[te], y[te], classes, name,
+                       keys={part: [keys[i] for i in p] for part, p in zip(PARTS, parts)}, how=how)
+
+
+def carve_validation(x: torch.Tensor, y: torch.Tensor, keys: list, train: np.ndarray, test: np.ndarray,
+                     val_fraction: float, classes: list[str], name: str, test_how: str) -> ImageSplits:
+    """Data that ships (or is given once) a fixed train/test split: validation is a hash-chosen
+    ``val_fraction`` of the training items."""
+    train = np.asarray(train)
+    held = splits.carve([keys[i] for i in train], val_fraction)
+    parts = (train[~held], train[held], np.asarray(test))
+    how = (f"{len(parts[0])} train / {len(parts[1])} validation (hash of each image, {val_fraction:g} of train) / "
+           f"{len(parts[2])} test ({test_how})")
+    return split_by_index(x, y, keys, parts, classes, name, how)
+
+
+def digits_arrays() -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """scikit-learn's 1,797 8x8 digits as uint8 (N, 1, 8, 8), their labels and class names."""
     from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     digits = load_digits()
     x = torch.from_numpy(digits.images * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8)
-    y = torch.from_numpy(digits.target).long()
-    tr, te = train_test_split(range(len(y)), test_size=0.2, random_state=0, stratify=digits.target)
-    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(c) for c in digits.target_names], "digits")
+    return x, torch.from_numpy(digits.target).long(), [str(c) for c in digits.target_names]
+
+
+def load_digits_splits(val_fraction: float = 0.1) -> ImageSplits:
+    """The fixed stratified 20% test split (seed 0: 360 images); validation carved from the other 1,437."""
+    from sklearn.model_selection import train_test_split
+
+    x, y, classes = digits_arrays()
+    tr, te = train_test_split(np.arange(len(y)), test_size=0.2, random_state=0, stratify=y.numpy())
+    return carve_validation(x, y, content_keys(x), tr, te, val_fraction, classes, "digits",
+                            "fixed stratified 20%, seed 0")
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -63,16 +123,23 @@ def read_idx(path: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).view(*dims)
 
 
-def load_mnist_test_splits(root: Path, test_size: float | int = 0.2, name: str = "mnist-test") -> ImageSplits:
-    """MNIST's 10,000 test images split once, stratified with seed 0 (a fraction or a count held out)."""
-    from sklearn.model_selection import train_test_split
-
+def mnist_test_arrays(root: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """MNIST's 10,000 test images (N, 1, 28, 28) uint8 and their labels."""
     x = read_idx(root / "t10k-images-idx3-ubyte.gz").unsqueeze(1)  # (10000, 1, 28, 28)
     y = read_idx(root / "t10k-labels-idx1-ubyte.gz").long()
     if len(x) != len(y):
         raise ZooError(f"{root}: {len(x)} images but {len(y)} labels")
-    tr, te = train_test_split(range(len(y)), test_size=test_size, random_state=0, stratify=y.numpy())
-    return ImageSplits(x[tr], y[tr], x[te], y[te], [str(i) for i in range(10)], name)
+    return x, y
+
+
+def load_mnist_test_splits(root: Path, val_fraction: float = 0.1) -> ImageSplits:
+    """MNIST's 10,000 test images: a fixed stratified 20% test split (seed 0), validation carved from the rest."""
+    from sklearn.model_selection import train_test_split
+
+    x, y = mnist_test_arrays(root)
+    tr, te = train_test_split(np.arange(len(y)), test_size=0.2, random_state=0, stratify=y.numpy())
+    return carve_validation(x, y, content_keys(x), tr, te, val_fraction, [str(i) for i in range(10)], "mnist-test",
+                            "fixed stratified 20%, seed 0")
 
 
 def decode_image(path: Path, size: int | None) -> torch.Tensor:
@@ -90,7 +157,7 @@ def decode_image(path: Path, size: int | None) -> torch.Tensor:
 
 
 def load_class_folder(root: Path, size: int | None, classes: list[str] | None = None, log=print):
-    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes). Non-image files are counted.
+    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes, paths). Non-image files are counted.
     ``classes`` given: the held-out split of a training folder (one of its class folders may be empty)."""
     training = classes is None
     if not root.exists():
@@ -101,7 +168,7 @@ def load_class_folder(root: Path, size: int | None, classes: list[str] | None = 
     classes = classes or found
     if not classes:
         raise ZooError(f"{root}: no class subfolders (expected {root}/<class>/<image files>)")
-    images, labels, skipped, empty = [], [], 0, []
+    images, labels, paths, skipped, empty = [], [], [], 0, []
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
@@ -111,6 +178,7 @@ def load_class_folder(root: Path, size: int | None, classes: list[str] | None = 
             if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
                 images.append(decode_image(path, size))
                 labels.append(label)
+                paths.append(path)
             elif path.is_file():
                 skipped += 1
         if len(images) == before:
@@ -126,29 +194,53 @@ def load_class_folder(root: Path, size: int | None, classes: list[str] | None = 
     if skipped:
         log(f"{root}: skipped {skipped} non-image files")
     x = torch.stack(images).permute(0, 3, 1, 2).contiguous()
-    return x, torch.tensor(labels), classes
+    return x, torch.tensor(labels), classes, paths
 
 
-def load_folder_splits(root: Path, size: int | None, val_fraction: float, log=print) -> ImageSplits:
-    """``root/train`` + ``root/val`` (or ``test``), else one folder split by a fixed seed."""
-    held_out = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
-    if (root / "train").is_dir() and held_out is not None:
-        tx, ty, classes = load_class_folder(root / "train", size, log=log)
-        vx, vy, _ = load_class_folder(held_out, size, classes, log=log)
-        log(f"{root}: {len(ty)} train / {len(vy)} {held_out.name} images, {len(classes)} classes")
-        return ImageSplits(tx, ty, vx, vy, classes, root.name)
-    x, y, classes = load_class_folder(root, size, log=log)
-    g = torch.Generator().manual_seed(0)  # fixed split: every run on this folder sees the same test set
-    order = torch.randperm(len(y), generator=g)
-    n_test = max(1, int(round(val_fraction * len(y))))
-    if n_test >= len(y):
-        raise ZooError(f"{root}: {len(y)} images are too few to hold out {val_fraction:.0%} for testing")
-    te, tr = order[:n_test], order[n_test:]
-    log(f"{root}: {len(tr)} train / {len(te)} test images (seeded {val_fraction:.0%} split), {len(classes)} classes")
-    return ImageSplits(x[tr], y[tr], x[te], y[te], classes, root.name)
+def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_fraction: float, log=print,
+                       flat_val_fraction: float | None = None) -> ImageSplits:
+    """An own folder, keyed by each file's path relative to ``root``:
+
+    - ``train/``, ``val/`` and ``test/``: the three parts as given;
+    - ``train/`` and one of ``val/`` or ``test/``: that folder is the test set, and validation is a hash-chosen
+      ``val_fraction`` of ``train/``;
+    - class folders only: a hash-chosen ``test_fraction`` is the test set and a hash-chosen ``val_fraction``
+      of the rest (``flat_val_fraction`` when given) validation."""
+    held_out = [d for d in ("val", "test") if (root / d).is_dir()]
+    if (root / "train").is_dir() and held_out:
+        x, y, classes, paths = load_class_folder(root / "train", size, log=log)
+        folders = [load_class_folder(root / d, size, classes, log=log) for d in held_out]
+        keys = [p.relative_to(root).as_posix() for p in paths]
+        if len(folders) == 2:  # a three-way split of its own: kept
+            (vx, vy, _, vp), (tx, ty, _, tp) = folders
+            out = ImageSplits(x, y, vx, vy, tx, ty, classes, root.name)
+            out.how = f"{out.sizes()} (train/, val/ and test/ as given)"
+            out.keys = {"train": keys, **{part: [p.relative_to(root).as_posix() for p in ps]
+                                          for part, ps in (("validation", vp), ("test", tp))}}
+        else:
+            tx, ty, _, tp = folders[0]
+            n = len(y)
+            out = carve_validation(torch.cat((x, tx)), torch.cat((y, ty)),
+                                   keys + [p.relative_to(root).as_posix() for p in tp], np.arange(n),
+                                   np.arange(n, n + len(ty)), val_fraction, classes, root.name, f"{held_out[0]}/")
+    else:
+        x, y, classes, paths = load_class_folder(root, size, log=log)
+        keys = [p.relative_to(root).as_posix() for p in paths]
+        try:
+            parts = hash_parts(keys, flat_val_fraction or val_fraction, test_fraction)
+        except ZooError as exc:
+            raise ZooError(f"{root}: {exc}") from None
+        how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each file's "
+               f"path: test {test_fraction:g} of the images, validation {flat_val_fraction or val_fraction:.3g} "
+               "of the rest)")
+        out = split_by_index(x, y, keys, parts, classes, root.name, how)
+    if not len(out.train_y) or not len(out.val_y):
+        raise ZooError(f"{root}: {out.sizes()} images: too few to train and validate")
+    log(f"{root}: {out.sizes()} images, {len(out.classes)} classes")
+    return out
 
 
-def load_torchvision_cifar10(root: Path) -> ImageSplits:
+def load_torchvision_cifar10(root: Path, val_fraction: float) -> ImageSplits:
     from torchvision.datasets import CIFAR10
 
     try:
@@ -156,37 +248,41 @@ def load_torchvision_cifar10(root: Path) -> ImageSplits:
     except (OSError, RuntimeError) as exc:
         raise ZooError(f"cifar10: torchvision could not download to {root} ({exc}); offline, use "
                        "data=cifar10-subset or place cifar-10-batches-py there") from None
-    xs = [torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous() for s in sets]
-    ys = [torch.tensor(s.targets) for s in sets]
-    return ImageSplits(xs[0], ys[0], xs[1], ys[1], list(sets[0].classes), "cifar10")
+    x = torch.cat([torch.from_numpy(s.data).permute(0, 3, 1, 2) for s in sets]).contiguous()
+    y = torch.cat([torch.tensor(s.targets) for s in sets])
+    n = len(sets[0].targets)
+    return carve_validation(x, y, content_keys(x), np.arange(n), np.arange(n, len(y)), val_fraction,
+                            list(sets[0].classes), "cifar10", "the official 10,000")
 
 
-def resize_splits(splits: ImageSplits, size: int) -> None:
-    """Resize both splits' uint8 images to size x size (antialiased bilinear)."""
-    splits.train_x, splits.test_x = (F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True)
-                                     .round().clamp(0, 255).byte() for t in (splits.train_x, splits.test_x))
+def resize_splits(data: ImageSplits, size: int) -> None:
+    """Resize the three parts' uint8 images to size x size (antialiased bilinear)."""
+    data.train_x, data.val_x, data.test_x = (
+        F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True).round().clamp(0, 255).byte()
+        for t in (data.train_x, data.val_x, data.test_x))
 
 
-def load_image_splits(data: str, image_size: int, val_fraction: float, run) -> ImageSplits:
+def load_image_splits(data: str, image_size: int, val_fraction: float, test_fraction: float, run) -> ImageSplits:
     """A named dataset or a folder of class folders; ``image_size`` 0 keeps the dataset's own size (own
-    folders: 32 px)."""
+    folders: 32 px). ``val_fraction``: validation's share of the training images; ``test_fraction``: the test
+    share of a folder that has no test split of its own."""
     size = image_size or None
     if data == "digits":
-        splits = load_digits_splits()
+        out = load_digits_splits(val_fraction)
     elif data == "cifar10-subset":
-        splits = load_folder_splits(run.data_path("cifar10-subset"), size, val_fraction, run.log)
+        out = load_folder_splits(run.data_path("cifar10-subset"), size, val_fraction, test_fraction, run.log)
     elif data == "mnist-test":
-        splits = load_mnist_test_splits(run.data_path("mnist-test"))
+        out = load_mnist_test_splits(run.data_path("mnist-test"), val_fraction)
     elif data == "cifar10":
-        splits = load_torchvision_cifar10(run.data_path("cifar10"))
+        out = load_torchvision_cifar10(run.data_path("cifar10"), val_fraction)
     elif Path(data).exists():
-        splits = load_folder_splits(Path(data), size or 32, val_fraction, run.log)
+        out = load_folder_splits(Path(data), size or 32, val_fraction, test_fraction, run.log)
     else:
         raise ZooError(f"data={data!r}: not a vision dataset (digits, mnist-test, cifar10-subset, cifar10) nor an "
                        "existing folder")
-    if size and splits.train_x.shape[-1] != size:
-        resize_splits(splits, size)
-    return splits
+    if size and out.train_x.shape[-1] != size:
+        resize_splits(out, size)
+    return out
 
 
 # =============================================================================================

@@ -1,8 +1,11 @@
 """Contrastive: NT-Xent and the BYOL loss against direct computations, the target's momentum, kNN votes,
 the linear probe, replayable two-view augmentation, and ``contrastive/*`` end to end on bundled digits
-and own folders (the exported backbone loads into vision), with their bad inputs."""
+and own folders (the exported backbone loads into vision), with their bad inputs; the protocol: pretraining
+sees neither validation nor test images, kNN monitoring reads validation, test is scored once at the end."""
 import functools
 import math
+import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -113,14 +116,17 @@ def test_config_values_are_checked(key, value):
 
 def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
     summary, _ = run_ok("contrastive/simclr", "width=8", "proj_hidden=64")
-    assert summary["metric"] == "knn_accuracy" and summary["status"] == "ok"
+    assert summary["metric"] == "test_knn_accuracy" and summary["status"] == "ok"
     import json
 
     from pathlib import Path
 
     result = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())["metrics"]
-    for key in ("knn_accuracy", "knn_macro_f1", "linear_accuracy", "linear_macro_f1"):
+    for key in ("test_knn_accuracy", "test_knn_macro_f1", "test_linear_accuracy", "test_linear_macro_f1",
+                "val_knn_accuracy"):
         assert 0.2 < result[key] <= 1.0, (key, result[key])  # 10 classes: chance is 0.1
+    assert result["test_knn_accuracy_ci_low"] <= result["test_knn_accuracy"] <= result["test_knn_accuracy_ci_high"]
+    assert "360 test" in summary["split"] and "without labels" in summary["split"]
     assert "random resized crop" in summary["augment"]
     model = images.ZooResNet(1, 10, 8, 8)
     images._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
@@ -144,7 +150,9 @@ def test_byol_on_own_unlabelled_and_labelled_folders(tmp_path):
     summary, proc = run_ok("contrastive/byol", f"data={tmp_path / 'unlabelled'}", f"eval_data={tmp_path / 'labelled'}",
                            "width=8", "proj_hidden=32", "batch_size=8", "eval_every=0")
     assert summary["status"] == "ok" and "skipped 1 non-image files" in proc.stdout
-    assert "16 labelled / 4 held-out" in summary["evaluation"]
+    sizes = [int(s.split()[0]) for s in summary["evaluation"].split(": ")[1].split(" / ")]
+    assert sum(sizes) == 20 and min(sizes) >= 1  # labelled / validation / test of the 20 labelled images
+    assert "pretraining on 20 unlabelled images" in summary["split"]
 
 
 def test_bad_inputs(tmp_path):
@@ -173,8 +181,70 @@ def test_doctor_byol_on_digits_checks_queries_against_pretraining_images(tmp_pat
     assert (folder / "report.md").is_file()
     found = json.loads((folder / "findings.json").read_text())
     by_check = {f["check"]: f for f in found}
-    assert by_check["data/leakage"]["severity"] == "ok" and "(360 checked)" in by_check["data/leakage"]["message"]
+    n_val = len(images.load_digits_splits().val_y)  # the validation queries, never the test ones
+    assert by_check["data/leakage"]["severity"] == "ok" and f"({n_val} checked)" in by_check["data/leakage"]["message"]
     assert "overfit/one-batch" in by_check and not [f for f in found if f["severity"] == "error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol: pretraining on train minus validation; kNN on validation while training; test once, at the end
+# ---------------------------------------------------------------------------------------------
+
+def _train_in_process(out, seed=0):
+    """contrastive/simclr on digits in this process, 4 steps; a SimpleRun keeps its rows and split."""
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.budget import parse_budget
+    from recipe_zoo.core.precision import seed_everything
+
+    out.mkdir(parents=True)
+    run = SimpleRun(budget=parse_budget("4steps"), seed=seed, dir=out, device="cpu", log=lambda s: None,
+                    spec=SimpleNamespace(name="contrastive/simclr"))
+    seed_everything(seed)
+    cfg = simclr.ContrastiveConfig(width=8, proj_hidden=32, batch_size=32, eval_every=0.5)
+    return simclr.train(cfg, run), run
+
+
+def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch):
+    honest, run = _train_in_process(tmp_path / "honest")
+    loader = images.load_digits_splits
+
+    def garbage(val_fraction=0.1):
+        splits = loader(val_fraction)
+        g = torch.Generator().manual_seed(1)
+        splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
+        splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
+        return splits
+
+    monkeypatch.setattr(images, "load_digits_splits", garbage)
+    garbled, garbled_run = _train_in_process(tmp_path / "garbled")
+    timeless = [[{k: v for k, v in r.items() if k != "train_seconds"} for r in x.eval_rows] for x in (run, garbled_run)]
+    assert len(run.eval_rows) == 2 and timeless[0] == timeless[1]
+    assert not [k for r in run.eval_rows for k in r if k.startswith("test")]
+    assert garbled["val_knn_accuracy"] == honest["val_knn_accuracy"]
+    assert garbled["test_knn_accuracy"] != honest["test_knn_accuracy"]
+    assert honest["test_knn_accuracy_ci_low"] <= honest["test_knn_accuracy"] <= honest["test_knn_accuracy_ci_high"]
+    monkeypatch.setattr(images, "load_digits_splits", loader)
+    _, other_seed = _train_in_process(tmp_path / "seed1", seed=1)
+    assert other_seed.splits == run.splits and set(run.splits) == {"train", "validation", "test"}
+
+
+def test_pretraining_never_sees_validation_or_test_images(tmp_path):
+    run = SimpleNamespace(log=lambda s: None, data_path=None)
+    on_digits = data.load_data(simclr.ContrastiveConfig(), run)
+    splits = on_digits.eval
+    assert torch.equal(on_digits.pretrain_x, splits.train_x) and on_digits.pretrain_keys == splits.keys["train"]
+    held = set(splits.keys["validation"]) | set(splits.keys["test"])
+    assert not held & set(images.content_keys(on_digits.pretrain_x))
+    # an unlabelled folder that holds copies of the labelled images: those of validation and test stay out
+    for cls in ("red", "blue"):
+        _write_images(tmp_path / "labelled" / cls, 10)
+    shutil.copytree(tmp_path / "labelled", tmp_path / "unlabelled" / "copies")
+    _write_images(tmp_path / "unlabelled" / "more", 5)
+    cfg = simclr.ContrastiveConfig(data=str(tmp_path / "unlabelled"), eval_data=str(tmp_path / "labelled"))
+    own = data.load_data(cfg, run)
+    n_held = len(own.eval.val_y) + len(own.eval.test_y)
+    assert len(own.pretrain_x) == 25 - n_held and n_held >= 2
+    assert not {f"copies/{k}" for k in own.eval.keys["validation"] + own.eval.keys["test"]} & set(own.pretrain_keys)
 
 
 # ---------------------------------------------------------------------------------------------

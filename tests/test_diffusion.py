@@ -1,6 +1,8 @@
 """Diffusion: the samplers land exactly on the data under an oracle network, classifier-free guidance
 mixes as defined, the fid_zoo features respond to corruption, and ``diffusion/*`` end to end on
-bundled digits and an own image folder, with their bad inputs."""
+bundled digits and an own image folder, with their bad inputs; the protocol: the FID while training reads
+validation images, the test FID is scored once at the end."""
+import csv
 import functools
 import json
 import pickle
@@ -12,6 +14,7 @@ import torch
 from PIL import Image
 
 import conftest
+from recipe_zoo.recipes.diffusion import data as diffusion_data
 from recipe_zoo.recipes.diffusion import ddpm, models
 from recipe_zoo.recipes.diffusion.data import to_model_range
 from recipe_zoo.core.errors import ZooError
@@ -104,14 +107,16 @@ def test_inception_weights_refuse_a_pickle_with_code(tmp_path):
 @pytest.mark.slow
 def test_flow_cfg_end_to_end_on_digits(tmp_path):
     summary, proc = run_ok("diffusion/flow-cfg", *TINY, "--out", tmp_path)
-    assert summary["metric"] == "fid_zoo" and summary["benchmark"] == "digits:cond"
-    assert "guidance 1.5" in summary["sampling"] and summary["fid_samples"] == "40 generated vs 40 held-out real"
+    assert summary["metric"] == "test_fid_zoo"
+    assert summary["benchmark"] == "digits:conditional=True:n_samples=40:n_real=40"  # KEY_FIELDS off their defaults
+    assert "guidance 1.5" in summary["sampling"] and summary["fid_samples"].startswith("40 generated vs 40 real")
     run_dir = tmp_path / "diffusion" / "flow-cfg"
     (run,) = list(run_dir.iterdir())
     with Image.open(run / "samples.png") as im:
         assert im.size[0] > 8 and im.size[1] > 8 * 9  # a row of samples per class (10 classes)
-    metrics = (run / "summary.json").read_text()
-    assert '"fid_zoo_floor"' in metrics and float(summary["value"]) > 0
+    metrics = json.loads((run / "summary.json").read_text())["metrics"]
+    assert {"test_fid_zoo_floor", "val_fid_zoo_floor", "val_fid_zoo"} <= set(metrics) and float(summary["value"]) > 0
+    assert metrics["test_fid_zoo_ci_low"] <= metrics["test_fid_zoo"] <= metrics["test_fid_zoo_ci_high"]
 
 
 def test_ddpm_on_an_own_folder_and_a_corrupt_image(tmp_path):
@@ -124,6 +129,10 @@ def test_ddpm_on_an_own_folder_and_a_corrupt_image(tmp_path):
     summary, _ = run_ok("diffusion/ddpm", f"data={folder}", "image_size=16", "levels=2", *TINY, "sample_steps=2",
                         "--out", tmp_path / "runs")
     assert summary["status"] == "ok" and "ddim, 2 steps" in summary["sampling"]
+    with open(next((tmp_path / "runs" / "diffusion" / "ddpm").iterdir()) / "split.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["item"] for r in rows) == sorted(f"{c}/{i}.png" for c in ("a", "b") for i in range(12))
+    assert {r["split"] for r in rows} == {"train", "validation", "test"}
     (folder / "a" / "0.png").write_bytes(b"not a png")
     assert "0.png" in run_bad("diffusion/ddpm", f"data={folder}", *TINY)
 
@@ -134,12 +143,16 @@ def test_bad_values_are_refused_before_training(tmp_path):
                        (dict(data=str(tmp_path / "nowhere")), "not a diffusion dataset")):
         with pytest.raises(ZooError, match=match):
             ddpm.train(ddpm.DiffusionConfig(**bad), run)
+    for bad, match in ((dict(val_fraction=0.0), "val_fraction=0.0"), (dict(test_fraction=1.5), "test_fraction=1.5"),
+                       (dict(val_fraction=0.5, test_fraction=0.5), "leave images to train on")):
+        with pytest.raises(ZooError, match=match):
+            ddpm.train(ddpm.DiffusionConfig(**bad), run)
     with pytest.raises(ZooError, match="width=12"):
         models.build_unet(ddpm.DiffusionConfig(), 12, 1, 8, 10)
     with pytest.raises(ZooError, match="levels=6"):  # 16 px halves at most 4 times
         models.build_unet(ddpm.DiffusionConfig(levels=6), 8, 3, 16, 2)
     data = SimpleNamespace(train_x=torch.zeros(4, 1, 8, 8, dtype=torch.uint8), train_y=torch.zeros(4, dtype=torch.long),
-                           test_x=torch.zeros(2, 1, 8, 8, dtype=torch.uint8), test_y=torch.zeros(2, dtype=torch.long),
+                           val_x=torch.zeros(2, 1, 8, 8, dtype=torch.uint8), val_y=torch.zeros(2, dtype=torch.long),
                            name="one")
     with pytest.raises(ZooError, match="one class"):
         models.feature_net(data, print)
@@ -176,11 +189,70 @@ def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch
                  "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().out[-3000:]
     (folder,) = (tmp_path / "doctor" / "diffusion" / "flow").iterdir()
-    assert "- validation: 360 rows, inputs of shape (360, 1, 8, 8)" in (folder / "report.md").read_text()
+    n_val = len(diffusion_data.load_data(ddpm.DiffusionConfig(), None).val_y)  # validation, never test
+    assert f"- validation: {n_val} rows, inputs of shape ({n_val}, 1, 8, 8)" in (folder / "report.md").read_text()
     findings = json.loads((folder / "findings.json").read_text())
     severity = {f["check"]: f["severity"] for f in findings}
     assert severity["data/balance"] == "ok" and severity["data/leakage"] == "ok"
     assert "overfit/one-batch" in severity and not [f for f in findings if f["severity"] == "error"], findings
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol: validation FID while training, the test FID once at the end
+# ---------------------------------------------------------------------------------------------
+
+def test_split_is_hash_chosen_and_the_same_in_any_order():
+    cfg = ddpm.DiffusionConfig()
+    data = diffusion_data.load_data(cfg, None)
+    keys = {p: set(data.keys[p]) for p in ("train", "validation", "test")}
+    assert not (keys["train"] & keys["validation"] or keys["train"] & keys["test"] or keys["validation"] & keys["test"])
+    assert sum(map(len, data.keys.values())) == 1797 and len(data.train_y) + len(data.val_y) + len(data.test_y) == 1797
+    assert 0.07 < len(data.val_y) / 1797 < 0.13 and 0.07 < len(data.test_y) / 1797 < 0.13  # 10% and 10%
+    x, y, classes = diffusion_data.digits_arrays()
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    shuffled = diffusion_data.hash_split_arrays(x[order], y[order], classes, "digits", cfg)
+    assert {p: set(k) for p, k in shuffled.keys.items()} == keys
+
+
+def _train_in_process(out, seed=0):
+    """diffusion/flow on digits in this process, 4 steps (the fid_zoo network is trained once, then cached: its
+    key is the train and validation images)."""
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.budget import parse_budget
+    from recipe_zoo.core.precision import seed_everything
+
+    out.mkdir(parents=True)
+    run = SimpleRun(budget=parse_budget("4steps"), seed=seed, dir=out, device="cpu", log=lambda s: None,
+                    spec=SimpleNamespace(name="diffusion/flow"))
+    seed_everything(seed)
+    cfg = ddpm.DiffusionConfig(method="flow", width=8, n_samples=40, n_real=40, sample_steps=2, grid=0,
+                               eval_every=0.5)
+    return ddpm.train(cfg, run), run
+
+
+@pytest.mark.slow
+def test_garbage_test_images_change_nothing_before_the_end(tmp_path, monkeypatch):
+    """Noise for test images: every validation row is the same, only the test FID moves; the interval brackets
+    the value (a trained feature network: an untrained one's features are near-constant, FID ~1e-4, and every
+    bootstrap FID lies above it); the split is the same for another seed."""
+    honest, run = _train_in_process(tmp_path / "honest")
+    split = diffusion_data.hash_split_arrays
+
+    def garbage(*args):
+        data = split(*args)
+        data.test_x = torch.randint(0, 256, data.test_x.shape, generator=torch.Generator().manual_seed(1)).byte()
+        return data
+
+    monkeypatch.setattr(diffusion_data, "hash_split_arrays", garbage)
+    garbled, garbled_run = _train_in_process(tmp_path / "garbled")
+    timeless = [[{k: v for k, v in r.items() if k != "train_seconds"} for r in x.eval_rows] for x in (run, garbled_run)]
+    assert len(run.eval_rows) == 2 and timeless[0] == timeless[1]
+    assert not [k for r in run.eval_rows for k in r if k.startswith("test")]
+    assert garbled["val_fid_zoo"] == honest["val_fid_zoo"] and garbled["test_fid_zoo"] != honest["test_fid_zoo"]
+    assert honest["test_fid_zoo_ci_low"] <= honest["test_fid_zoo"] <= honest["test_fid_zoo_ci_high"]
+    monkeypatch.setattr(diffusion_data, "hash_split_arrays", split)
+    _, other_seed = _train_in_process(tmp_path / "seed1", seed=1)
+    assert other_seed.splits == run.splits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +300,8 @@ def _diffusion_bad_case(case: str, tmp):
         return [f"data={good}"], [str(good / "b" / "9.jpg"), "cannot decode image"], "3steps"
     if case == "too_few_held_out":
         _class_folder(tmp / "tiny", n=4)
-        return [f"data={tmp / 'tiny'}"], [str(tmp / "tiny"), "1 held-out image(s)"], "3steps"
+        return ([f"data={tmp / 'tiny'}"], [str(tmp / "tiny"), "test image(s); the FID needs at least 2 of each"],
+                "3steps")
     if case == "one_class":
         _class_folder(tmp / "mono", classes=("only",), n=20)
         return [f"data={tmp / 'mono'}"], [f"data={tmp / 'mono'}", "one class folder ('only')"], "3steps"

@@ -1,4 +1,9 @@
-"""Vision recipe pieces: data loading, augmentation, models, the fine-tuning path."""
+"""Vision recipe pieces: data loading and its train / validation / test split, augmentation, models, the
+fine-tuning path, and the protocol: selection reads validation, test is scored once at the end."""
+import csv
+import json
+
+import numpy as np
 import pytest
 import torch
 
@@ -8,11 +13,29 @@ from recipe_zoo.recipes.vision import data, resnet
 from recipe_zoo.core.errors import ZooError
 
 
-def test_digits_split_is_fixed_and_stratified():
+def test_digits_split_is_fixed_and_validation_is_carved_from_train():
     a, b = images.load_digits_splits(), images.load_digits_splits()
-    assert torch.equal(a.test_y, b.test_y) and len(a.test_y) == 360 and len(a.train_y) == 1437
+    assert torch.equal(a.test_y, b.test_y) and len(a.test_y) == 360 and len(a.train_y) + len(a.val_y) == 1437
+    assert 0.07 < len(a.val_y) / 1437 < 0.13 and torch.equal(a.val_x, b.val_x)
     assert a.train_x.dtype == torch.uint8 and a.train_x.shape[1:] == (1, 8, 8)
     assert torch.bincount(a.test_y).min() >= 35
+    keys = {part: set(a.keys[part]) for part in images.PARTS}  # content keys: a duplicate image stays on one side
+    assert not keys["train"] & keys["validation"] and not keys["validation"] & keys["test"]
+    assert [len(a.keys[p]) for p in images.PARTS] == [len(a.train_y), len(a.val_y), len(a.test_y)]
+    wider = images.load_digits_splits(0.2)  # a larger share only adds to validation
+    assert keys["validation"] <= set(wider.keys["validation"]) and torch.equal(wider.test_y, a.test_y)
+
+
+def test_hash_parts_do_not_depend_on_the_order_of_the_items():
+    keys = [f"c{i % 3}/{i}.png" for i in range(200)]
+    parts = images.hash_parts(keys, 0.1, 0.2)
+    shuffled = [keys[i] for i in np.random.default_rng(0).permutation(200)]
+    again = images.hash_parts(shuffled, 0.1, 0.2)
+    as_sets = lambda ks, ps: [{ks[i] for i in p} for p in ps]  # noqa: E731
+    assert as_sets(keys, parts) == as_sets(shuffled, again)
+    train, val, test = as_sets(keys, parts)
+    assert len(train | val | test) == 200 and not (train & val or train & test or val & test)
+    assert 20 < len(test) < 60 and 5 < len(val) < 30  # 20% of all, 10% of the rest
 
 
 def test_translate_and_flip_are_deterministic_per_generator():
@@ -43,17 +66,48 @@ def test_whitening_stem_whitens_patches():
     assert not model.whiten.weight.requires_grad
 
 
-def test_own_folder_split_by_seed(tmp_path):
+def _files(root, classes=("a", "b"), n=5):
     from PIL import Image
 
-    for cls in ("a", "b"):
-        (tmp_path / cls).mkdir()
-        for i in range(5):
-            Image.new("RGB", (10, 10), (i * 40, 0, 0)).save(tmp_path / cls / f"{i}.png")
-    splits = images.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
-    assert len(splits.train_y) == 8 and len(splits.test_y) == 2 and splits.train_x.shape[1:] == (3, 16, 16)
-    again = images.load_folder_splits(tmp_path, 16, 0.2, log=lambda s: None)
-    assert torch.equal(splits.test_x, again.test_x)
+    for cls in classes:
+        (root / cls).mkdir(parents=True)
+        for i in range(n):
+            Image.new("RGB", (10, 10), (i * 40, 0, 0)).save(root / cls / f"{i}.png")
+    return root
+
+
+def test_own_folder_split_by_hash_of_the_paths(tmp_path):
+    _files(tmp_path / "flat", n=20)
+    splits = images.load_folder_splits(tmp_path / "flat", 16, 0.1, 0.2, log=lambda s: None)
+    assert len(splits.train_y) + len(splits.val_y) + len(splits.test_y) == 40
+    assert splits.train_x.shape[1:] == (3, 16, 16)
+    assert min(len(splits.val_y), len(splits.test_y)) >= 1
+    keys = {p: set(splits.keys[p]) for p in images.PARTS}
+    assert set().union(*keys.values()) == {f"{c}/{i}.png" for c in "ab" for i in range(20)}
+    assert sum(len(k) for k in keys.values()) == 40
+    again = images.load_folder_splits(tmp_path / "flat", 16, 0.1, 0.2, log=lambda s: None)
+    assert again.keys == splits.keys and torch.equal(splits.test_x, again.test_x)
+    # the same files elsewhere, under another name: the same split (the keys are relative to the root)
+    import shutil
+
+    shutil.copytree(tmp_path / "flat", tmp_path / "moved")
+    assert images.load_folder_splits(tmp_path / "moved", 16, 0.1, 0.2, log=lambda s: None).keys == splits.keys
+
+
+def test_own_folder_with_train_and_val_uses_val_as_test(tmp_path):
+    root = tmp_path / "photos"
+    _files(root / "train", n=15)
+    _files(root / "val", n=2)
+    logs = []
+    splits = images.load_folder_splits(root, 16, 0.1, 0.2, log=logs.append)
+    assert splits.keys["test"] == ["val/a/0.png", "val/a/1.png", "val/b/0.png", "val/b/1.png"]
+    assert all(k.startswith("train/") for k in splits.keys["train"] + splits.keys["validation"])
+    assert len(splits.train_y) + len(splits.val_y) == 30 and len(splits.val_y) >= 1
+    assert "4 test (val/)" in splits.how and "validation" in logs[-1]
+    _files(root / "test", n=3)  # all three folders: the split as given
+    given = images.load_folder_splits(root, 16, 0.1, 0.2, log=logs.append)
+    assert (len(given.train_y), len(given.val_y), len(given.test_y)) == (30, 4, 6)
+    assert given.keys["validation"][0] == "val/a/0.png" and given.keys["test"][0] == "test/a/0.png"
 
 
 def test_mixed_sizes_need_image_size(tmp_path):
@@ -272,3 +326,80 @@ def test_bad_input_table(case, tmp_path, capfd):
     args, needles, budget = _vision_bad_case(case, tmp_path)
     recipe = args.pop(0) if args[0].startswith("vision/") else "vision/resnet"
     bad_input(capfd, [recipe, *args, "width=8", "image_size=8"], tmp_path / "runs", *needles, budget=budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# The protocol: selection reads validation while training; test is scored once, at the end
+# ---------------------------------------------------------------------------------------------
+
+def _train_in_process(out, seed=0, **overrides):
+    """vision/resnet on digits in this process, 4 steps; a SimpleRun keeps its rows and split: (metrics, run)."""
+    from types import SimpleNamespace
+
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.budget import parse_budget
+    from recipe_zoo.core.precision import seed_everything
+
+    out.mkdir(parents=True)
+    run = SimpleRun(budget=parse_budget("4steps"), seed=seed, dir=out, device="cpu", log=lambda s: None,
+                    spec=SimpleNamespace(name="vision/resnet"))
+    seed_everything(seed)
+    return resnet.train(resnet.VisionConfig(width=8, eval_every=0.5, **overrides), run), run
+
+
+def _without_timing(rows):
+    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
+
+
+def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch):
+    """The test images and labels replaced by noise: every validation row is the same, only the test score moves;
+    the split is the same for another seed, and the interval brackets the test accuracy."""
+    honest, run = _train_in_process(tmp_path / "honest")
+    loader = images.load_digits_splits
+
+    def garbage(val_fraction=0.1):
+        splits = loader(val_fraction)
+        g = torch.Generator().manual_seed(1)
+        splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
+        splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
+        return splits
+
+    monkeypatch.setattr(images, "load_digits_splits", garbage)
+    garbled, garbled_run = _train_in_process(tmp_path / "garbled")
+    assert len(run.eval_rows) == 2 and _without_timing(run.eval_rows) == _without_timing(garbled_run.eval_rows)
+    assert not [k for r in run.eval_rows for k in r if k.startswith("test")]  # rows during training: validation
+    assert garbled["val_accuracy"] == honest["val_accuracy"] and garbled["test_accuracy"] != honest["test_accuracy"]
+    assert honest["test_accuracy_ci_low"] <= honest["test_accuracy"] <= honest["test_accuracy_ci_high"]
+    assert honest["test_accuracy_ci_high"] - honest["test_accuracy_ci_low"] > 0.02  # 360 images: a real spread
+    monkeypatch.setattr(images, "load_digits_splits", loader)
+    _, other_seed = _train_in_process(tmp_path / "seed1", seed=1)
+    assert other_seed.splits == run.splits and [len(run.splits[p]) for p in images.PARTS][2] == 360
+
+
+def test_own_folder_run_records_its_split(tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "pics"
+    rng = np.random.default_rng(0)
+    for cls, colour in (("red", (200, 30, 30)), ("blue", (30, 30, 200))):
+        (root / cls).mkdir(parents=True)
+        for i in range(12):
+            Image.fromarray(np.clip(rng.normal(colour, 30, (8, 8, 3)), 0, 255).astype(np.uint8)).save(
+                root / cls / f"{i}.png")
+    proc = zoo("run", "vision/resnet", f"data={root}", "width=8", "batch_size=8", "eval_every=0.5", "--budget",
+               "3steps", "--out", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    block = summary_block(proc.stdout)
+    assert block["metric"] == "test_accuracy" and "validation" in block["split"] and "test" in block["split"]
+    run_dir = next((tmp_path / "runs" / "vision" / "resnet").iterdir())
+    with open(run_dir / "split.csv") as f:
+        rows = list(csv.DictReader(f))
+    items = [r["item"] for r in rows]
+    assert sorted(items) == sorted(f"{c}/{i}.png" for c in ("red", "blue") for i in range(12))  # each file once
+    assert {r["split"] for r in rows} == {"train", "validation", "test"}
+    result = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert {"test_accuracy", "val_accuracy", "test_macro_f1", "test_accuracy_ci_low",
+            "test_accuracy_ci_high"} <= set(result)
+    assert result["test_accuracy_ci_low"] <= result["test_accuracy"] <= result["test_accuracy_ci_high"]
+    with open(run_dir / "metrics.csv") as f:
+        assert not [c for c in next(csv.reader(f)) if c.startswith("test")]

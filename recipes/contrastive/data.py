@@ -18,23 +18,40 @@ from recipe_zoo.recipes import images
 
 @dataclass
 class SSLData:
-    pretrain_x: torch.Tensor  # (N, C, H, W) uint8, labels never seen by training
-    eval: images.ImageSplits  # kNN memory bank / probe training set = eval.train_*, queries = eval.test_*
+    """What pretraining sees (never a label, never a validation or test image) and the labelled splits the
+    frozen features are scored on: kNN bank and probe training set = ``eval.train_*``; queries =
+    ``eval.val_*`` while training, ``eval.test_*`` once at the end."""
+    pretrain_x: torch.Tensor  # (N, C, H, W) uint8
+    eval: images.ImageSplits
+    pretrain_keys: list  # the pretraining images' keys (paths relative to ``data``), for split.csv
 
 
-def load_unlabelled_folder(root: Path, size: int, log=print) -> torch.Tensor:
-    """Every image under ``root`` (any depth, class folders or none); other files are counted."""
+def load_unlabelled_folder(root: Path, size: int, log=print) -> tuple[torch.Tensor, list[str]]:
+    """Every image under ``root`` (any depth, class folders or none) and its path relative to ``root``; other
+    files are counted."""
     if not root.exists():
         raise ZooError(f"{root}: folder not found")
     if not root.is_dir():
         raise ZooError(f"{root}: not a folder (with eval_data, data is a folder of unlabelled images)")
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    decoded = [images.decode_image(p, size) for p in files if p.suffix.lower() in images.IMAGE_SUFFIXES]
-    if not decoded:
+    paths = [p for p in files if p.suffix.lower() in images.IMAGE_SUFFIXES]
+    if not paths:
         raise ZooError(f"{root}: no images found (expected image files under it)")
-    if len(files) > len(decoded):
-        log(f"{root}: skipped {len(files) - len(decoded)} non-image files")
-    return torch.stack(decoded).permute(0, 3, 1, 2).contiguous()
+    if len(files) > len(paths):
+        log(f"{root}: skipped {len(files) - len(paths)} non-image files")
+    x = torch.stack([images.decode_image(p, size) for p in paths]).permute(0, 3, 1, 2).contiguous()
+    return x, [p.relative_to(root).as_posix() for p in paths]
+
+
+def without_held_out(x: torch.Tensor, keys: list, splits: images.ImageSplits, log, root) -> tuple[torch.Tensor, list]:
+    """The unlabelled images minus exact copies of a validation or test image: those stay out of pretraining."""
+    held = set(images.content_keys(splits.val_x)) | set(images.content_keys(splits.test_x))
+    keep = [i for i, k in enumerate(images.content_keys(x)) if k not in held]
+    if len(keep) < len(keys):
+        log(f"{root}: left {len(keys) - len(keep)} images out of pretraining: copies of validation or test images")
+    if not keep:
+        raise ZooError(f"{root}: every image is a copy of a validation or test image of eval_data")
+    return x[keep], [keys[i] for i in keep]
 
 
 def load_data(cfg, run) -> SSLData:
@@ -42,12 +59,14 @@ def load_data(cfg, run) -> SSLData:
     if cfg.eval_data:
         if not Path(cfg.data).exists():
             raise ZooError(f"data={cfg.data}: folder not found (with eval_data, data is a folder of unlabelled images)")
-        x = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
-        splits = images.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction, run.log)
+        x, keys = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
+        splits = images.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction,
+                                           cfg.test_fraction, run.log)
+        x, keys = without_held_out(x, keys, splits, run.log, cfg.data)
         run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
-        return SSLData(x, splits)
-    splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, run)
-    return SSLData(splits.train_x, splits)
+        return SSLData(x, splits, keys)
+    splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+    return SSLData(splits.train_x, splits, splits.keys["train"])  # train minus validation: labels never read
 
 
 # =============================================================================================

@@ -1,6 +1,6 @@
 """Diffusion data: uint8 image tensors (N, C, H, W) in memory, from the shared image loaders
-(``recipe_zoo.recipes.images``), and the conversion to and from the model's [-1, 1] range.
-``cfg`` is the recipe's config (``DiffusionConfig`` in ``ddpm.py``)."""
+(``recipe_zoo.recipes.images``), split train / validation / test, and the conversion to and from the model's
+[-1, 1] range. ``cfg`` is the recipe's config (``DiffusionConfig`` in ``ddpm.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,34 +8,54 @@ from pathlib import Path
 import torch
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.images import load_digits_splits, load_folder_splits, load_mnist_test_splits, resize_splits
+from recipe_zoo.recipes.images import (ImageSplits, content_keys, digits_arrays, hash_parts, load_folder_splits,
+                                       mnist_test_arrays, resize_splits, split_by_index)
 
 # =============================================================================================
 # Data: uint8 image tensors (N, C, H, W) in memory
 # =============================================================================================
 
-def load_mnist_generative(root: Path):
-    """MNIST's 10,000 test images split once into 9,000 training and 1,000 held-out (stratified, seed 0)."""
-    return load_mnist_test_splits(root, test_size=1000, name="mnist")
+def check_fractions(cfg) -> None:
+    """Validation and test shares that leave images to train on (refused before any data loads)."""
+    for key in ("val_fraction", "test_fraction"):
+        if not 0 < getattr(cfg, key) < 1:
+            raise ZooError(f"{key}={getattr(cfg, key)}: must be in (0, 1)")
+    if cfg.val_fraction + cfg.test_fraction >= 1:
+        raise ZooError(f"val_fraction={cfg.val_fraction} + test_fraction={cfg.test_fraction}: leave images to train on")
 
 
-def load_data(cfg, run):
+def hash_split_arrays(x: torch.Tensor, y: torch.Tensor, classes: list[str], name: str, cfg) -> ImageSplits:
+    """Images in memory, keyed by their content: a hash-chosen ``test_fraction`` of them is the test set, and
+    as large a hash-chosen ``val_fraction`` validation (mnist: about 1,000 and 1,000 of the 10,000)."""
+    keys = content_keys(x)
+    parts = hash_parts(keys, cfg.val_fraction / (1 - cfg.test_fraction), cfg.test_fraction)
+    how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each image: "
+           f"{cfg.val_fraction:g} and {cfg.test_fraction:g} of the {len(y)})")
+    return split_by_index(x, y, keys, parts, classes, name, how)
+
+
+def load_data(cfg, run) -> ImageSplits:
     size = cfg.image_size or None
+    # a folder of class folders only: validation as large a share of all its images as test
+    flat_val = cfg.val_fraction / (1 - cfg.test_fraction)
     if cfg.data == "digits":
-        data = load_digits_splits()
+        data = hash_split_arrays(*digits_arrays(), "digits", cfg)
     elif cfg.data == "mnist":
-        data = load_mnist_generative(run.data_path("mnist"))
+        data = hash_split_arrays(*mnist_test_arrays(run.data_path("mnist")), [str(i) for i in range(10)], "mnist", cfg)
     elif cfg.data == "cifar10-subset":
-        data = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, run.log)
+        data = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, cfg.test_fraction, run.log,
+                                  flat_val_fraction=flat_val)
     elif Path(cfg.data).exists():
-        data = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, run.log)
+        data = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, cfg.test_fraction, run.log,
+                                  flat_val_fraction=flat_val)
     else:
         raise ZooError(f"data={cfg.data!r}: not a diffusion dataset (digits, mnist, cifar10-subset) nor an "
                        "existing folder")
     if size and data.train_x.shape[-1] != size:
         resize_splits(data, size)
-    if len(data.test_y) < 2:
-        raise ZooError(f"data={cfg.data}: {len(data.test_y)} held-out image(s); the FID needs at least 2")
+    if min(len(data.val_y), len(data.test_y)) < 2:
+        raise ZooError(f"data={cfg.data}: {len(data.val_y)} validation / {len(data.test_y)} test image(s); the FID "
+                       "needs at least 2 of each")
     return data
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,7 @@ from recipe_zoo.core import metrics, optim, schedule
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
-from recipe_zoo.core.precision import choose_device, speed_switches
+from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import recipe
 from recipe_zoo.recipes import images
@@ -33,9 +33,12 @@ from recipe_zoo.recipes.vision.models import layer_groups
 
 @dataclass
 class VisionConfig(LoopSettings):
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
+
     data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
     image_size: int = 0  # pixels per side; 0 = the dataset's own size (own folders: 32; finetune: the model's)
-    val_fraction: float = 0.2  # held-out fraction when a folder has no val/ or test/ inside
+    val_fraction: float = 0.1  # validation: this share of the training images, chosen by a hash of each image
+    test_fraction: float = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-net"  # zoo-net (whitened stem + 3 conv groups, sized for CPU budgets), zoo-resnet, or a timm name
     width: int = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
     weights: str = ""  # pretrained weights: a file or folder, 'hub' for the timm hub, '' for none
@@ -64,7 +67,7 @@ class VisionConfig(LoopSettings):
     freeze_bn: bool = False  # keep pretrained BatchNorm statistics fixed while fine-tuning
     ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
     lookahead: float = 0.95  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
-    eval_every: float = 0.5  # fraction of the budget between evaluations (each costs test-set TTA passes)
+    eval_every: float = 0.1  # fraction of the budget between validation evaluations (each costs TTA passes)
 
 
 # =============================================================================================
@@ -170,20 +173,38 @@ def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: 
 
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
-             num_classes: int) -> dict:
+             num_classes: int, prefix: str = "val_") -> dict:
+    """Accuracy, macro-F1 and loss of the TTA logits, named ``prefix + metric``; on test (``prefix="test_"``)
+    also the accuracy's 95% bootstrap interval over the images."""
     logits = predict(model, x, normalize, tta, flip)
     y = y.to(logits.device)
-    return {"accuracy": metrics.accuracy(logits, y), "macro_f1": metrics.macro_f1(logits, y, num_classes),
-            "test_loss": F.cross_entropy(logits, y).item()}
+    out = {f"{prefix}accuracy": metrics.accuracy(logits, y),
+           f"{prefix}macro_f1": metrics.macro_f1(logits, y, num_classes),
+           f"{prefix}loss": F.cross_entropy(logits.float(), y).item()}
+    if prefix == "test_":
+        correct = (logits.argmax(1) == y).cpu().numpy()
+        low, high = metrics.bootstrap(lambda idx: correct[idx].mean(), len(correct))
+        out |= {"test_accuracy_ci_low": low, "test_accuracy_ci_high": high}
+    return out
+
+
+@torch.no_grad()
+def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg: VisionConfig, device) -> dict:
+    """The test set, scored once after training on the model training ended with (as ``fit`` evaluates:
+    eval mode, the run's precision, the same TTA)."""
+    model.eval()
+    with autocast(device, resolve_precision(device, cfg.precision)):
+        return evaluate(model, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on", len(data.classes),
+                        prefix="test_")
 
 
 # =============================================================================================
 # Training
 # =============================================================================================
 
-@recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+@recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
         summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA")
-@recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="accuracy", budget="60s",
+@recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
         summary="two-stage transfer: train the new head on a frozen backbone, then unfreeze at 10x lower LR",
         defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2})
 def train(cfg: VisionConfig, run) -> dict[str, float]:
@@ -192,24 +213,27 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     if cfg.head_fraction > 0 and not cfg.weights:
         raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
                        "(file or folder) or weights=hub")
-    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, run)
+    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+    run.record_split(data.keys)
+    run.report("split", data.how)
     cfg = resolve_auto(cfg, data)
     pretrained_timm = bool(cfg.weights) and cfg.model not in images.OWN_MODELS
     if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
-        data.train_x, data.test_x = data.train_x.expand(-1, 3, -1, -1), data.test_x.expand(-1, 3, -1, -1)
+        data.train_x, data.val_x, data.test_x = (t.expand(-1, 3, -1, -1)
+                                                 for t in (data.train_x, data.val_x, data.test_x))
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
     model, head = images.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
                                      data.train_x.shape[-1])
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         images.resize_splits(data, size)
-    run.inspect(train=(data.train_x, data.train_y), val=(data.test_x, data.test_y), task="classification",
+    run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
                 num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
     mean, std = (t.view(1, -1, 1, 1).to(device)
                  for t in images.input_stats(data.train_x, model, cfg.model, cfg.weights))
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)
-    run.log(f"{data.name}: {len(data.train_y)} train / {len(data.test_y)} test, {num_classes} classes, "
+    run.log(f"{data.name}: {data.sizes()}, {num_classes} classes, "
             f"{tuple(data.train_x.shape[1:])}; {cfg.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
@@ -242,13 +266,14 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
     result = fit(model, optimizer, batches, loss_fn, run, device=device,
-                 evaluate=lambda m: evaluate(m, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on",
+                 evaluate=lambda m: evaluate(m, data.val_x, data.val_y, normalize, cfg.tta, cfg.flip == "on",
                                              num_classes),
                  update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
+    test = score_test(result.eval_model, data, normalize, cfg, device)  # once, after training
     export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
-    return {**result.stats(), **result.metrics}
+    return {**result.stats(), **result.metrics, **test}
 
 
 def _report_weight_change(model: nn.Module, initial: dict, head: str, run) -> None:
