@@ -1,16 +1,22 @@
 """LLM recipes: tokenizer and bits per byte, the GPT, the optimizer table, text data and its bad
 inputs, and LoRA on a tiny transformers Llama built locally."""
+import csv
 import json
 import math
+import random
+import re
 
+import numpy as np
 import pytest
 import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
+from recipe_zoo import data as zoo_data, registry
 from recipe_zoo.recipes.llm import data as llm_data, gpt, models
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import seed_everything
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
@@ -43,6 +49,15 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
     for batch in (1, 3, 16):
         bpb = llm_data.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
         assert bpb == pytest.approx(37 * math.log2(vocab) / int(per_target.sum()), rel=1e-6)
+        nats, n_bytes = llm_data.window_sums(uniform, tokens, seq, batch, "cpu", per_target)
+        assert nats == pytest.approx([8 * math.log(vocab)] * 4 + [5 * math.log(vocab)])  # each window's nats
+        assert n_bytes.tolist() == [int(per_target[i:i + 8].sum()) for i in range(0, 37, 8)]
+    # the interval resamples the windows: it brackets the value, and is a point when every window scores alike
+    rng = np.random.default_rng(0)
+    nats, n_bytes = rng.uniform(50, 150, 40), rng.uniform(60, 90, 40)
+    low, high = llm_data.bpb_interval(nats, n_bytes)
+    assert low < nats.sum() / (math.log(2) * n_bytes.sum()) < high
+    assert llm_data.bpb_interval(np.full(9, 2.0), np.full(9, 1.0)) == pytest.approx((2 / math.log(2),) * 2)
 
 
 def test_token_windows_cover_each_epoch_once_and_resume_exactly():
@@ -58,6 +73,31 @@ def test_token_windows_cover_each_epoch_once_and_resume_exactly():
     assert torch.equal(a.next_batch()[0], b.next_batch()[0])
     with pytest.raises(ZooError, match="fewer than one batch"):
         llm_data.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
+
+
+def test_token_windows_shard_like_accumulation_across_an_epoch_boundary():
+    """11 micro-batches an epoch: one process accumulating two takes an epoch's last window batch with the
+    next epoch's first (its own offset and shuffle) in one step; two processes must too, not drop it, and a
+    rank resumed right after that step goes on the same."""
+    tokens = torch.arange(16 * 45 + 17, dtype=torch.int32)  # 45 windows of 16: 11 micro-batches of 4 an epoch
+    one = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+    assert one.batches_per_epoch == 11
+    expected = [one.next_batch() for _ in range(2 * 14)]  # 14 steps of 2: past the boundaries at 11 and 22
+    ranks = []
+    for rank in range(2):
+        w = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+        w.shard(rank, 2)
+        assert w.batches_per_epoch == 5  # steps_per_epoch still counts whole steps of this process
+        drawn = [w.next_batch() for _ in range(6)]  # step 6 straddles the first boundary
+        resumed = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+        resumed.shard(rank, 2)
+        resumed.load_state_dict(w.state_dict())
+        drawn += [resumed.next_batch() for _ in range(8)]
+        ranks.append(drawn)
+    merged = [batch for step in zip(*ranks) for batch in step]
+    assert len(merged) == len(expected)
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(merged, expected)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb), f"micro-batch {i} (step {i // 2 + 1}) differs"
 
 
 @pytest.mark.parametrize("mlp,kv_heads", [("relu2", 0), ("swiglu", 1)])
@@ -107,13 +147,51 @@ def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
     assert depth("100steps", 10**5) == 4
 
 
+USER_DATA_CACHE = zoo_data.cache_root()  # read at import, before the tests' own empty cache is set
+
+
+# Tinyshakespeare's training part (the first 85% of its characters) under the default BPE: 361,533 tokens
+# (383,353 when training read the first 90%); the default depths read this count.
+SHAKESPEARE_TRAIN_TOKENS = 361_533
+
+
+@pytest.mark.parametrize("train_tokens", [SHAKESPEARE_TRAIN_TOKENS, 383_353])
+@pytest.mark.parametrize("peak", [170e9, 220e9, 280e9])
+def test_default_depths_on_tinyshakespeare_are_2_3_4(monkeypatch, train_tokens, peak):
+    """60 s, 163 s and 5 minutes buy depths 2, 3 and 4 with the training part the split leaves, as they did with
+    the old one, across the CPU peaks where they did (165-301 GFLOP/s then; 156-284 now)."""
+    monkeypatch.setattr(gpt, "peak_flops", lambda device: peak)
+    cfg = gpt.GPTConfig()
+    assert [gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), torch.device("cpu"), log=print)
+            for b in ("60s", "163s", "5m")] == [2, 3, 4]
+
+
+def test_tinyshakespeare_split_and_training_tokens():
+    """The cached tinyshakespeare (skipped when absent): 85% / 5% / 10% of its characters in order, the test part
+    the bytes validation scored before (the last 10%), and the training-token count the sizing test uses."""
+    path = USER_DATA_CACHE / zoo_data.get("tinyshakespeare").path
+    if not path.exists():
+        pytest.skip(f"tinyshakespeare is not in the data cache ({USER_DATA_CACHE})")
+    s = llm_data.load_text(str(path), 0.05, 0.1, SimpleRun(Budget("steps", 1)))
+    assert s.keys == {"train": ["input.txt[0:948084]"], "validation": ["input.txt[948084:1003854]"],
+                      "test": ["input.txt[1003854:1115394]"]}
+    assert len(llm_data.eval_text(s, 100_000).encode()) == 100_000
+    tok = llm_data.train_bpe(s.train, 1024)
+    assert len(llm_data.encode_docs(tok, s.train)) == SHAKESPEARE_TRAIN_TOKENS
+
+
 def test_text_sources_and_bad_inputs(tmp_path):
+    run = SimpleRun(Budget("steps", 1))
     f = tmp_path / "book.txt"
     f.write_text("abcdefghij" * 10)
-    s = llm_data.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1)))
-    assert "".join(s.train) + "".join(s.val) == "abcdefghij" * 10 and len("".join(s.val)) == 10
-    (tmp_path / "book.val.txt").write_text("held out")
-    assert llm_data.load_text(str(f), 0.1, SimpleRun(Budget("steps", 1))).val == ["held out"]
+    s = llm_data.load_text(str(f), 0.05, 0.1, run)  # in reading order: 85 / 5 / 10 characters
+    assert "".join(s.train) + "".join(s.val) + "".join(s.test) == "abcdefghij" * 10
+    assert [len("".join(p)) for p in (s.train, s.val, s.test)] == [85, 5, 10]
+    assert s.keys == {"train": ["book.txt[0:85]"], "validation": ["book.txt[85:90]"], "test": ["book.txt[90:100]"]}
+    (tmp_path / "book.val.txt").write_text("held out")  # the held-out file is test; validation the training tail
+    s = llm_data.load_text(str(f), 0.1, 0.1, run)
+    assert s.test == ["held out"] and s.val == ["abcdefghij"] and "".join(s.train) == "abcdefghij" * 9
+    assert s.keys["test"] == ["book.val.txt"] and s.keys["validation"] == ["book.txt[90:100]"]
     folder = tmp_path / "docs"
     (folder / "val").mkdir(parents=True)
     (folder / "a.md").write_text("doc a")
@@ -121,10 +199,21 @@ def test_text_sources_and_bad_inputs(tmp_path):
     (folder / "val" / "c.txt").write_text("doc c")
     (folder / "notes.pdf").write_bytes(b"%PDF")
     logged = []
-    s = llm_data.load_text(str(folder), 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
-    assert s.train == ["doc a", "doc b"] and s.val == ["doc c"] and "1 files" in logged[0]
-    with pytest.raises(ZooError, match="validation split has 8 bytes, fewer than eval_bytes=100"):
-        llm_data.eval_text(llm_data.TextSplits("x", ["a"], ["held out"]), 100)
+    s = llm_data.load_text(str(folder), 0.2, 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
+    assert s.train == ["doc a", "doc"] and s.val == [" b"] and s.test == ["doc c"] and "1 files" in logged[0]
+    assert s.keys == {"train": ["a.md", "b.txt[0:3]"], "validation": ["b.txt[3:5]"], "test": ["val/c.txt"]}
+    (folder / "val" / "c.txt").unlink()  # no held-out part: the tail of the files in order, cut through b.txt
+    s = llm_data.load_text(str(folder), 0.2, 0.3, run)
+    assert s.keys == {"train": ["a.md"], "validation": ["b.txt[0:2]"], "test": ["b.txt[2:5]"]}
+    with pytest.raises(ZooError, match="test split has 8 bytes, fewer than eval_bytes=100"):
+        llm_data.eval_text(llm_data.TextSplits("x", ["a"], ["b"], ["held out"]), 100)
+    short_val = llm_data.TextSplits("x", ["a"], ["héllo"], ["held out"])  # validation is scored up to eval_bytes
+    assert llm_data.eval_text(short_val, 100, "validation") == "héllo"
+    assert llm_data.eval_text(short_val, 3, "validation") == "hé" and llm_data.eval_text(short_val, 4) == "held"
+    for val, test, message in ((0, 0.1, "val_fraction=0: must be between 0 and 1"),
+                               (0.1, 1.5, "test_fraction=1.5: must be between"), (0.5, 0.5, "leave some data")):
+        with pytest.raises(ZooError, match=message):
+            llm_data.load_text(str(f), val, test, run)
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "bin.txt").write_bytes(b"abc\0def")
     (tmp_path / "latin1.txt").write_bytes("caf".encode() + b"\xe9 au lait")
@@ -133,37 +222,107 @@ def test_text_sources_and_bad_inputs(tmp_path):
                           ("latin1.txt", "not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
                           ("nothing", "no .txt or .md files"), ("missing.txt", "no such file")):
         with pytest.raises(ZooError, match=message):
-            llm_data.load_text(str(tmp_path / name), 0.1, SimpleRun(Budget("steps", 1)))
+            llm_data.load_text(str(tmp_path / name), 0.05, 0.1, run)
     try:
         import datasets  # noqa: F401
     except ImportError:
         with pytest.raises(ZooError, match="needs the Hugging Face `datasets` package"):
-            llm_data.load_text("hf:wikitext:wikitext-2-raw-v1", 0.1, SimpleRun(Budget("steps", 1)))
+            llm_data.load_text("hf:wikitext:wikitext-2-raw-v1", 0.05, 0.1, run)
 
 
-def test_zoo_run_gpt_end_to_end(tmp_path):
+GPT_RUN = ["depth=1", "aspect=32", "head_dim=16", "seq_len=32", "micro_batch=4", "batch_tokens=256",
+           "eval_bytes=1500", "vocab_size=300", "compile=false"]
+
+
+def rows_without_timing(run_dir, name="metrics.csv") -> list[dict]:
+    with open(run_dir / name) as f:
+        return [{k: v for k, v in r.items() if k != "train_seconds"} for r in csv.DictReader(f)]
+
+
+def split_csv(run_dir) -> list[tuple[str, str]]:
+    with open(run_dir / "split.csv") as f:
+        return [(r["item"], r["split"]) for r in csv.DictReader(f)]
+
+
+def test_zoo_run_gpt_end_to_end_and_the_test_is_read_only_at_the_end(tmp_path):
+    """Train on the first 85% of the characters, validate on the next 5%, score the last 10% once at the end.
+    A twin run whose test tail is garbage (same length) has the same validation rows and another test_bpb."""
     data = tmp_path / "corpus.txt"
-    data.write_text(TEXT * 3)
-    r = zoo("run", "llm/gpt", "--budget", "6steps", f"data={data}", "depth=1", "aspect=32", "head_dim=16",
-            "seq_len=32", "micro_batch=4", "batch_tokens=256", "eval_bytes=1500", "vocab_size=300",
-            "samples=2", "sample_tokens=20", "prompt=First", "compile=false")
+    text = TEXT * 3
+    data.write_text(text)
+    r = zoo("run", "llm/gpt", "--budget", "6steps", f"data={data}", *GPT_RUN, "samples=2", "sample_tokens=20",
+            "prompt=First", "--out", tmp_path / "a")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["status"] == "ok" and s["benchmark"].startswith("own:") and 1.0 < float(s["value"]) < 9.0
+    assert s["metric"] == "test_bpb" and s["split"].startswith("characters in reading order: first 85% train, next "
+                                                               "5% validation, last 10% test (train 15,198 / ")
     assert s["tokens_seen"].startswith("1,536 (") and "(Chinchilla: 20)" in s["tokens_per_param"]
     assert float(s["tokens_per_s"].replace(",", "")) > 0
-    run_dir = tmp_path / "runs" / "llm" / "gpt"
-    run_dir = next(run_dir.iterdir())
+    run_dir = next((tmp_path / "a" / "llm" / "gpt").iterdir())
     assert (run_dir / "tokenizer.json").is_file() and (run_dir / "model.safetensors").is_file()
     samples = (run_dir / "samples.txt").read_text()
     assert samples.startswith("First") and samples.count("----------") == 1
     metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
     assert metrics["tokens"] == 6 * 256 and metrics["depth"] == 1 and metrics["vocab_size"] == 300
     assert metrics["tokens_per_param"] > 0 and metrics["tokens_per_s"] > 0
+    assert metrics["test_bpb"] == pytest.approx(float(s["value"]), abs=1e-4)
+    assert metrics["test_bpb_ci_low"] < metrics["test_bpb"] < metrics["test_bpb_ci_high"]
+    assert metrics["val_bpb"] == pytest.approx(float(rows_without_timing(run_dir)[-1]["val_bpb"]))
+    # split.csv: every character once, in order: train, then validation, then test
+    n, test_at = len(text), int(len(text) * 0.9)
+    val_at = test_at - round(n * 0.05)
+    assert split_csv(run_dir) == [(f"corpus.txt[0:{val_at}]", "train"), (f"corpus.txt[{val_at}:{test_at}]",
+                                  "validation"), (f"corpus.txt[{test_at}:{n}]", "test")]
+
+    garbage = random.Random(0).choices("xyz qv\n", k=n - test_at)
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "corpus.txt").write_text(text[:test_at] + "".join(garbage))
+    g = zoo("run", "llm/gpt", "--budget", "6steps", f"data={tmp_path / 'g' / 'corpus.txt'}", *GPT_RUN,
+            "samples=2", "sample_tokens=20", "prompt=First", "--out", tmp_path / "g")
+    assert g.returncode == 0, g.stderr + g.stdout
+    g_dir = next((tmp_path / "g" / "llm" / "gpt").iterdir())
+    assert rows_without_timing(g_dir) == rows_without_timing(run_dir)  # every validation row, bit for bit
+    assert rows_without_timing(g_dir, "train.csv") == rows_without_timing(run_dir, "train.csv")
+    assert (g_dir / "samples.txt").read_text() == samples
+    g_metrics = json.loads((g_dir / "summary.json").read_text())["metrics"]
+    assert g_metrics["val_bpb"] == metrics["val_bpb"] and g_metrics["test_bpb"] > metrics["test_bpb"] + 0.5
+
+
+def test_gpt_split_is_the_same_for_every_seed(tmp_path):
+    """The split is a function of the text alone: two seeds record the same split and score the same bytes."""
+    data = tmp_path / "corpus.txt"
+    data.write_text(TEXT * 3)
+    cfg = dict(data=str(data), depth=1, aspect=32, head_dim=16, seq_len=32, micro_batch=4, batch_tokens=128,
+               eval_bytes=1500, vocab_size=300, compile=False, samples=0)
+    runs = []
+    for seed in (0, 1):
+        run = SimpleRun(Budget("steps", 2), seed=seed, dir=tmp_path / str(seed), spec=registry.get("llm/gpt"),
+                        log=lambda line: None)
+        run.dir.mkdir()
+        seed_everything(seed)
+        out = gpt.train_gpt(gpt.GPTConfig(**cfg), run)
+        runs.append((run, out))
+    (a, out_a), (b, out_b) = runs
+    assert a.splits == b.splits and set(a.splits) == {"train", "validation", "test"}
+    assert a.extra["split"] == b.extra["split"]
+    assert out_a["test_bpb"] != out_b["test_bpb"]  # the seeds did train different models
+
+
+def test_key_fields_name_the_split_and_the_scored_bytes():
+    from recipe_zoo.recipes.llm import lora
+    from recipe_zoo.runs import key_suffix
+
+    for config in (gpt.GPTConfig, lora.LoRAConfig):
+        assert config.KEY_FIELDS == ("val_fraction", "test_fraction", "eval_bytes")
+        assert key_suffix(config()) == "" and key_suffix(config(lr=0.5) if config is lora.LoRAConfig else
+                                                         config(tokenizer="bytes", depth=3)) == ""
+        assert key_suffix(config(test_fraction=0.2, eval_bytes=5000)) == ":test_fraction=0.2:eval_bytes=5000"
 
 
 @pytest.mark.parametrize("args,message", [
-    (["eval_bytes=10000000"], "fewer than eval_bytes=10,000,000"),
+    (["eval_bytes=10000000"], "test split has 596 bytes, fewer than eval_bytes=10,000,000"),
+    (["val_fraction=0.5", "test_fraction=0.5"], "val_fraction=0.5 + test_fraction=0.5: leave some data to train on"),
     (["kv_heads=3"], "kv_heads=3: must divide"),
     (["vocab_size=99"], "vocab_size=99: must be at least 257"),
 ])
@@ -199,7 +358,12 @@ def test_lora_fine_tunes_text_and_saves_adapter_and_merged_model(tiny_llama, tmp
     run_dir = next((tmp_path / "runs" / "llm" / "lora").iterdir())
     metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
     assert metrics["val_bpb"] < metrics["val_bpb_before"]  # a random model learns the repeated text
-    assert float(summary_block(r.stdout)["val_bpb_before"]) == pytest.approx(metrics["val_bpb_before"], abs=1e-4)
+    assert metrics["test_bpb"] < metrics["test_bpb_before"]  # scored once at the end, with and without the adapter
+    assert metrics["test_bpb_ci_low"] < metrics["test_bpb"] < metrics["test_bpb_ci_high"]
+    block = summary_block(r.stdout)
+    assert block["metric"] == "test_bpb" and float(block["value"]) == pytest.approx(metrics["test_bpb"], abs=1e-4)
+    assert float(block["val_bpb_before"]) == pytest.approx(metrics["val_bpb_before"], abs=1e-4)
+    assert [part for _, part in split_csv(run_dir)] == ["train", "validation", "test"]
     assert (run_dir / "adapter" / "adapter_config.json").is_file()
     assert (run_dir / "merged" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
@@ -215,9 +379,8 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."})
                               for i in range(20)) + "\n" + json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
-    logged = []
-    examples = llm_data.load_jsonl(path, tokenizer, 32, log=logged.append)
-    assert len(examples) == 20 and "1 of 21 examples are longer" in logged[0]
+    examples = llm_data.load_jsonl(path, tokenizer)
+    assert len(examples) == 21 and [e.line for e in examples] == list(range(1, 22))
     e = examples[0]
     n_prompt = len(tokenizer("Q0: speak?").input_ids)
     assert e.labels[:n_prompt] == [-100] * n_prompt and e.labels[n_prompt:] == e.ids[n_prompt:]
@@ -226,7 +389,99 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     r = zoo("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
             "micro_batch=4", "val_fraction=0.2")
     assert r.returncode == 0, r.stderr + r.stdout
-    assert math.isfinite(float(summary_block(r.stdout)["value"]))
+    block = summary_block(r.stdout)
+    assert math.isfinite(float(block["value"])) and block["split"].startswith("examples by a hash of their content")
+    assert block["benchmark"].endswith(":val_fraction=0.2")
+
+
+def test_lora_bytes_per_token_partition_the_text(tiny_llama):
+    """A transformers tokenizer has no byte table: each token gets the bytes of the characters up to its end
+    offset, so every window's bytes are known and they add up to the text's."""
+    from transformers import AutoTokenizer
+
+    from recipe_zoo.recipes.llm import lora
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    text = "First Citizen:\nBefore we — naïve 😀 proceed.\n\n  end "
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    per = lora.bytes_per_token(tokenizer, text, ids)
+    assert len(per) == len(ids) and per.sum() == len(text.encode()) and (per >= 0).all()
+    ascii_ids = tokenizer("First Citizen", add_special_tokens=False).input_ids
+    assert lora.bytes_per_token(tokenizer, "First Citizen", ascii_ids).tolist() == \
+        [len(tokenizer.decode([i])) for i in ascii_ids]
+
+
+def test_jsonl_split_by_content_hash(tiny_llama, tmp_path):
+    """Validation and test are chosen by each example's content: disjoint, every line once, the same whatever
+    the order of the lines; copies of an example share a side; a held-out example too long for seq_len is
+    scored with its prompt cropped from the left, a training one is dropped."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    items = [{"prompt": f"Q{i}: speak?", "response": f" Speak {i}."} for i in range(60)]
+    items += [items[3], items[7], items[7]]  # copies
+    items += [{"prompt": "long " * 40 + str(i), "response": " y"} for i in range(8)]
+    logged = []
+
+    def parts_of(order):
+        path = tmp_path / "pairs.jsonl"
+        path.write_text("".join(json.dumps(items[i]) + "\n" for i in order))
+        p = llm_data.split_examples(llm_data.load_jsonl(path, tokenizer), 0.15, 0.2, 32, "pairs.jsonl", logged.append)
+        line = {f"line {n + 1}": i for n, i in enumerate(order)}  # split.csv's lines back to the items
+        return p, {part: sorted(line[k] for k in keys) for part, keys in p.keys.items()}
+
+    p, by_item = parts_of(list(range(len(items))))
+    assert sorted(sum(by_item.values(), [])) == list(range(len(items)))  # every line once
+    key = {i: json.dumps([items[i]["prompt"], items[i]["response"]]) for i in range(len(items))}
+    sides = {part: {key[i] for i in chosen} for part, chosen in by_item.items()}
+    assert not sides["train"] & sides["validation"] and not sides["train"] & sides["test"]
+    assert not sides["validation"] & sides["test"]
+    assert 0 < len(sides["validation"]) < len(sides["test"]) < len(sides["train"])  # 15% / 20% / the rest
+    assert len({part for part, chosen in by_item.items() if 7 in chosen or 61 in chosen or 62 in chosen}) == 1
+    shuffled = list(range(len(items)))
+    random.Random(1).shuffle(shuffled)
+    assert parts_of(shuffled)[1] == by_item
+    assert all(len(e.ids) <= 33 for e in p.train + p.val + p.test)
+    long_held = [e for e in p.val + p.test if len(tokenizer(e.key.decode()).input_ids) > 60]
+    long_train = [i for i in by_item["train"] if i >= 63]
+    assert long_held and all(e.labels[-3:] == e.ids[-3:] and e.labels[0] == -100 for e in long_held)
+    assert f"{len(long_train)} of {len(by_item['train'])} training examples are longer" in logged[0]
+    assert sum(len(x) for x in (p.train, p.val, p.test)) == len(items) - len(long_train)
+
+
+def test_lora_jsonl_test_is_read_only_at_the_end(tiny_llama, tmp_path, monkeypatch):
+    """Garbage test responses change test_bpb and nothing before it: the validation rows are the same."""
+    from recipe_zoo.recipes.llm import lora
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."}) + "\n"
+                            for i in range(40)))
+    cfg = lora.LoRAConfig(model=str(tiny_llama), data=str(path), seq_len=32, micro_batch=4, lr=0.01)
+    split = llm_data.split_examples
+
+    def garbled(*args, **kw):
+        parts = split(*args, **kw)
+        for e in parts.test:
+            e.ids[-4:-1] = e.labels[-4:-1] = [7, 9, 11]  # the response's tokens, the eos kept
+        return parts
+
+    results = []
+    for garble in (False, True):
+        if garble:
+            monkeypatch.setattr(llm_data, "split_examples", garbled)
+        run = SimpleRun(Budget("steps", 4), dir=tmp_path / str(garble), spec=registry.get("llm/lora"),
+                        log=lambda line: None)
+        run.dir.mkdir()
+        seed_everything(0)
+        results.append((lora.train_lora(cfg, run), run))
+    (clean, a), (dirty, b) = results
+    assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in a.eval_rows] == \
+        [{k: v for k, v in r.items() if k != "train_seconds"} for r in b.eval_rows] and a.splits == b.splits
+    assert clean["val_bpb"] == dirty["val_bpb"] and clean["val_bpb_before"] == dirty["val_bpb_before"]
+    assert dirty["test_bpb"] != clean["test_bpb"] and dirty["test_bpb_before"] != clean["test_bpb_before"]
+    assert clean["test_bpb_ci_low"] <= clean["test_bpb"] <= clean["test_bpb_ci_high"]
+    assert len(a.splits["test"]) >= 1 and sorted(sum(a.splits.values(), []), key=lambda k: int(k.split()[1])) == \
+        [f"line {n}" for n in range(1, 41)]
 
 
 def test_lora_bad_inputs_exit_2(tiny_llama, tmp_path, capsys):
@@ -262,16 +517,21 @@ def doctor(name: str, args: list[str], out) -> tuple[int, dict[str, list[dict]]]
 
 
 def test_doctor_gpt_sees_its_token_splits_and_runs_clean(tmp_path, capsys):
-    """The scored validation tokens are checked against the training tokens: a tail of a repeated line
-    is flagged, a separate validation file is not; the training checks pass on a tiny model."""
+    """The scored validation tokens are checked against the training tokens: a validation tail that repeats
+    the training lines is flagged, one of its own text is not; the training checks pass on a tiny model."""
     data = tmp_path / "corpus.txt"
     data.write_text("To be, or not to be, that is the question.\n" * 200)
     tiny = [f"data={data}", "seq_len=32", "micro_batch=4", "eval_bytes=800", "depth=1", "aspect=32", "head_dim=16",
             "batch_tokens=128", "vocab_size=300", "samples=0", "compile=false", "--steps", "12"]
     code, found = doctor("llm/gpt", tiny, tmp_path / "leaky")
     assert code == 0 and found["data/leakage"][0]["severity"] == "warn", capsys.readouterr().out[-3000:]
-    assert "3 of 3 validation windows of 64 tokens" in found["data/leakage"][0]["message"]
-    (tmp_path / "corpus.val.txt").write_text(TEXT[:1000])  # validation held out by file: not a line of train
+    leak = re.match(r"(\d+) of (\d+) validation windows of 64 tokens", found["data/leakage"][0]["message"])
+    assert leak and leak[1] == leak[2] and int(leak[1]) >= 1
+    # validation is the training text's tail (the held-out file is test): 5% of 9,263 characters, here exactly
+    # 463 characters of a text of its own
+    words = random.Random(0).choices(["thou", "art", "more", "lovely", "and", "temperate", "rough", "winds"], k=400)
+    data.write_text("To be, or not to be, that is the question.\n" * 200 + " ".join(words)[:462] + "\n")
+    (tmp_path / "corpus.val.txt").write_text(TEXT[:1000])
     code, found = doctor("llm/gpt", tiny, tmp_path / "clean")
     loud = [f for fs in found.values() for f in fs if f["severity"] in ("warn", "error")]
     assert code == 0 and not loud, loud
@@ -281,17 +541,16 @@ def test_doctor_gpt_sees_its_token_splits_and_runs_clean(tmp_path, capsys):
 
 
 def test_doctor_lora_jsonl_rows_and_adapter_tensors(tiny_llama, tmp_path, capsys):
-    """JSONL examples are rows: an example copied into the held-out tail is an exact duplicate; the LoRA
-    tensors are the new ones, so moving them is not 'pretrained weights moved'."""
+    """JSONL examples are rows, split by their content: a copy of an example lands on its side, so no validation
+    row is an exact copy of a training row; the LoRA tensors are the new ones, so moving them is not
+    'pretrained weights moved'."""
     path = tmp_path / "pairs.jsonl"
     lines = [json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."}) for i in range(19)]
-    path.write_text("\n".join(lines + [lines[0]]) + "\n")  # the last of the 4 held-out examples repeats the first
-    code, found = doctor("llm/lora", [f"model={tiny_llama}", f"data={path}", "seq_len=32", "micro_batch=4",
-                                      "val_fraction=0.2", "lr=0.01", "--steps", "10"], tmp_path)
-    assert code == 1, capsys.readouterr().out[-3000:]  # the leak is an error
+    path.write_text("\n".join(lines + lines[:6]) + "\n")  # six examples twice
+    _, found = doctor("llm/lora", [f"model={tiny_llama}", f"data={path}", "seq_len=32", "micro_batch=4",
+                                   "val_fraction=0.2", "lr=0.01", "--steps", "10"], tmp_path)
     (leak,) = found["data/leakage"]
-    assert leak["severity"] == "error" and "1 of 4 validation rows are exact copies" in leak["message"]
-    assert "(val 3 = train 0)" in leak["message"]
+    assert leak["severity"] == "ok" and leak["message"].startswith("no validation row is an exact copy")
     assert found["health/weight-change"][0]["severity"] == "ok"
 
 
@@ -338,7 +597,9 @@ def _gpt_bad_case(case: str, tmp):
     if case == "non_utf8_val_file":
         (tmp / "corpus.val.txt").write_bytes(b"\xff\xfe\xfa")
         return [f"data={corpus}"], [str(tmp / "corpus.val.txt"), "not UTF-8", "line 1"], "3steps"
-    if case == "too_little_validation":
+    if case == "bad_fractions":
+        return [f"data={corpus}", "val_fraction=0.7", "test_fraction=0.3"], ["leave some data to train on"], "3steps"
+    if case == "too_little_test":
         return [f"data={corpus}", "eval_bytes=1000000"], [str(corpus), "fewer than eval_bytes=1,000,000"], "3steps"
     if case == "too_little_training":
         (tmp / "short.txt").write_text(TEXT[:400])  # at most 360 training tokens: fewer than 16 windows of 32
@@ -393,11 +654,15 @@ def _lora_bad_case(case: str, tmp, model):
         pairs.write_text(PAIR + "\n" + PAIR + "\n" + json.dumps({"prompt": 5, "response": "A"}) + "\n")
         return good, [f"{pairs} line 3", "field 'prompt' must be a string, got int"], "3steps"
     if case == "all_too_long":
-        pairs.write_text(json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
-        return good, [str(pairs), "no usable", "longer than seq_len=32"], "3steps"
+        pairs.write_text("".join(json.dumps({"prompt": "x " * 80 + str(i), "response": "y"}) + "\n" for i in range(9)))
+        return good, [str(pairs), "no usable training examples", "longer than seq_len=32"], "3steps"
     if case == "one_example":
         pairs.write_text(PAIR + "\n")
-        return good, [str(pairs), "1 examples leave none to train on"], "3steps"
+        return good, [str(pairs), "1 distinct examples: too few to hold out validation and test"], "3steps"
+    if case == "copies_of_one_example":  # copies share a side of the split: still one example
+        return good, [str(pairs), "1 distinct examples: too few"], "3steps"
+    if case == "bad_fractions":
+        return [*good, "test_fraction=0"], ["test_fraction=0.0: must be between 0 and 1"], "3steps"
     if case == "non_utf8_text":
         (tmp / "book.txt").write_bytes(TEXT.encode() + b"\xfa")
         return [f"data={tmp / 'book.txt'}"], [str(tmp / "book.txt"), "not UTF-8", f"offset {len(TEXT)}"], "3steps"
@@ -437,11 +702,13 @@ def _lora_bad_case(case: str, tmp, model):
 
 
 GPT_CASES = ["missing_file", "empty_file", "blank_file", "non_utf8", "binary_file", "empty_folder",
-             "folder_with_only_val", "non_utf8_file_in_folder", "non_utf8_val_file", "too_little_validation",
+             "folder_with_only_val", "non_utf8_file_in_folder", "non_utf8_val_file", "too_little_test",
+             "bad_fractions",
              "too_little_training", "missing_tokenizer", "corrupt_tokenizer", "typo_key", "typo_key_near", "bad_int",
              "bad_float", "bad_choice", "zero_budget", "negative_budget"]
 LORA_CASES = ["missing_jsonl", "empty_jsonl", "non_utf8_jsonl", "invalid_json_line", "not_an_object",
-              "wrong_field_name", "wrong_field_type", "all_too_long", "one_example", "non_utf8_text",
+              "wrong_field_name", "wrong_field_type", "all_too_long", "one_example", "copies_of_one_example",
+              "bad_fractions", "non_utf8_text",
               "missing_model_folder", "corrupt_config", "unknown_model_type", "corrupt_tokenizer", "corrupt_weights",
               "weights_do_not_fit", "typo_key", "bad_int", "bad_float", "zero_budget", "negative_budget"]
 

@@ -1,9 +1,11 @@
 """Language models: GPT pretraining from scratch (``llm/gpt``) and LoRA fine-tuning (``llm/lora``).
 
-The metric is validation bits per byte over a fixed number of validation bytes, so runs with different
-tokenizers and vocabularies compare.
+The metric is test bits per byte over a fixed number of test bytes, scored once after training (validation
+bits per byte is what training watches), so runs with different tokenizers and vocabularies compare. Text
+is cut in reading order (train, then validation, then the test tail, or the data's own held-out part as
+test); prompt/response JSONL by a hash of each example's content.
 
-- ``data.py``: text files, folders and datasets with their validation split, the byte-level BPE tokenizer and
+- ``data.py``: text files, folders and datasets cut into train, validation and test, the byte-level BPE tokenizer and
   its byte-length table, packed token windows, bits per byte, and prompt/response JSONL;
 - ``models.py``: the GPT (RoPE, QK-norm, ReLU^2 or SwiGLU, soft-capped logits) and the loader of a
   ``transformers`` causal LM;

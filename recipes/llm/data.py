@@ -1,29 +1,50 @@
-"""Text data for the language models: the user's text and the named datasets with their validation
-split, the byte-level BPE tokenizer with its byte-length table, token windows for training, bits per
-byte over validation windows, and prompt/response JSONL for fine-tuning.
+"""Text data for the language models: the user's text and the named datasets cut into train, validation and
+test, the byte-level BPE tokenizer with its byte-length table, token windows for training, bits per byte over
+scored windows (with each window's sums, for the bootstrap interval), and prompt/response JSONL for fine-tuning,
+split by a hash of each example's content.
 """
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from recipe_zoo.core import metrics
+from recipe_zoo.core import metrics, splits as core_splits
 from recipe_zoo.core.errors import ZooError
 
 if TYPE_CHECKING:
     from recipe_zoo.recipes.llm.gpt import GPTConfig
 
 # =============================================================================================
-# Text data: a train and a validation string, each a list of documents
+# Text data: train, validation and test, each a list of documents
 # =============================================================================================
 
 TEXT_SUFFIXES = (".txt", ".md")
+
+
+@dataclass
+class Piece:
+    """A document, or the part of one a split cut off: its source (a file relative to the data root, a dataset
+    row), its text and where that text starts in the document (characters)."""
+    source: str
+    text: str
+    start: int = 0
+    whole: bool = True
+
+    def cut(self, a: int, b: int) -> Piece:
+        return self if (a, b) == (0, len(self.text)) else Piece(self.source, self.text[a:b], self.start + a, False)
+
+    @property
+    def key(self) -> str:
+        """The item's name in ``split.csv``: the source, with the characters it holds where a split cut it."""
+        return self.source if self.whole else f"{self.source}[{self.start}:{self.start + len(self.text)}]"
 
 
 @dataclass
@@ -31,6 +52,19 @@ class TextSplits:
     name: str
     train: list[str]  # documents; each starts with <|bos|> once tokenized
     val: list[str]
+    test: list[str]
+    how: str = ""  # how the parts were made, one line (the leaderboard's split text)
+    keys: dict[str, list[str]] = field(default_factory=dict)  # train / validation / test: the items (split.csv)
+
+    @classmethod
+    def of(cls, name: str, train: list[Piece], val: list[Piece], test: list[Piece], how: str) -> TextSplits:
+        return cls(name, [p.text for p in train], [p.text for p in val], [p.text for p in test], how,
+                   {"train": [p.key for p in train], "validation": [p.key for p in val],
+                    "test": [p.key for p in test]})
+
+    def sizes(self) -> str:
+        return " / ".join(f"{part} {sum(map(len, docs)):,}" for part, docs in
+                          (("train", self.train), ("validation", self.val), ("test", self.test))) + " characters"
 
 
 def read_text(path: Path) -> str:
@@ -59,60 +93,89 @@ def _text_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
 
 
-def split_tail(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
-    """The last ``fraction`` of the characters, in reading order, is validation (a document may be cut)."""
-    if not 0 < fraction < 1:
-        raise ZooError(f"val_fraction={fraction}: must be between 0 and 1")
-    total = sum(len(d) for d in docs)
-    cut = int(total * (1 - fraction))
-    train, val, seen = [], [], 0
-    for d in docs:
-        if seen + len(d) <= cut:
-            train.append(d)
-        elif seen >= cut:
-            val.append(d)
-        else:
-            train.append(d[:cut - seen])
-            val.append(d[cut - seen:])
-        seen += len(d)
-    return [d for d in train if d], [d for d in val if d]
+def check_fractions(val_fraction: float, test_fraction: float) -> None:
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 < value < 1:
+            raise ZooError(f"{name}={value}: must be between 0 and 1")
+    if val_fraction + test_fraction >= 1:
+        raise ZooError(f"val_fraction={val_fraction} + test_fraction={test_fraction}: leave some data to train on")
 
 
-def load_text(data: str, val_fraction: float, run) -> TextSplits:
-    """A named dataset, a text file (``NAME.val.txt`` beside it is validation), a folder of text
-    files (a ``val`` subfolder or ``val.txt`` inside is validation), or ``hf:NAME[:CONFIG]``."""
+def split_tail(docs: list[Piece], val_fraction: float, test_fraction: float = 0.0) \
+        -> tuple[list[Piece], list[Piece], list[Piece]]:
+    """In reading order: the last ``test_fraction`` of the characters is test, the ``val_fraction`` before it
+    validation, the rest train. Where a cut falls inside a document, the document is split at that character
+    and each side is a document of its own (it starts with <|bos|> once tokenized; its key in ``split.csv`` is
+    ``source[start:end]``): no character is on two sides, none is dropped."""
+    total = sum(len(p.text) for p in docs)
+    test_at = int(total * (1 - test_fraction) + 1e-6)  # + 1e-6: a whole product never floors one short
+    cuts = [max(0, test_at - round(total * val_fraction)), test_at]
+    parts: tuple[list[Piece], ...] = ([], [], [])
+    seen = 0
+    for p in docs:
+        bounds = [0, *(min(max(c - seen, 0), len(p.text)) for c in cuts), len(p.text)]
+        for part, a, b in zip(parts, bounds, bounds[1:]):
+            if b > a:
+                part.append(p.cut(a, b))
+        seen += len(p.text)
+    return parts
+
+
+def load_text(data: str, val_fraction: float, test_fraction: float, run) -> TextSplits:
+    """Train, validation and test text. One text (a named dataset, a file, a folder of text files, read in
+    sorted order): its last ``test_fraction`` is test and the ``val_fraction`` before it validation. Where the
+    data holds its own held-out part (``NAME.val.txt`` beside the file, a ``val`` subfolder or ``val.txt``
+    inside the folder, the ``validation`` split of ``hf:NAME[:CONFIG]``), that part is test and validation
+    is the last ``val_fraction`` of the training text."""
+    check_fractions(val_fraction, test_fraction)
     log = run.log
     if data.startswith("hf:"):
-        return _load_hf_text(data, val_fraction)
+        return _load_hf_text(data, val_fraction, test_fraction)
     if run.is_dataset(data):
         path = run.data_path(data)
-        docs = [read_text(p) for p in _text_files(path)] if path.is_dir() else [read_text(path)]
-        train, val = split_tail(docs, val_fraction)
-        return TextSplits(data, train, val)
+        docs = ([Piece(p.relative_to(path).as_posix(), read_text(p)) for p in _text_files(path)] if path.is_dir()
+                else [Piece(path.name, read_text(path))])
+        return _tail_split(data, docs, val_fraction, test_fraction)
     path = Path(data).expanduser()
     if not path.exists():
         raise ZooError(f"{data}: no such file or folder, and not a dataset name (see `zoo data list`)")
     if path.is_file():
-        val_file = path.with_name(path.stem + ".val" + path.suffix)
-        if val_file.is_file():
-            return TextSplits(str(path), [read_text(path)], [read_text(val_file)])
-        train, val = split_tail([read_text(path)], val_fraction)
-        return TextSplits(str(path), train, val)
+        held_file = path.with_name(path.stem + ".val" + path.suffix)
+        docs = [Piece(path.name, read_text(path))]
+        if held_file.is_file():
+            return _held_out_split(str(path), docs, [Piece(held_file.name, read_text(held_file))], val_fraction,
+                                   f"test: {held_file.name}")
+        return _tail_split(str(path), docs, val_fraction, test_fraction)
     files = _text_files(path)
-    val_files = [p for p in files if p.relative_to(path).parts[0] in ("val", "val.txt", "val.md")]
-    train_files = [p for p in files if p not in val_files]
+    held_files = [p for p in files if p.relative_to(path).parts[0] in ("val", "val.txt", "val.md")]
+    train_files = [p for p in files if p not in held_files]
     if not train_files:
         raise ZooError(f"{path}: no .txt or .md files to train on")
     skipped = sum(1 for p in path.rglob("*") if p.is_file()) - len(files)
     if skipped:
         log(f"{path}: {skipped} files without a .txt/.md suffix were skipped")
-    if val_files:
-        return TextSplits(str(path), [read_text(p) for p in train_files], [read_text(p) for p in val_files])
-    train, val = split_tail([read_text(p) for p in train_files], val_fraction)
-    return TextSplits(str(path), train, val)
+    docs = [Piece(p.relative_to(path).as_posix(), read_text(p)) for p in train_files]
+    if held_files:
+        return _held_out_split(str(path), docs, [Piece(p.relative_to(path).as_posix(), read_text(p))
+                                                 for p in held_files], val_fraction,
+                               f"test: the {len(held_files)} files under val")
+    return _tail_split(str(path), docs, val_fraction, test_fraction)
 
 
-def _load_hf_text(data: str, val_fraction: float) -> TextSplits:
+def _tail_split(name: str, docs: list[Piece], val_fraction: float, test_fraction: float) -> TextSplits:
+    train, val, test = split_tail(docs, val_fraction, test_fraction)
+    keep = 100 * (1 - val_fraction - test_fraction)
+    return TextSplits.of(name, train, val, test, f"characters in reading order: first {keep:g}% train, next "
+                         f"{100 * val_fraction:g}% validation, last {100 * test_fraction:g}% test")
+
+
+def _held_out_split(name: str, docs: list[Piece], held: list[Piece], val_fraction: float, test: str) -> TextSplits:
+    train, val, _ = split_tail(docs, val_fraction)
+    return TextSplits.of(name, train, val, held, f"{test}; validation: the last {100 * val_fraction:g}% of the "
+                                                 "training text's characters, in reading order")
+
+
+def _load_hf_text(data: str, val_fraction: float, test_fraction: float) -> TextSplits:
     try:
         import datasets
     except ImportError:
@@ -123,21 +186,27 @@ def _load_hf_text(data: str, val_fraction: float) -> TextSplits:
     except Exception as exc:  # offline, unknown name, gated: one line either way
         raise ZooError(f"data={data}: cannot load from the Hugging Face hub: {str(exc).splitlines()[0]}") from None
     column = "text" if "text" in ds["train"].column_names else ds["train"].column_names[0]
-    train = [t for t in ds["train"][column] if t and t.strip()]
+
+    def rows(split: str) -> list[Piece]:
+        return [Piece(f"{split}/{i}", t) for i, t in enumerate(ds[split][column]) if t and t.strip()]
+
     if "validation" in ds:
-        return TextSplits(data, train, [t for t in ds["validation"][column] if t and t.strip()])
-    train, val = split_tail(train, val_fraction)
-    return TextSplits(data, train, val)
+        return _held_out_split(data, rows("train"), rows("validation"), val_fraction,
+                               "test: the dataset's validation split")
+    return _tail_split(data, rows("train"), val_fraction, test_fraction)
 
 
-def eval_text(splits: TextSplits, eval_bytes: int) -> str:
-    """The first ``eval_bytes`` bytes of the validation split (cut at a character boundary)."""
-    val = "".join(splits.val)
-    size = len(val.encode())
-    if size < eval_bytes:
-        raise ZooError(f"{splits.name}: the validation split has {size:,} bytes, fewer than eval_bytes={eval_bytes:,}; "
-                       f"set eval_bytes={max(1, size)} (runs then compare only with that size) or give more text")
-    return val.encode()[:eval_bytes].decode("utf-8", errors="ignore")
+def eval_text(splits: TextSplits, eval_bytes: int, part: str = "test") -> str:
+    """The text a part is scored on: the first ``eval_bytes`` bytes of test (fewer is an error: runs compare
+    only on the same bytes), or of validation (up to ``eval_bytes``: a short validation part is scored whole);
+    cut at a character boundary."""
+    text = "".join(splits.test if part == "test" else splits.val).encode()
+    if part == "test" and len(text) < eval_bytes:
+        raise ZooError(f"{splits.name}: the test split has {len(text):,} bytes, fewer than eval_bytes={eval_bytes:,}; "
+                       f"set eval_bytes={max(1, len(text))} (runs then compare only with that size) or give more text")
+    if not text:
+        raise ZooError(f"{splits.name}: the {part} split is empty; give more text")
+    return text[:eval_bytes].decode("utf-8", errors="ignore")
 
 
 # =============================================================================================
@@ -225,7 +294,10 @@ def encode_docs(tok, docs: list[str]) -> torch.Tensor:
 
 class TokenWindows:
     """(input, target) windows from one token stream. Each epoch shifts the window grid by a random
-    offset and shuffles it, so every token is trained on once per epoch; state is (epoch, index)."""
+    offset and shuffles it, so every token is trained on once per epoch; state is (epoch, index).
+
+    Under N processes ``index`` counts micro-batch slots and rank r takes slot ``index + r``, as one process
+    accumulating N micro-batches does, across an epoch's end too (as ``core.batches.TensorBatches``)."""
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, batch_size: int, seed: int, source: str = ""):
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
@@ -234,7 +306,8 @@ class TokenWindows:
             raise ZooError(f"{source + ': ' if source else ''}the training split has {len(tokens):,} tokens: fewer "
                            f"than one batch of {batch_size} windows of {seq_len}; lower micro_batch or seq_len, or "
                            "give more text")
-        self.epoch, self.index, self._grid = 0, 0, None
+        self.epoch, self.index = 0, 0
+        self._grid: tuple[int, torch.Tensor] | None = None  # (epoch, its grid), the last one drawn
         self.rank, self.world = 0, 1
         self.offsets = torch.arange(seq_len + 1)
 
@@ -246,19 +319,28 @@ class TokenWindows:
         self.rank, self.world = rank, world
 
     @property
+    def slots_per_epoch(self) -> int:  # micro-batches in one pass over the grid, all processes together
+        return self.windows // self.batch_size
+
+    @property
     def batches_per_epoch(self) -> int:
-        return self.windows // (self.batch_size * self.world)
+        return self.slots_per_epoch // self.world
+
+    def _epoch_grid(self, epoch: int) -> torch.Tensor:
+        if self._grid is None or self._grid[0] != epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            shift = int(torch.randint(self.seq_len, (1,), generator=g))
+            self._grid = (epoch, shift + torch.randperm(self.windows, generator=g) * self.seq_len)
+        return self._grid[1]
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index, self._grid = self.epoch + 1, 0, None
-        if self._grid is None:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            shift = int(torch.randint(self.seq_len, (1,), generator=g))
-            self._grid = shift + torch.randperm(self.windows, generator=g) * self.seq_len
-        slot = self.index * self.world + self.rank
-        starts = self._grid[slot * self.batch_size:(slot + 1) * self.batch_size]
-        self.index += 1
+        per_epoch = self.slots_per_epoch
+        if self.index >= per_epoch:
+            self.epoch, self.index = self.epoch + 1, self.index - per_epoch
+        # this rank's micro-batch may open the next epoch (the step straddles the boundary)
+        ahead, slot = divmod(self.index + self.rank, per_epoch)
+        starts = self._epoch_grid(self.epoch + ahead)[slot * self.batch_size:(slot + 1) * self.batch_size]
+        self.index += self.world
         rows = self.tokens[starts[:, None] + self.offsets].long()
         return rows[:, :-1], rows[:, 1:]
 
@@ -274,25 +356,40 @@ class TokenWindows:
 # =============================================================================================
 
 @torch.no_grad()
-def bits_per_byte(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
-                  bytes_per_target: torch.Tensor | None = None, total_bytes: int | None = None) -> float:
-    """Sum of next-token cross-entropy (nats) over every token of ``tokens`` after the first, in
-    non-overlapping windows of ``seq_len``, divided by ln 2 x the bytes those tokens spell.
-
-    ``bytes_per_target`` (one entry per predicted token) or ``total_bytes`` gives the denominator.
-    """
+def window_sums(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
+                bytes_per_target: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Each scoring window's summed next-token cross-entropy (nats) and the bytes its targets spell: every
+    token of ``tokens`` after the first is predicted once, in non-overlapping windows of ``seq_len`` (the
+    last one shorter). ``bytes_per_target`` has one entry per predicted token."""
     n = len(tokens) - 1
     full = list(range(0, n - seq_len + 1, seq_len))
     groups = [(full[i:i + batch_size], seq_len) for i in range(0, len(full), batch_size)]
     if len(full) * seq_len < n:  # the last, shorter window on its own
         groups.append(([len(full) * seq_len], n - len(full) * seq_len))
-    nats = 0.0
+    nats, n_bytes = [], []
     for starts, size in groups:
         rows = torch.stack([tokens[s:s + size + 1] for s in starts]).long().to(device)
         logits = logits_fn(rows[:, :-1]).float()
-        nats += F.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1), reduction="sum").item()
-    denominator = float(bytes_per_target.sum()) if bytes_per_target is not None else float(total_bytes)
-    return metrics.bits_per_byte(nats, denominator)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1), reduction="none")
+        nats.extend(loss.view(len(starts), size).double().sum(1).tolist())
+        n_bytes.extend(float(bytes_per_target[s:s + size].double().sum()) for s in starts)
+    return np.array(nats), np.array(n_bytes)
+
+
+def bits_per_byte(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
+                  bytes_per_target: torch.Tensor) -> float:
+    """Sum of next-token cross-entropy (nats) over every token of ``tokens`` after the first, in
+    non-overlapping windows of ``seq_len``, divided by ln 2 x the bytes those tokens spell."""
+    nats, n_bytes = window_sums(logits_fn, tokens, seq_len, batch_size, device, bytes_per_target)
+    return metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
+
+
+def bpb_interval(nats: np.ndarray, n_bytes: np.ndarray, rounds: int = 1000) -> tuple[float, float]:
+    """95% bootstrap interval of bits per byte over the scored items (windows, or examples) resampled with
+    replacement: sum of their nats / (ln 2 x sum of their bytes)."""
+    nats, n_bytes = np.asarray(nats, dtype=np.float64), np.asarray(n_bytes, dtype=np.float64)
+    return metrics.bootstrap(lambda idx: nats[idx].sum() / (math.log(2) * n_bytes[idx].sum()), len(nats),
+                             rounds=rounds)
 
 
 # =============================================================================================
@@ -304,11 +401,13 @@ class Example:
     ids: list[int]
     labels: list[int]  # -100 on the prompt: the loss is on the response only
     response_bytes: int
+    line: int = 0  # its line in the file
+    key: bytes = b""  # its content (prompt and response): copies of an example share a side of the split
 
 
-def load_jsonl(path: Path, tokenizer, seq_len: int, log=print) -> list[Example]:
-    """``{"prompt", "response"}`` lines; examples longer than ``seq_len`` + 1 tokens are dropped, counted."""
-    examples, too_long = [], 0
+def load_jsonl(path: Path, tokenizer) -> list[Example]:
+    """Every ``{"prompt", "response"}`` line, tokenized, whatever its length (``split_examples`` decides)."""
+    examples = []
     lines = read_text(path).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -330,17 +429,72 @@ def load_jsonl(path: Path, tokenizer, seq_len: int, log=print) -> list[Example]:
                                f"{type(item[key]).__name__}")
         prompt = tokenizer(item["prompt"], add_special_tokens=True).input_ids
         response = tokenizer(item["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        if len(prompt) + len(response) > seq_len + 1:
-            too_long += 1
-            continue
-        examples.append(Example(prompt + response, [-100] * len(prompt) + response, len(item["response"].encode())))
-    if too_long:
-        log(f"{path}: {too_long} of {len(examples) + too_long} examples are longer than seq_len={seq_len} + 1 "
-            "tokens and were dropped (raise seq_len to keep them)")
+        examples.append(Example(prompt + response, [-100] * len(prompt) + response, len(item["response"].encode()),
+                                number, json.dumps([item["prompt"], item["response"]]).encode()))
     if not examples:
-        raise ZooError(f"{path}: no usable {{'prompt', 'response'}} examples"
-                       + (f" ({too_long} longer than seq_len={seq_len} + 1 tokens)" if too_long else ""))
+        raise ZooError(f"{path}: no {{'prompt', 'response'}} examples")
     return examples
+
+
+@dataclass
+class ExampleSplits:
+    train: list[Example]
+    val: list[Example]
+    test: list[Example]
+    keys: dict[str, list[str]]  # train / validation / test: the examples' lines (split.csv)
+    how: str
+
+
+def split_examples(examples: list[Example], val_fraction: float, test_fraction: float, seq_len: int, source,
+                   log=print) -> ExampleSplits:
+    """Test and validation chosen by a hash of each example's content (``core.splits.carve``: the same examples
+    in any order, on any machine; copies of an example share a side): ``test_fraction`` of the distinct examples
+    are test, ``val_fraction`` of them validation, the rest train. Training drops examples longer than
+    ``seq_len`` + 1 tokens (counted); a held-out one is kept by cropping its prompt from the left, so the parts
+    scored do not depend on ``seq_len`` unless a response alone is longer (those are left out, counted)."""
+    check_fractions(val_fraction, test_fraction)
+    distinct = list(dict.fromkeys(e.key for e in examples))
+    if len(distinct) < 3:
+        raise ZooError(f"{source}: {len(distinct)} distinct examples: too few to hold out validation and test and "
+                       "still train on some (3 at least)")
+    test_keys = {k for k, held in zip(distinct, core_splits.carve(distinct, test_fraction, salt="test")) if held}
+    rest = [k for k in distinct if k not in test_keys]
+    val_keys = {k for k, held in zip(rest, core_splits.carve(rest, val_fraction / (1 - test_fraction)))
+                if held}
+    side = {k: "test" if k in test_keys else "validation" if k in val_keys else "train" for k in distinct}
+    parts: dict[str, list[Example]] = {"train": [], "validation": [], "test": []}
+    for e in examples:
+        parts[side[e.key]].append(e)
+    keys = {part: [f"line {e.line}" for e in chosen] for part, chosen in parts.items()}
+    train = [e for e in parts["train"] if len(e.ids) <= seq_len + 1]
+    if len(train) < len(parts["train"]):
+        log(f"{source}: {len(parts['train']) - len(train)} of {len(parts['train'])} training examples are longer than "
+            f"seq_len={seq_len} + 1 tokens and were dropped (raise seq_len to keep them)")
+    if not train:
+        raise ZooError(f"{source}: no usable training examples ({len(parts['train'])} longer than seq_len={seq_len} "
+                       "+ 1 tokens)")
+    held = {}
+    for part in ("validation", "test"):
+        fitted = [f for f in (_fit(e, seq_len) for e in parts[part]) if f is not None]
+        if len(fitted) < len(parts[part]):
+            log(f"{source}: {len(parts[part]) - len(fitted)} of {len(parts[part])} {part} examples have a response "
+                f"longer than seq_len={seq_len} tokens and are not scored (raise seq_len to score them)")
+        if not fitted:
+            raise ZooError(f"{source}: no {part} example fits seq_len={seq_len} (raise seq_len)")
+        held[part] = fitted
+    how = (f"examples by a hash of their content: {100 * test_fraction:g}% test, {100 * val_fraction:g}% validation, "
+           f"the rest train")
+    return ExampleSplits(train, held["validation"], held["test"], keys, how)
+
+
+def _fit(e: Example, seq_len: int) -> Example | None:
+    """A held-out example within ``seq_len`` + 1 tokens: its prompt cropped from the left (one token of it at
+    least stays as context); None when the response alone does not fit."""
+    if len(e.ids) <= seq_len + 1:
+        return e
+    if sum(1 for t in e.labels if t != -100) > seq_len:
+        return None
+    return Example(e.ids[-(seq_len + 1):], e.labels[-(seq_len + 1):], e.response_bytes, e.line, e.key)
 
 
 def pad_examples(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, ...]:

@@ -1,5 +1,8 @@
 """``llm/lora``: LoRA fine-tuning of a ``transformers`` causal LM, bits per byte before and after.
 
+The parts are those of ``llm/gpt`` for text; for JSONL, validation and test are chosen by a hash of each
+example's content. Validation is scored during training, test once at the end (with and without the adapter).
+
 Reads top to bottom: config, the response-only loss, the adapter, then training. The model is a local
 ``save_pretrained`` folder (or a hub name when online); the data is text, trained on in windows as
 ``llm/gpt`` does, or prompt/response JSONL, where the loss and the score are on the response only.
@@ -11,8 +14,9 @@ import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,10 +34,12 @@ from recipe_zoo.recipes.llm import data, models
 
 @dataclass
 class LoRAConfig(LoopSettings):
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
     model: str = ""  # a transformers causal LM: a local save_pretrained folder, or a hub name when online
     data: str = "tinyshakespeare"  # text (as llm/gpt) or a .jsonl of {"prompt", "response"} lines
-    val_fraction: float = 0.1  # held-out tail of the text / of the JSONL examples
-    eval_bytes: int = 100_000  # text: validation bytes scored (JSONL: every held-out response)
+    val_fraction: float = 0.05  # validation: as llm/gpt for text; JSONL: the share of examples (by content hash)
+    test_fraction: float = 0.1  # test: as llm/gpt for text; JSONL: the share of examples (by content hash)
+    eval_bytes: int = 100_000  # text: test bytes scored (validation: up to N); JSONL: every held-out response
     rank: int = 8  # LoRA rank
     alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
     lora_dropout: float = 0.05  # dropout on the LoRA input
@@ -55,15 +61,35 @@ class LoRAConfig(LoopSettings):
 # =============================================================================================
 
 def response_nats(model, batch, device, skip_token: int | None = None) -> tuple[torch.Tensor, int]:
-    """Summed next-token cross-entropy over the labelled tokens (optionally not ``skip_token``)."""
+    """Each row's summed next-token cross-entropy over its labelled tokens (optionally not ``skip_token``), and
+    how many tokens that is in all."""
     ids, labels, mask = (t.to(device) for t in batch)
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     targets = labels[:, 1:]
     if skip_token is not None:
         targets = targets.masked_fill(targets == skip_token, -100)
     nats = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100,
-                           reduction="sum")
-    return nats, int((targets != -100).sum())
+                           reduction="none")
+    return nats.view(targets.shape).sum(1), int((targets != -100).sum())
+
+
+def bytes_per_token(tokenizer, text: str, ids: list[int]) -> torch.Tensor:
+    """The UTF-8 bytes each of ``ids`` (``text``'s tokens) spells, summing to the text's bytes: from a fast
+    tokenizer's character offsets, token i holds the characters after the previous token's end up to its own
+    (the last also any the tokenizer left uncovered). A tokenizer without offsets shares the bytes evenly."""
+    total = len(text.encode())
+    try:
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    except (NotImplementedError, ValueError, TypeError, KeyError):
+        offsets = None
+    if offsets is None or len(offsets) != len(ids) or not ids:
+        return torch.full((len(ids),), total / max(len(ids), 1), dtype=torch.float64)
+    prefix = np.concatenate([[0], np.cumsum([len(c.encode()) for c in text])])
+    ends = np.maximum.accumulate(np.clip([e for _, e in offsets], 0, len(text)))
+    at = prefix[ends]
+    per = np.diff(np.concatenate([[0], at])).astype(np.float64)
+    per[-1] += total - at[-1]
+    return torch.from_numpy(per)
 
 
 def lora_config(cfg: LoRAConfig):
@@ -75,7 +101,7 @@ def lora_config(cfg: LoRAConfig):
                       target_modules=targets)
 
 
-@recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="val_bpb", higher_is_better=False,
+@recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="LoRA fine-tuning of a transformers causal LM (local folder or hub) on text or "
                              "prompt/response JSONL; bits per byte before and after")
 def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
@@ -101,39 +127,50 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
 
     if cfg.data.endswith(".jsonl"):
-        examples = data.load_jsonl(Path(cfg.data).expanduser(), tokenizer, cfg.seq_len, run.log)
-        n_val = max(1, round(len(examples) * cfg.val_fraction))
-        if len(examples) - n_val < 1:
-            raise ZooError(f"{cfg.data}: {len(examples)} examples leave none to train on after holding out {n_val}")
-        train_examples, val_examples = examples[:-n_val], examples[-n_val:]
+        parts = data.split_examples(data.load_jsonl(Path(cfg.data).expanduser(), tokenizer), cfg.val_fraction,
+                                    cfg.test_fraction, cfg.seq_len, cfg.data, run.log)
+        train_examples, val_examples = parts.train, parts.val
         batches = TensorBatches((torch.arange(len(train_examples)),), cfg.micro_batch, seed=run.seed,
                                 transform=lambda batch, g: data.pad_examples([train_examples[i] for i in batch[0]],
                                                                              pad_id))
-        val_bytes = sum(e.response_bytes for e in val_examples)
-        run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation examples "
-                f"({val_bytes:,} response bytes scored)")
+        run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation / {len(parts.test)} test "
+                f"examples ({sum(e.response_bytes for e in val_examples):,} validation response bytes scored)")
+        split_line = (f"{parts.how} ({len(parts.keys['train'])} / {len(parts.keys['validation'])} / "
+                      f"{len(parts.keys['test'])} lines; the response bytes are scored)")
         # one row per example (prompt + response token ids): exact duplicates across the splits are found
         run.inspect(train=([e.ids for e in train_examples],), val=([e.ids for e in val_examples],),
                     task="unlabelled", fine_tune=("lora_",))
 
         def loss_fn(model, batch):
             nats, count = response_nats(model, batch, device)
-            return nats / max(count, 1)
+            return nats.sum() / max(count, 1)
 
-        def evaluate(model):
-            nats = sum(response_nats(model, data.pad_examples(val_examples[i:i + cfg.micro_batch], pad_id), device,
-                                     skip_token=tokenizer.eos_token_id)[0].item()
-                       for i in range(0, len(val_examples), cfg.micro_batch))
-            return {"val_bpb": metrics.bits_per_byte(nats, val_bytes)}
+        def sums(model, examples):
+            nats = torch.cat([response_nats(model, data.pad_examples(examples[i:i + cfg.micro_batch], pad_id), device,
+                                            skip_token=tokenizer.eos_token_id)[0]
+                              for i in range(0, len(examples), cfg.micro_batch)])
+            return nats.double().cpu().numpy(), np.array([e.response_bytes for e in examples], dtype=np.float64)
+
+        def score(model, part):  # each example's nats and response bytes
+            return sums(model, val_examples if part == "validation" else parts.test)
     else:
-        splits = data.load_text(cfg.data, cfg.val_fraction, run)
-        scored = data.eval_text(splits, cfg.eval_bytes)
+        splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
+        texts = {"validation": data.eval_text(splits, cfg.eval_bytes, "validation"),
+                 "test": data.eval_text(splits, cfg.eval_bytes)}
+        parts = splits
+        split_line = (f"{splits.how} ({splits.sizes()}; scored: validation {len(texts['validation'].encode()):,} "
+                      f"bytes, test the first {cfg.eval_bytes:,})")
         ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
         train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
-        val_tokens = torch.tensor([start] + tokenizer(scored, add_special_tokens=False).input_ids)
+
+        def encode(part):  # [start] + the scored text's tokens, and the bytes each token spells
+            body = tokenizer(texts[part], add_special_tokens=False).input_ids
+            return torch.tensor([start] + body), bytes_per_token(tokenizer, texts[part], body)
+
+        val_tokens, val_bytes = encode("validation")
         batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
-        run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores {cfg.eval_bytes:,} bytes = "
-                f"{len(val_tokens) - 1:,} tokens")
+        run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores "
+                f"{len(texts['validation'].encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
         run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))
 
         def loss_fn(model, batch):
@@ -141,10 +178,17 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
             logits = model(input_ids=x).logits.float()
             return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
-        def evaluate(model):
-            return {"val_bpb": data.bits_per_byte(lambda x: model(input_ids=x).logits, val_tokens, cfg.seq_len,
-                                                  cfg.micro_batch, device, total_bytes=len(scored.encode()))}
+        def score(model, part):  # each window's nats and bytes
+            tokens, per_target = (val_tokens, val_bytes) if part == "validation" else encode("test")
+            return data.window_sums(lambda x: model(input_ids=x).logits, tokens, cfg.seq_len, cfg.micro_batch,
+                                    device, per_target)
 
+    def evaluate(model):
+        nats, n_bytes = score(model, "validation")
+        return {"val_bpb": metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))}
+
+    run.record_split(parts.keys)
+    run.report("split", split_line)
     model.eval()
     with torch.no_grad(), autocast(device, precision):
         before = evaluate(model)["val_bpb"]
@@ -156,6 +200,16 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings)
+    # The test, once, after training: the fine-tuned model, then the base model (the adapter switched off)
+    tested = result.eval_model or model
+    tested.eval()
+    with torch.no_grad(), autocast(device, precision):
+        nats, n_bytes = score(tested, "test")
+        with tested.disable_adapter():
+            base_nats, base_bytes = score(tested, "test")
+    test_bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
+    low, high = data.bpb_interval(nats, n_bytes)
+    test_before = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
     model.save_pretrained(str(run.dir / "adapter"))
     tokenizer.save_pretrained(str(run.dir / "adapter"))
     if cfg.merge:
@@ -164,6 +218,10 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         tokenizer.save_pretrained(str(run.dir / "merged"))
     after = result.metrics["val_bpb"]
     run.report("val_bpb_before", f"{before:.4f}")
+    run.report("test_bpb_before", f"{test_before:.4f}")
     run.report("trainable_M", f"{trainable / 1e6:.3f}")
-    run.log(f"val_bpb {before:.4f} -> {after:.4f} ({after - before:+.4f}); adapter saved to {run.dir / 'adapter'}")
-    return {**result.stats(), **result.metrics, "val_bpb_before": before, "trainable_M": trainable / 1e6}
+    run.log(f"val_bpb {before:.4f} -> {after:.4f} ({after - before:+.4f}); test_bpb {test_before:.4f} -> "
+            f"{test_bpb:.4f} (95% interval {low:.4f}-{high:.4f}); adapter saved to {run.dir / 'adapter'}")
+    return {**result.stats(), **result.metrics, "test_bpb": test_bpb, "test_bpb_ci_low": low,
+            "test_bpb_ci_high": high, "val_bpb_before": before, "test_bpb_before": test_before,
+            "trainable_M": trainable / 1e6}
