@@ -1,6 +1,7 @@
 """Medical segmentation: the planner's rules, Dice/IoU against a hand count, exact patch replay, and
 ``medical/unet`` / ``medical/swinunetr`` end to end on MONAI's synthetic data, a Decathlon-style
 NIfTI folder and a PNG image/mask folder, with their bad inputs."""
+import csv
 import functools
 import json
 from pathlib import Path
@@ -63,7 +64,7 @@ def test_plan_rejects_bad_overrides(key, value, message):
 
 def test_flip_axes_follow_the_slicing():
     """Axes name the volume's axes; a 2-D plan across one of them drops it and renumbers the rest."""
-    data = meddata.SegData([], [], ["background", "x"], "vol", symmetric_axes=(0, 1, 2))
+    data = meddata.SegData([], ["background", "x"], "vol", symmetric_axes=(0, 1, 2))
     assert unet.resolve_flip_axes(unet.MedicalConfig(), data, {"slice_axis": 0}, 3) == (0, 1)
     assert unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="0,2"), data, {"slice_axis": 1}, 3) == (0, 1)
     assert unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="none"), data, {"slice_axis": None}, 3) == ()
@@ -87,10 +88,10 @@ def test_dice_and_iou_match_a_hand_count():
 
 def test_patches_replay_exactly_after_resume():
     data = meddata.load_synthetic(2)
-    fp = planner.fingerprint(data)
+    fp = planner.fingerprint(data, data.cases[:4])
     cfg = unet.MedicalConfig()
     p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
-    cases = [meddata.preprocess(c, p, fp) for c in data.train[:4]]
+    cases = [meddata.preprocess(c, p, fp) for c in data.cases[:4]]
     make = lambda: meddata.PatchBatches(cases, meddata.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
     a = make()
     for _ in range(7):
@@ -103,15 +104,153 @@ def test_patches_replay_exactly_after_resume():
     assert not torch.equal(xa, a.next_batch()[0])
 
 
+def test_patch_shards_are_the_micro_batches_of_accumulation_across_an_epoch_boundary():
+    """21 slots an epoch: one process accumulating two draws an epoch's last slot with the next epoch's first
+    (that epoch's seed) in one step; two processes must too, not drop it, and a rank resumed right after that
+    step goes on the same."""
+    data = meddata.load_synthetic(2)
+    fp = planner.fingerprint(data, data.cases[:4])
+    cfg = unet.MedicalConfig()
+    p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
+    cases = [meddata.preprocess(c, p, fp) for c in data.cases[:4]]
+    make = lambda: meddata.PatchBatches(cases, meddata.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
+    one = make()
+    assert one.slots_per_epoch == one.batches_per_epoch == 21
+    expected = [one.next_batch() for _ in range(2 * 13)]  # 13 steps of 2: step 11 straddles the boundary at 21
+    ranks = []
+    for rank in range(2):
+        b = make()
+        b.shard(rank, 2)
+        assert b.batches_per_epoch == 10  # steps_per_epoch still counts whole steps of this process
+        drawn = [b.next_batch() for _ in range(11)]
+        resumed = make()
+        resumed.shard(rank, 2)
+        resumed.load_state_dict(b.state_dict())
+        drawn += [resumed.next_batch() for _ in range(2)]
+        ranks.append(drawn)
+    merged = [batch for step in zip(*ranks) for batch in step]
+    assert len(merged) == len(expected)
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(merged, expected)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb), f"micro-batch {i} (step {i // 2 + 1}) differs"
+
+
+# ---------------------------------------------------------------------------------------------
+# The split: train / validation / test, or k folds with an inner validation, fixed by each case's key
+# ---------------------------------------------------------------------------------------------
+
+def parts_of(folds):
+    return [tuple(tuple(part) for part in fold) for fold in folds]
+
+
+def test_isbi_folds_are_fixed_by_the_slice_paths():
+    """ISBI's 30 slices: 5 folds of 6 test slices, each with 4 validation (hash-chosen per fold) and 20 train
+    slices, disjoint; every slice tested once; the same for any input order (and no seed is involved)."""
+    keys = [f"image/{i}.png" for i in range(30)]
+    folds = meddata.split_keys(keys, 5, 0.2, 0.2)
+    assert [tuple(map(len, f)) for f in folds] == [(20, 4, 6)] * 5
+    for train, val, test in folds:
+        assert not (set(train) & set(val) or set(train) & set(test) or set(val) & set(test))
+        assert set(train) | set(val) | set(test) == set(keys)
+    assert sorted(k for f in folds for k in f[2]) == sorted(keys)
+    assert len({f[1] for f in parts_of(folds)}) > 1  # validation drawn anew per fold: every slice trains somewhere
+    assert parts_of(meddata.split_keys(keys[::-1], 5, 0.2, 0.2)) == parts_of(folds)
+    shuffled = list(np.random.default_rng(3).permutation(keys))
+    assert parts_of(meddata.split_keys(shuffled, 5, 0.2, 0.2)) == parts_of(folds)
+
+
+def test_three_parts_by_hash_of_the_case():
+    keys = [f"synthetic{i}" for i in range(40)]
+    ((train, val, test),) = meddata.split_keys(keys, 0, 0.2, 0.2)
+    assert (len(train), len(val), len(test)) == (26, 6, 8)
+    assert not (set(train) & set(val) or set(train) & set(test) or set(val) & set(test))
+    assert parts_of(meddata.split_keys(keys[::-1], 0, 0.2, 0.2)) == [(tuple(train), tuple(val), tuple(test))]
+    # a case keeps its side when others join (the test set is the lowest hashes, so it can only gain newcomers)
+    more = meddata.split_keys(keys + [f"extra{i}" for i in range(10)], 0, 0.2, 0.2)[0]
+    assert set(more[2]) - set(test) <= {f"extra{i}" for i in range(10)}
+
+
+def test_folds_follow_the_dataset_and_refuse_what_cannot_split():
+    assert (meddata.folds_for(6), meddata.folds_for(4), meddata.folds_for(19), meddata.folds_for(20)) == (5, 4, 5, 0)
+    cases = [meddata.RawCase(f"c{i}", np.zeros((1, 4, 4), np.float32), np.zeros((1, 4, 4), np.uint8), (1.0, 1.0),
+                             key=f"images/c{i}.png") for i in range(6)]
+    data = meddata.SegData(cases, ["background", "x"], "cells", folds=meddata.folds_for(6))
+    assert len(meddata.split_cases(data, -1, 0.2, 0.2)) == 5 and len(meddata.split_cases(data, 0, 0.2, 0.2)) == 1
+    for folds, message in ((1, "folds=1"), (7, "folds=7"), (-2, "folds=-2")):
+        with pytest.raises(ZooError, match=message):
+            meddata.split_cases(data, folds, 0.2, 0.2)
+    with pytest.raises(ZooError, match="val_fraction=1.5"):
+        meddata.split_cases(data, 0, 1.5, 0.2)
+    with pytest.raises(ZooError, match="cells: 2 cases are too few to train, validate and test"):
+        meddata.split_cases(meddata.SegData(cases[:2], ["background", "x"], "cells"), 0, 0.2, 0.2)
+
+
+def run_in_process(root: Path, tmp: Path, seed: int = 0, **cfg):
+    """``medical/unet`` on ``root`` through a SimpleRun: (its metrics, the run: eval rows, split, reports)."""
+    from recipe_zoo import registry
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.precision import seed_everything
+
+    seed_everything(seed)
+    tmp.mkdir(parents=True, exist_ok=True)
+    run = SimpleRun(budget=parse_budget("4steps"), seed=seed, dir=tmp, spec=registry.load_all()["medical/unet"],
+                    log=lambda line: None)
+    config = unet.MedicalConfig(data=str(root), width=4, levels=3, patch="32,32", batch_size=2, eval_every=0.5,
+                                tta=False, overlap=0.25, flip_axes="0,1", **cfg)
+    return unet.train(config, run), run
+
+
+def without_timing(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_cases,folds", [(24, 0), (8, 5)])
+def test_test_labels_are_read_only_after_training(tmp_path, n_cases, folds):
+    """Garbage in the test masks (of fold 0, whose rows metrics.csv holds) leaves every validation row as it
+    was and changes only the test score; the split is the same for another seed; the interval holds the value."""
+    from PIL import Image
+
+    root = png_folder(tmp_path / "cells", n=n_cases)
+    clean, run = run_in_process(root, tmp_path / "a")
+    assert len(run.splits) == (3 if folds == 0 else folds)
+    test_keys = run.splits["test"] if folds == 0 else run.splits["test fold 0"]
+    assert sorted(k for keys in run.splits.values() for k in keys) == sorted(f"images/slice{i}.png"
+                                                                              for i in range(n_cases))
+    assert clean["test_dice_ci_low"] <= clean["test_dice"] <= clean["test_dice_ci_high"]
+    assert ("test_dice_std" in clean) == (folds > 0) and 0 <= clean["val_dice"] <= 1
+    _, other_seed = run_in_process(root, tmp_path / "b", seed=1)
+    assert other_seed.splits == run.splits
+    rng = np.random.default_rng(0)
+    for key in test_keys:
+        garbage = (rng.random((48, 48)) < 0.5).astype(np.uint8) * 255
+        Image.fromarray(garbage).save(root / "masks" / Path(key).name)
+    spoiled, again = run_in_process(root, tmp_path / "c")
+    assert again.splits == run.splits and again.eval_rows and any("val_dice" in r for r in again.eval_rows)
+    assert without_timing(again.eval_rows) == without_timing(run.eval_rows)
+    if folds == 0:
+        assert spoiled["val_dice"] == clean["val_dice"] and spoiled["test_dice"] != clean["test_dice"]
+
+
 @pytest.mark.slow
 def test_unet_learns_synthetic_2d():
     summary, proc = run_ok("medical/unet", "width=8")
-    assert summary["status"] == "ok" and summary["metric"] == "dice" and float(summary["value"]) > 0.7
+    assert summary["status"] == "ok" and summary["metric"] == "test_dice" and float(summary["value"]) > 0.7
     assert "plan:" in proc.stdout and "2-D, patch 128x128" in summary["plan"]
+    assert summary["split"] == "synthetic-2d: 26 train / 6 validation / 8 test cases by a hash of each case's path (or name)"
     run_dir = Path(summary["run_dir"])
     saved = json.loads((run_dir / "plan.json").read_text())
     assert saved["plan"]["dims"] == 2 and saved["fingerprint"]["median_shape"] == [128, 128]
+    assert saved["fingerprint"]["cases"] == 26  # the plan read the training cases only
     assert (run_dir / "model.safetensors").is_file()
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert metrics["test_dice_ci_low"] <= metrics["test_dice"] <= metrics["test_dice_ci_high"]
+    assert 0.5 < metrics["val_dice"] <= 1 and "test_miou" in metrics
+    with open(run_dir / "split.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["item"] for r in rows) == sorted(f"synthetic{i}" for i in range(40))  # every case once
+    assert [sum(r["split"] == p for r in rows) for p in ("train", "validation", "test")] == [26, 6, 8]
+    with open(run_dir / "metrics.csv") as f:
+        assert "val_dice" in next(csv.DictReader(f))
 
 
 @pytest.mark.slow
@@ -153,7 +292,9 @@ def decathlon(tmp_path):
 def test_decathlon_folder_plans_2d_across_thick_slices(decathlon):
     summary, proc = run_ok("medical/unet", f"data={decathlon}", *TINY, budget="3steps")
     assert "2-D, patch" in summary["plan"] and "ct normalisation" in summary["plan"]
-    assert "dice_cube" in (Path(summary["run_dir"]) / "summary.json").read_text()
+    metrics = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())["metrics"]
+    assert "test_dice_cube" in metrics and "test_dice_std" in metrics  # 4 cases: 4 folds of one test case
+    assert "4-fold cross-validation of 4 cases" in summary["split"]
 
 
 def load_error(data, **cfg) -> str:
@@ -230,7 +371,7 @@ def test_doctor_sees_the_cases_and_finds_no_error(tmp_path, capsys):
                  "lr=0.02", "--steps", "25", "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().out[-3000:]
     (folder,) = (tmp_path / "doctor" / "medical" / "unet").iterdir()
-    assert "- validation: 8 rows, inputs of shape (8, 1, 128, 128)" in (folder / "report.md").read_text()
+    assert "- validation: 6 rows, inputs of shape (6, 1, 128, 128)" in (folder / "report.md").read_text()
     findings = json.loads((folder / "findings.json").read_text())
     severity = {f["check"]: f["severity"] for f in findings}
     assert severity["data/balance"] == "ok" and severity["data/leakage"] == "ok"

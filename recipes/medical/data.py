@@ -1,7 +1,8 @@
 """Medical data: reading images and masks, checking them and mapping mask values to classes, the named
-datasets (MONAI's synthetic scenes, ISBI 2012), own image/mask folders and Decathlon folders with their
-fixed validation split; then preprocessing to the plan (resampling, normalisation, 2-D slices), and the
-patch sampler with its MONAI augmentation, seeded per batch so a resumed run replays it exactly.
+datasets (MONAI's synthetic scenes, ISBI 2012), own image/mask folders and Decathlon folders; the split into
+train / validation / test (or k folds, each with an inner validation) by a hash of each case's key; then
+preprocessing to the plan (resampling, normalisation, 2-D slices), and the patch sampler with its MONAI
+augmentation, seeded per batch so a resumed run replays it exactly.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from recipe_zoo.core.batches import batch_seed
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.splits import hash_unit
 
 if TYPE_CHECKING:
     from recipe_zoo.recipes.medical.unet import MedicalConfig
@@ -34,16 +36,17 @@ class RawCase:
     label: np.ndarray  # (1, *spatial) class indices (uint8)
     spacing: tuple[float, ...]
     source: str = ""  # image file, for error messages
+    key: str = ""  # what the split hashes: the image's path relative to the dataset root (or the scene's name)
 
 
 @dataclass
 class SegData:
-    train: list[RawCase]
-    val: list[RawCase]
+    cases: list[RawCase]  # every labelled case; ``split_cases`` deals them into train / validation / test
     classes: list[str]  # index 0 = background
     name: str
     symmetric_axes: tuple[int, ...] = ()
     modality: str = ""  # e.g. CT / MRI from dataset.json
+    folds: int = 0  # folds=-1 (auto) means this: k-fold for too few cases to hold out a test set, else 0
 
 
 def _stem(path: Path) -> str:
@@ -127,7 +130,8 @@ def parse_floats(text: str, key: str) -> list[float] | None:
     return values
 
 
-def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None) -> tuple[list[RawCase], list[int]]:
+def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None,
+               root: Path) -> tuple[list[RawCase], list[int]]:
     pairs = []
     for image_path, label_path in zip(images, labels):
         image, spacing = read_image(image_path)
@@ -139,7 +143,7 @@ def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None)
     if not pairs:
         raise ZooError("no image/mask pairs found")
     mapped, values = map_labels([p[1] for p in pairs], values, labels)
-    cases = [RawCase(_stem(path), image, label, spacing, str(path))
+    cases = [RawCase(_stem(path), image, label, spacing, str(path), _relative(path, root))
              for path, (image, _, spacing), label in zip(images, pairs, mapped)]
     channels = [c.image.shape[0] for c in cases]
     if len(set(channels)) > 1:
@@ -150,12 +154,17 @@ def load_pairs(images: list[Path], labels: list[Path], values: list[int] | None)
     return cases, values
 
 
-def fixed_split(cases: list[RawCase], fraction: float, where: str) -> tuple[list[RawCase], list[RawCase]]:
-    n_val = max(1, int(round(fraction * len(cases))))
-    if len(cases) < 2 or n_val >= len(cases):
-        raise ZooError(f"{where}: {len(cases)} cases are too few to hold out {fraction:.0%} for validation")
-    order = np.random.default_rng(0).permutation(len(cases))  # fixed: every run validates on the same cases
-    return [cases[i] for i in order[n_val:]], [cases[i] for i in order[:n_val]]
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:  # a dataset.json entry outside the folder: its path as listed
+        return path.as_posix()
+
+
+def folds_for(n_cases: int) -> int:
+    """Own and Decathlon folders: 5-fold cross-validation under 20 cases (a held-out test set would be 1-3
+    cases), one train / validation / test split from 20 on."""
+    return min(5, n_cases) if n_cases < 20 else 0
 
 
 def load_synthetic(dims: int) -> SegData:
@@ -170,9 +179,9 @@ def load_synthetic(dims: int) -> SegData:
         else:
             image, label = create_test_image_3d(64, 64, 64, num_objs=10, rad_max=14, rad_min=4, noise_max=0.5,
                                                 num_seg_classes=2, channel_dim=0, random_state=rs)
-        cases.append(RawCase(f"synthetic{i}", image.astype(np.float32), label.astype(np.uint8), (1.0,) * dims))
-    return SegData(cases[:32], cases[32:], ["background", "class1", "class2"], f"synthetic-{dims}d",
-                   tuple(range(dims)))
+        cases.append(RawCase(f"synthetic{i}", image.astype(np.float32), label.astype(np.uint8), (1.0,) * dims,
+                             key=f"synthetic{i}"))
+    return SegData(cases, ["background", "class1", "class2"], f"synthetic-{dims}d", tuple(range(dims)))
 
 
 def load_isbi(root: Path, values: list[int] | None) -> SegData:
@@ -181,15 +190,16 @@ def load_isbi(root: Path, values: list[int] | None) -> SegData:
     if missing:
         raise ZooError(f"{missing[0]}: file not found ({len(missing)} of the 60 ISBI 2012 files are missing)")
     cases, values = load_pairs([root / "image" / f"{i}.png" for i in ids], [root / "label" / f"{i}.png" for i in ids],
-                               values or [255, 0])
+                               values or [255, 0], root)
     names = ["background", "membrane"] if values == [255, 0] else [f"value{v}" for v in values]
-    return SegData(cases[:24], cases[24:], names, "isbi2012-membrane", (0, 1))
+    # 30 slices: too few for a held-out test set, so 5 folds of 6 test slices, each with an inner validation
+    return SegData(cases, names, "isbi2012-membrane", (0, 1), folds=5)
 
 
 MASK_DIRS, IMAGE_DIRS = ("masks", "labels", "label", "labelsTr"), ("images", "image", "imagesTr")
 
 
-def load_msd(root: Path, values: list[int] | None, val_fraction: float) -> SegData:
+def load_msd(root: Path, values: list[int] | None) -> SegData:
     """A Decathlon-style folder: dataset.json (MSD or nnU-Net v2 keys), imagesTr/, labelsTr/."""
     try:
         meta = json.loads((root / "dataset.json").read_text())
@@ -223,14 +233,14 @@ def load_msd(root: Path, values: list[int] | None, val_fraction: float) -> SegDa
         if not path.is_file():
             raise ZooError(f"{path}: listed in dataset.json but not found")
     values = values or sorted(by_value)
-    cases, values = load_pairs(images, masks, values)
+    cases, values = load_pairs(images, masks, values, root)
     modality = meta.get("modality") or meta.get("channel_names") or {}
     modality = str(next(iter(modality.values()), "")) if isinstance(modality, dict) else str(modality)
-    train, val = fixed_split(cases, val_fraction, str(root))
-    return SegData(train, val, [by_value.get(v, f"value{v}") for v in values], root.name, (), modality)
+    return SegData(cases, [by_value.get(v, f"value{v}") for v in values], root.name, (), modality,
+                   folds=folds_for(len(cases)))
 
 
-def load_folder(root: Path, values: list[int] | None, val_fraction: float) -> SegData:
+def load_folder(root: Path, values: list[int] | None) -> SegData:
     """``root/images`` (or image/, imagesTr/) and ``root/masks`` (or labels/, label/), matched by file name."""
     image_dir = next((root / d for d in IMAGE_DIRS if (root / d).is_dir()), None)
     mask_dir = next((root / d for d in MASK_DIRS if (root / d).is_dir()), None)
@@ -245,10 +255,10 @@ def load_folder(root: Path, values: list[int] | None, val_fraction: float) -> Se
         if lonely:
             raise ZooError(f"{found[d][lonely[0]]}: no matching file in {other} ({len(lonely)} unpaired in {d.name}/)")
     stems = sorted(found[image_dir])
-    cases, values = load_pairs([found[image_dir][s] for s in stems], [found[mask_dir][s] for s in stems], values)
-    train, val = fixed_split(cases, val_fraction, str(root))
+    cases, values = load_pairs([found[image_dir][s] for s in stems], [found[mask_dir][s] for s in stems], values,
+                               root)
     names = ["background"] + [f"class{i}" for i in range(1, len(values))]
-    return SegData(train, val, names, root.name)
+    return SegData(cases, names, root.name, folds=folds_for(len(cases)))
 
 
 def load_data(cfg: MedicalConfig, run) -> SegData:
@@ -264,8 +274,71 @@ def load_data(cfg: MedicalConfig, run) -> SegData:
     if not root.is_dir():
         raise ZooError(f"data={cfg.data!r}: expected a folder (dataset.json + imagesTr/labelsTr, or images/ + masks/)")
     if (root / "dataset.json").is_file():
-        return load_msd(root, values, cfg.val_fraction)
-    return load_folder(root, values, cfg.val_fraction)
+        return load_msd(root, values)
+    return load_folder(root, values)
+
+
+# =============================================================================================
+# Split: train / validation / test, or k folds each with an inner validation, by a hash of each case's key
+# =============================================================================================
+
+@dataclass
+class Fold:
+    train: list[RawCase]  # what the network trains on and the plan reads
+    val: list[RawCase]  # every evaluation during training, and val_dice
+    test: list[RawCase]  # scored once, after training
+
+
+def hash_order(keys: list[str], salt: str) -> list[str]:
+    """The keys ordered by their hash: an order fixed by the keys alone (not their input order, not the seed)."""
+    return sorted(keys, key=lambda k: (hash_unit(k, salt), k))
+
+
+def hold_out(keys: list[str], fraction: float, salt: str, where: str) -> tuple[list[str], list[str]]:
+    """(kept, held out): the ``fraction`` of the keys (rounded down, at least one) with the lowest hashes held
+    out; an exact count rather than a threshold, since a few dozen cases would leave the size to chance."""
+    n = max(1, int(fraction * len(keys)))
+    if n >= len(keys):
+        raise ZooError(f"{where}: holding out {fraction:.0%} of {len(keys)} cases leaves none to train on")
+    held = set(hash_order(keys, salt)[:n])
+    return sorted(k for k in keys if k not in held), sorted(held)
+
+
+def split_keys(keys: list[str], folds: int, val_fraction: float, test_fraction: float,
+               where: str = "data") -> list[tuple[list[str], list[str], list[str]]]:
+    """(train, validation, test) keys: one split (``folds=0``: test, then validation out of the rest), or k
+    folds of the hash order as test sets, each with an inner validation of its other cases (salted per fold,
+    so every case is trained on in some fold)."""
+    if folds == 0:
+        rest, test = hold_out(keys, test_fraction, "test", where)
+        return [(*hold_out(rest, val_fraction, "validation", where), test)]
+    order = hash_order(keys, "fold")
+    parts = []
+    for k in range(folds):
+        test = sorted(key for i, key in enumerate(order) if i * folds // len(order) == k)
+        held = set(test)
+        rest = sorted(key for key in keys if key not in held)
+        parts.append((*hold_out(rest, val_fraction, f"validation-fold{k}", where), test))
+    return parts
+
+
+def split_cases(data: SegData, folds: int, val_fraction: float, test_fraction: float) -> list[Fold]:
+    """The folds (one for ``folds=0``); ``folds=-1``: the dataset's own choice (``SegData.folds``)."""
+    n = len(data.cases)
+    folds = data.folds if folds == -1 else folds
+    if folds < 0 or folds == 1 or folds > n:
+        raise ZooError(f"folds={folds}: use 0 (one train/validation/test split), -1 (auto) or 2..{n} (the cases)")
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0 < value < 1:
+            raise ZooError(f"{name}={value}: must be between 0 and 1")
+    if n < 3 or (folds and n - math.ceil(n / folds) < 2):
+        raise ZooError(f"{data.name}: {n} cases are too few to train, validate and test on (at least 3, and "
+                       "2 outside each fold)")
+    by_key = {c.key: c for c in data.cases}
+    if len(by_key) < n:
+        raise ZooError(f"{data.name}: two cases share a key ({n - len(by_key)} duplicate image paths)")
+    parts = split_keys(list(by_key), folds, val_fraction, test_fraction, data.name)
+    return [Fold(*([by_key[k] for k in keys] for keys in part)) for part in parts]
 
 
 def inspect_view(*splits: list[RawCase]) -> list[tuple]:
@@ -385,7 +458,10 @@ class PatchBatches:
         self.rank, self.world = 0, 1
 
     def shard(self, rank: int, world: int) -> None:
-        """Under N processes each rank draws the patches of every N-th slot (slot = index x N + rank)."""
+        """Under N processes ``index`` is the step's position in the epoch counted in slots and rank r draws
+        the patches of slot ``index + r``: a step's N micro-batches are the slots one process accumulating N
+        micro-batches draws, across an epoch boundary too (a slot past the epoch's end is the matching slot
+        of the next epoch, with that epoch's seed) rather than dropping the slots that do not divide by N."""
         self.rank, self.world = rank, world
 
     @property
@@ -393,14 +469,16 @@ class PatchBatches:
         return max(1, self.slots_per_epoch // self.world)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index = self.epoch + 1, 0
-        slot = self.index * self.world + self.rank
-        seed = batch_seed(self.seed, self.epoch, slot) % 2**32  # MONAI's random states take 32 bits
+        per_epoch = self.slots_per_epoch
+        if self.index >= per_epoch:
+            self.epoch, self.index = self.epoch + self.index // per_epoch, self.index % per_epoch
+        ahead, slot = divmod(self.index + self.rank, per_epoch)  # ahead > 0: this slot opens a later epoch
+        epoch = self.epoch + ahead
+        seed = batch_seed(self.seed, epoch, slot) % 2**32  # MONAI's random states take 32 bits
         rng = np.random.default_rng(seed)
         self.transform.set_random_state(seed=seed)
         samples = [self.transform(self.items[i])[0] for i in rng.integers(0, len(self.items), self.batch_size)]
-        self.index += 1
+        self.index += self.world
         x = torch.stack([torch.as_tensor(s["image"]).as_subclass(torch.Tensor) for s in samples])
         y = torch.stack([torch.as_tensor(s["label"]).as_subclass(torch.Tensor) for s in samples])
         return x.float(), y.long()

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.medical.data import SegData, parse_floats, parse_ints
+from recipe_zoo.recipes.medical.data import RawCase, SegData, parse_floats, parse_ints
 from recipe_zoo.recipes.medical.models import build_model, swin_features
 
 if TYPE_CHECKING:
@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 # Fingerprint and plan (nnU-Net's rules, sized for this device and budget)
 # =============================================================================================
 
-def fingerprint(data: SegData) -> dict:
-    """What the plan is derived from: sizes, spacings, intensities (on foreground), class fractions."""
+def fingerprint(data: SegData, cases: list[RawCase]) -> dict:
+    """What the plan is derived from: sizes, spacings, intensities (on foreground), class fractions, of
+    ``cases``: a fold's training cases (never its validation or test cases)."""
     rng = np.random.default_rng(0)
-    cases = data.train
     shapes = np.array([c.image.shape[1:] for c in cases])
     spacings = np.array([c.spacing for c in cases])
     counts = sum(np.bincount(c.label.ravel(), minlength=len(data.classes))[:len(data.classes)] for c in cases)

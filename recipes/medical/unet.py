@@ -1,16 +1,20 @@
 """``medical/unet`` and ``medical/swinunetr``: self-configuring 2-D / 3-D segmentation on MONAI.
 
-Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan), data and plan (the nnU-Net
-idea: derive the configuration from the data, here also from the compute budget), network and loss,
-sliding-window evaluation with mirrored test-time views, training. The two recipes share this train
-function; SwinUNETR trades the UNet's convolutions for a Swin transformer encoder.
+Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan), sliding-window evaluation with
+mirrored test-time views, then training: the split (train / validation / test by a hash of each case's path,
+or k folds each with an inner validation where the cases are too few for a test set, as ISBI 2012's 30),
+per fold the plan from its training cases (the nnU-Net idea: derive the configuration from the data, here
+also from the compute budget), network and loss, training that evaluates on validation only, and the test
+cases scored once at the end. The two recipes share this train function; SwinUNETR trades the UNet's
+convolutions for a Swin transformer encoder.
 """
 from __future__ import annotations
 
 import functools
 import json
+import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -18,13 +22,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.metrics import bootstrap, summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import recipe
-from recipe_zoo.recipes.medical.data import (Case, PatchBatches, SegData, augmentation, inspect_view, load_data,
-                                             parse_ints, preprocess, slices)
+from recipe_zoo.recipes.medical.data import (Case, Fold, PatchBatches, SegData, augmentation, inspect_view,
+                                             load_data, parse_ints, preprocess, slices, split_cases)
 from recipe_zoo.recipes.medical.models import build_loss, build_model, class_weights
 from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_plan, network_cost
 
@@ -35,9 +41,12 @@ from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_pla
 
 @dataclass
 class MedicalConfig(LoopSettings):
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
-    val_fraction: float = 0.2  # own data: validation fraction of the cases (fixed split, seed 0)
+    folds: int = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
+    val_fraction: float = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
+    test_fraction: float = 0.2  # folds=0: test, this fraction (rounded down) of the cases, by hash of their path
     dims: int = 0  # 2 or 3 spatial dims for the network; 0 = plan (2 for images and very anisotropic volumes)
     spacing: str = ""  # target voxel spacing 'a,b[,c]' (mm); '' = plan (median spacing of the data)
     normalize: Literal["auto", "zscore", "ct", "none"] = "auto"  # zscore: per image; ct: clip to fg 0.5-99.5%
@@ -101,16 +110,16 @@ def predict(model: nn.Module, case: Case, plan: dict, overlap: float, mirror_axe
     return probs.movedim(0, axis + 1) if axis is not None else probs[0]  # slices back in place: (K, *spatial)
 
 
-def evaluate(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
-             overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False) -> dict[str, float]:
-    """Per-class Dice and IoU on whole cases (mean over cases); ``dice`` = mean over foreground classes,
-    ``miou`` = mean IoU over all classes (background included, the semantic-segmentation convention)."""
+def score_cases(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
+                overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False) -> dict[str, np.ndarray]:
+    """Per case and class, (n_cases, K): ``dice`` and ``iou`` (NaN for a class absent from the truth), and
+    ``hd95`` (foreground classes only) when asked."""
     from monai.metrics import DiceMetric, HausdorffDistanceMetric, MeanIoU
 
     k = len(classes)
-    dice, iou = DiceMetric(include_background=True, reduction="mean_batch"), MeanIoU(include_background=True,
-                                                                                     reduction="mean_batch")
-    distance = HausdorffDistanceMetric(include_background=False, percentile=95, reduction="mean_batch")
+    dice, iou = DiceMetric(include_background=True, reduction="none"), MeanIoU(include_background=True,
+                                                                               reduction="none")
+    distance = HausdorffDistanceMetric(include_background=False, percentile=95, reduction="none")
     for case in cases:
         probs = predict(model, case, plan, overlap, mirror_axes, device).cpu()
         pred = F.one_hot(probs.argmax(0), k).movedim(-1, 0)[None]
@@ -119,17 +128,42 @@ def evaluate(model: nn.Module, cases: list[Case], plan: dict, classes: list[str]
         iou(pred, truth)
         if hd95:
             distance(pred, truth, spacing=plan["spacing"])
-    per_dice, per_iou = dice.aggregate().tolist(), iou.aggregate().tolist()
-    out = {"dice": float(np.nanmean(per_dice[1:])), "miou": float(np.nanmean(per_iou))}
-    out.update({f"dice_{name}": v for name, v in zip(classes[1:], per_dice[1:])})
-    out.update({f"iou_{name}": v for name, v in zip(classes, per_iou)})
+    scores = {"dice": dice.get_buffer().numpy(), "iou": iou.get_buffer().numpy()}
     if hd95:
-        out["hd95"] = float(np.nanmean(distance.aggregate().tolist()))
+        scores["hd95"] = distance.get_buffer().numpy()
+    return scores
+
+
+def summarize(scores: dict[str, np.ndarray], classes: list[str]) -> dict[str, float]:
+    """Each class's mean over cases; ``dice`` = mean over foreground classes, ``miou`` = mean IoU over all
+    classes (background included, the semantic-segmentation convention)."""
+    with warnings.catch_warnings():  # a class absent from every case: NaN, left out of the means
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_dice, per_iou = np.nanmean(scores["dice"], 0), np.nanmean(scores["iou"], 0)
+        out = {"dice": float(np.nanmean(per_dice[1:])), "miou": float(np.nanmean(per_iou))}
+        out.update({f"dice_{name}": float(v) for name, v in zip(classes[1:], per_dice[1:])})
+        out.update({f"iou_{name}": float(v) for name, v in zip(classes, per_iou)})
+        if "hd95" in scores:
+            out["hd95"] = float(np.nanmean(np.nanmean(scores["hd95"], 0)))
     return out
 
 
+def mean_dice(dice: np.ndarray, items: np.ndarray) -> float:
+    """``dice`` of the cases ``items`` (a bootstrap draw): the mean over foreground classes of their means."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmean(np.nanmean(dice[items], 0)[1:]))
+
+
+def evaluate(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
+             overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False) -> dict[str, float]:
+    """Per-class Dice and IoU on whole cases (mean over cases), ``dice`` and ``miou`` (see ``summarize``)."""
+    return summarize(score_cases(model, cases, plan, classes, device, overlap=overlap, mirror_axes=mirror_axes,
+                                 hd95=hd95), classes)
+
+
 # =============================================================================================
-# Training
+# Training: one fold (plan, network, fit on validation), then the folds and the test scored once
 # =============================================================================================
 
 def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dims: int) -> tuple[int, ...]:
@@ -150,33 +184,29 @@ def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dim
     return tuple(sorted(set(axes)))
 
 
-@recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="dice", budget="60s",
-        summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU")
-@recipe("medical/swinunetr", config=MedicalConfig, benchmark="isbi2012-membrane", metric="dice", budget="60s",
-        summary="the same pipeline on MONAI SwinUNETR (3-D volumes, or 2-D), AdamW 1e-3",
-        defaults={"model": "swinunetr", "lr": 1e-3, "weight_decay": 1e-2})
-def train(cfg: MedicalConfig, run) -> dict[str, float]:
-    device = choose_device(run.device)
-    speed_switches(device)
-    data = load_data(cfg, run)
-    if run.inspecting:
-        train_view, val_view = inspect_view(data.train, data.val)
-        run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
-    in_channels, spatial_dims = data.train[0].image.shape[0], data.train[0].image.ndim - 1
-    fp = fingerprint(data)
+def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, tag: str, device: torch.device,
+               measure) -> tuple[dict, dict, dict]:
+    """One fold: the plan from its training cases, training that evaluates on its validation cases, then its
+    validation and (only now) its test cases scored with the model training ends with. Returns the validation
+    and test scores per case (``score_cases``) and the training stats."""
+    in_channels, spatial_dims = fold.train[0].image.shape[0], fold.train[0].image.ndim - 1
+    fp = fingerprint(data, fold.train)
     # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
-    plan = distributed.broadcast_object(make_plan(fp, cfg, device, run.budget,
-                                                  network_cost(cfg, in_channels, len(data.classes))))
+    plan = distributed.broadcast_object(make_plan(fp, cfg, device, run.budget, measure))
     plan["flip_axes"] = list(resolve_flip_axes(cfg, data, plan, spatial_dims))
-    run.log(f"{data.name}: {len(data.train)} train / {len(data.val)} validation cases, {in_channels} channel(s), "
-            f"classes {data.classes}, voxel fractions {fp['class_fraction']}")
-    run.log("plan: " + describe_plan(plan, fp) + f", flips along {plan['flip_axes'] or 'no axes'}")
-    (run.dir / "plan.json").write_text(json.dumps({"fingerprint": fp, "plan": plan}, indent=1))
-    run.report("plan", describe_plan(plan, fp))
-    train_cases = [preprocess(c, plan, fp) for c in data.train]
-    val_cases = [preprocess(c, plan, fp) for c in data.val]
+    run.log(f"{tag}{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} test cases, "
+            f"{in_channels} channel(s), classes {data.classes}, voxel fractions {fp['class_fraction']}")
+    run.log(f"{tag}validation {[c.key for c in fold.val]}, test {[c.key for c in fold.test]}")
+    run.log(tag + "plan: " + describe_plan(plan, fp) + f", flips along {plan['flip_axes'] or 'no axes'}")
+    if index == 0:  # the run's plan: fold 0's (each fold plans from its own training cases)
+        (run.dir / "plan.json").write_text(json.dumps({"fingerprint": fp, "plan": plan}, indent=1))
+        run.report("plan", describe_plan(plan, fp))
+    train_cases = [preprocess(c, plan, fp) for c in fold.train]
+    val_cases = [preprocess(c, plan, fp) for c in fold.val]
     if plan["slice_axis"] is not None:
         train_cases = [s for c in train_cases for s in slices(c, plan["slice_axis"])]
+    if index:  # each fold's network starts from its own seed (a resumed fold 0 leaves the others unchanged)
+        torch.manual_seed(run.seed * 1000 + index)
     model = build_model(cfg.model, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"],
                         cfg).to(device)
     layout = torch.channels_last if cfg.channels_last and plan["dims"] == 2 else torch.contiguous_format
@@ -193,17 +223,72 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         x = x.to(device, non_blocking=True).contiguous(memory_format=layout)
         return criterion(model(x), y.to(device, non_blocking=True))
 
-    def quick_eval(m: nn.Module) -> dict[str, float]:  # progress checks: no mirroring, less overlap
-        return evaluate(m, val_cases, plan, data.classes, device, overlap=min(cfg.overlap, 0.25))
+    def quick_eval(m: nn.Module) -> dict[str, float]:  # progress checks on validation: no mirroring, less overlap
+        scores = evaluate(m, val_cases, plan, data.classes, device, overlap=min(cfg.overlap, 0.25))
+        return {f"val_{k}": v for k, v in scores.items()}
 
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=quick_eval,
                  update_hparams=update, settings=LoopSettings.of(cfg))
     final_model = result.eval_model.eval()
+    score = functools.partial(score_cases, final_model, plan=plan, classes=data.classes, device=device,
+                              overlap=cfg.overlap, mirror_axes=tuple(plan["flip_axes"]) if cfg.tta else (),
+                              hd95=cfg.hd95)
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
-        final = evaluate(final_model, val_cases, plan, data.classes, device, overlap=cfg.overlap,
-                         mirror_axes=tuple(plan["flip_axes"]) if cfg.tta else (), hd95=cfg.hd95)
-    run.log("final (whole cases, sliding windows" + (", mirrored views" if cfg.tta and plan["flip_axes"] else "")
-            + "): " + " ".join(f"{k}={v:.4f}" for k, v in final.items()))
-    export_safetensors(final_model, run.dir / "model.safetensors",
-                       metadata={"recipe": run.spec.name, "plan": json.dumps(plan)})
-    return {**result.stats(), **final}
+        val_scores = score(val_cases)
+        test_scores = score([preprocess(c, plan, fp) for c in fold.test])  # the test cases, once, at the end
+    views = ", mirrored views" if cfg.tta and plan["flip_axes"] else ""
+    for part, scores in (("validation", val_scores), ("test", test_scores)):
+        run.log(f"{tag}{part} (whole cases, sliding windows{views}): "
+                + " ".join(f"{k}={v:.4f}" for k, v in summarize(scores, data.classes).items()))
+    export_safetensors(final_model, run.dir / ("model.safetensors" if index == 0 else f"model-fold{index}.safetensors"),
+                       metadata={"recipe": run.spec.name, "plan": json.dumps(plan), "fold": str(index)})
+    return val_scores, test_scores, result.stats()
+
+
+def record_split(run, data: SegData, folds: list[Fold]) -> None:
+    """``split.csv`` (each case once: its part, or the fold it is tested in) and the leaderboard's split line."""
+    if len(folds) == 1:
+        (fold,) = folds
+        run.record_split({"train": [c.key for c in fold.train], "validation": [c.key for c in fold.val],
+                          "test": [c.key for c in fold.test]})
+        run.report("split", f"{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} "
+                            "test cases by a hash of each case's path (or name)")
+        return
+    run.record_split({f"test fold {k}": [c.key for c in fold.test] for k, fold in enumerate(folds)})
+    sizes = sorted({len(f.test) for f in folds})
+    run.report("split", f"{data.name}: {len(folds)}-fold cross-validation of {len(data.cases)} cases by a hash of "
+                        f"each case's path ({'-'.join(map(str, sizes))} test cases a fold; of the rest "
+                        f"{len(folds[0].val)} validation by hash, per fold); test_dice = mean over folds")
+
+
+@recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
+        summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU")
+@recipe("medical/swinunetr", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
+        summary="the same pipeline on MONAI SwinUNETR (3-D volumes, or 2-D), AdamW 1e-3",
+        defaults={"model": "swinunetr", "lr": 1e-3, "weight_decay": 1e-2})
+def train(cfg: MedicalConfig, run) -> dict[str, float]:
+    device = choose_device(run.device)
+    speed_switches(device)
+    data = load_data(cfg, run)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    record_split(run, data, folds)
+    if run.inspecting:  # the doctor sees fold 0's training and validation cases, never a test case
+        train_view, val_view = inspect_view(folds[0].train, folds[0].val)
+        run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
+    measure = network_cost(cfg, data.cases[0].image.shape[0], len(data.classes))
+    budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
+    per_fold, pooled, stats = [], [], []
+    for k, fold in enumerate(folds):
+        part = run if len(folds) == 1 else run.part(budget, main=k == 0)
+        tag = f"fold {k}: " if len(folds) > 1 else ""
+        val_scores, test_scores, fold_stats = train_fold(cfg, part, data, fold, k, tag, device, measure)
+        val, test = summarize(val_scores, data.classes), summarize(test_scores, data.classes)
+        per_fold.append({**{f"test_{m}": v for m, v in test.items()}, "val_dice": val["dice"], "val_miou": val["miou"]})
+        pooled.append(test_scores["dice"])
+        stats.append(fold_stats)
+    metrics = summarize_folds(per_fold, run.log)
+    dice = np.concatenate(pooled)  # every case tested once: the interval is over all test cases
+    low, high = bootstrap(functools.partial(mean_dice, dice), len(dice))
+    totals = {k: sum(s[k] for s in stats) for k in ("train_seconds", "steps", "epochs")}
+    return {**stats[0], **totals, "peak_mem_mb": max(s["peak_mem_mb"] for s in stats), **metrics,
+            "test_dice_ci_low": low, "test_dice_ci_high": high}
