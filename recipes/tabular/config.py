@@ -3,13 +3,16 @@ split and features are read the same way; each recipe reads its own block of fie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from recipe_zoo.core.loop import LoopSettings
 
 
 @dataclass
 class TabularConfig(LoopSettings):
+    # What changes the split, the target or the metric: a run off one of these defaults is another benchmark
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("target", "task", "test_size", "split_seed", "val_fraction", "folds")
+
     data: str = "california-housing"  # dataset name (zoo data list), or a .csv / .parquet file
     target: str = ""  # the column to predict ('' = the dataset's)
     drop: str = ""  # columns to leave out, comma-separated
@@ -20,7 +23,8 @@ class TabularConfig(LoopSettings):
     # validation when the target is positive and skewed, mlp uses it then
     test_size: float = 0.2  # held-out fraction when the data has no test file
     split_seed: int = 42  # the test split's seed: fixed, so runs with different --seed share the test rows
-    val_fraction: float = 0.1  # validation carve-out of the training rows (early stopping, choices)
+    val_fraction: float = 0.1  # validation carve-out of the training rows by a hash of each row's content (the same
+    # rows for every seed): early stopping, the best state, depth and log-target choices
     folds: int = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
     features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon
     class_weight: Literal["none", "balanced"] = "none"  # balanced: weight rows by inverse class frequency
@@ -43,6 +47,3 @@ class TabularConfig(LoopSettings):
     batch_size: int = 256  # rows per step
     warmup: float = 0.05  # LR warmup fraction
     eval_every: float = 0.05  # validation this often; the best validation state is kept (early stopping)
-
-    def benchmark_key(self, data_key: str) -> str:
-        return data_key + (f":{self.folds}fold" if self.folds else "")

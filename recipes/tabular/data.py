@@ -1,7 +1,9 @@
-"""Reading the table (pandas) and its bad inputs, the target's checks and encoding, the splits (a test split
-or folds, a validation carve-out), engineered features, values missing only outside the training rows,
-sample weights, the log-target choice, the metrics, and the loop over splits both recipes share.
-The test rows are never used for any choice.
+"""Reading the table (pandas) and its bad inputs, the target's checks and encoding, engineered features, values
+missing only outside the training rows, sample weights, the log-target choice, the metrics, and the loop over
+splits both recipes share (the splits themselves: ``split.py``).
+
+Everything that chooses (depth, log target, early stopping, the best state) reads validation; the recipes' fit
+functions never see the test rows, which are scored once, after every model is final.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import numpy as np
 
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.metrics import score, summarize_folds
+from recipe_zoo.core.metrics import bootstrap, score, summarize_folds
+from recipe_zoo.core.splits import content_key
 from recipe_zoo.recipes.tabular.config import TabularConfig
+from recipe_zoo.recipes.tabular.split import record_split, splits_for
 
 # =============================================================================================
 # Reading the table
@@ -35,6 +39,8 @@ class Table:
     classes: list[str] | None
     test_rows: np.ndarray | None  # rows of a given test file (adult); None = split by split_seed
     notes: list[str]
+    keys: list[bytes]  # each row's content key (all its cells, target included): its side of the validation carve
+    rows: np.ndarray  # each row's number in the table as read (before rows without a target were dropped)
 
 
 def columns_list(text: str) -> list[str]:
@@ -96,6 +102,7 @@ def load_table(cfg: TabularConfig, run) -> Table:
                            f"(columns: {column_list(frame.columns)})")
     check_target(frame[target], cfg.task, name, target)
     missing = frame[target].isna().to_numpy()
+    rows = np.arange(len(frame))
     if missing.any():
         first = int(np.where(missing)[0][0])
         if cfg.target_nan == "error":
@@ -105,13 +112,22 @@ def load_table(cfg: TabularConfig, run) -> Table:
         if test_rows is not None:
             test_rows = np.searchsorted(keep, np.intersect1d(keep, test_rows))
         frame = frame.iloc[keep].reset_index(drop=True)
+        rows = keep
         notes.append(f"{int(missing.sum())} rows without a target dropped")
         run.report("target_nan_dropped", int(missing.sum()))
+    keys = row_keys(frame)
     y_raw = frame.pop(target)
     frame = frame.drop(columns=columns_list(cfg.drop))
     X = prepare_columns(frame, set(columns_list(cfg.categorical)), name, notes)
     y, task, classes = encode_target(y_raw, cfg.task, name)
-    return Table(name, X, y, task, classes, test_rows, notes)
+    return Table(name, X, y, task, classes, test_rows, notes, keys, rows)
+
+
+def row_keys(frame) -> list[bytes]:
+    """Each row's ``content_key``: its cells as read, as text between separators. A function of the row alone (not
+    of its place in the file, the other rows or the seed), so equal rows get equal keys."""
+    cells = [[str(v) for v in frame[c].to_numpy(object)] for c in frame.columns]
+    return [content_key("\x1f".join(row).encode()) for row in zip(*cells)]
 
 
 def check_target(s, task: str, name: str, target: str) -> None:
@@ -225,59 +241,22 @@ def encode_target(y_raw, task: str, name: str) -> tuple[np.ndarray, str, list[st
 
 
 # =============================================================================================
-# Splits
-# =============================================================================================
-
-def stratify(table: Table, idx: np.ndarray):
-    return table.y[idx] if table.task != "regression" else None
-
-
-def test_split(table: Table, cfg: TabularConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, test rows): the given test file, or a split_seed split (stratified for classes)."""
-    from sklearn.model_selection import train_test_split
-
-    n = len(table.y)
-    if table.test_rows is not None:
-        return np.setdiff1d(np.arange(n), table.test_rows), np.asarray(table.test_rows)
-    if not 0 < cfg.test_size < 1:
-        raise ZooError(f"test_size={cfg.test_size}: a fraction between 0 and 1")
-    return tuple(train_test_split(np.arange(n), test_size=cfg.test_size, random_state=cfg.split_seed,
-                                  stratify=stratify(table, np.arange(n))))
-
-
-def fold_splits(table: Table, cfg: TabularConfig):
-    from sklearn.model_selection import KFold, StratifiedKFold
-
-    if cfg.folds < 2:
-        raise ZooError(f"folds={cfg.folds}: cross-validation needs at least 2 folds")
-    n = len(table.y)
-    kind = KFold if table.task == "regression" else StratifiedKFold
-    return list(kind(cfg.folds, shuffle=True, random_state=cfg.split_seed).split(np.zeros(n), stratify(table, np.arange(n))))
-
-
-def carve_validation(table: Table, train: np.ndarray, fraction: float, seed: int):
-    from sklearn.model_selection import train_test_split
-
-    if not 0 < fraction < 1:
-        raise ZooError(f"val_fraction={fraction}: a fraction between 0 and 1")
-    return tuple(train_test_split(train, test_size=fraction, random_state=seed, stratify=stratify(table, train)))
-
-
-# =============================================================================================
 # Features
 # =============================================================================================
 
 COORDINATES = (("latitude", "longitude"), ("lat", "lon"), ("lat", "lng"))
 
 
-def engineered(X, notes: list[str] | None = None):
+def engineered(X, notes: list[str] | None = None, rows: np.ndarray | None = None):
     """Ratios between count-like columns (non-negative whole numbers with a long right tail: rooms, people,
-    households) and coordinates rotated by 15-75 degrees (trees split on one axis at a time)."""
+    households; judged on ``rows``, the training rows, when given) and coordinates rotated by 15-75 degrees
+    (trees split on one axis at a time)."""
     X = X.copy()
     numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
     counts = []
     for c in numeric:
         v = X[c].to_numpy(np.float64)
+        v = v if rows is None else v[rows]
         v = v[np.isfinite(v)]
         if len(v) and v.min() >= 0 and np.all(v == np.round(v)) and np.median(v) > 0 \
                 and np.percentile(v, 99) / np.median(v) >= 3:
@@ -333,9 +312,10 @@ def impute_unseen_missing(X, train: np.ndarray, log=None):
 
 
 def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run):
-    """The model's view of the table for one split: unseen-missing values filled, engineered columns added."""
+    """The model's view of the table for one split: unseen-missing values filled, engineered columns added; both
+    fitted on ``train`` (training and validation rows), never on the test rows' values."""
     X = impute_unseen_missing(table.X, train, run.log)
-    return engineered(X, table.notes) if cfg.features == "auto" else X
+    return engineered(X, table.notes, train) if cfg.features == "auto" else X
 
 
 # =============================================================================================
@@ -346,6 +326,15 @@ def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run):
 # binary, (n, classes) probabilities for multiclass; ROC-AUC is left out when the rows hold one class.
 METRIC_NAMES = {"regression": ("rmse", "mae", "r2"), "binary": ("accuracy", "macro_f1", "roc_auc"),
                 "multiclass": ("accuracy", "macro_f1", "roc_auc")}
+
+
+def scores(table: Table, rows: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """The task's metrics on these rows. Multiclass ROC-AUC (one-vs-rest) is left out when a class is absent from
+    the rows: the validation carve is by row content, not stratified, so a small class can miss it."""
+    names = METRIC_NAMES[table.task]
+    if table.task == "multiclass" and len(np.unique(table.y[rows])) < len(table.classes):
+        names = tuple(n for n in names if n != "roc_auc")
+    return score(table.y[rows], pred, table.task, names)
 
 
 def primary_metric(task: str) -> tuple[str, bool]:
@@ -382,33 +371,51 @@ def use_log(table: Table, idx: np.ndarray, cfg: TabularConfig) -> list[bool]:
 # The loop over splits both recipes share
 # =============================================================================================
 
-def splits_for(cfg: TabularConfig, table: Table) -> list[tuple[np.ndarray, np.ndarray]]:
-    if cfg.folds:
-        if table.test_rows is not None:
-            raise ZooError(f"folds={cfg.folds}: {table.name} has its own test file; cross-validation would mix it in")
-        return fold_splits(table, cfg)
-    return [test_split(table, cfg)]
-
-
 def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, dict, float]:
-    """``fit_one(k, X, train, test) -> (test predictions, stats)`` on each split: the test metrics
-    (mean ± std over folds), the last split's stats, and the training seconds in all."""
-    results, stats, total = [], {}, 0.0
-    for k, (X, train, test) in enumerate(views):
-        pred, stats = fit_one(k, X, train, test)
+    """``fit_one(k, X, train, val) -> (predict, stats)`` on each split, where ``predict(rows)`` gives the final
+    model's predictions; fit_one never sees the test rows. Once every split is fitted: the validation and test
+    metrics (mean ± std over folds), the primary metric's 95% bootstrap interval over the test rows (of all folds,
+    pooled), the last split's stats and the training seconds in all."""
+    fitted, stats, total = [], {}, 0.0
+    for k, (X, train, val, test) in enumerate(views):
+        predict, stats = fit_one(k, X, train, val)
         total += stats["train_seconds"]
-        scores = score(table.y[test], pred, table.task, METRIC_NAMES[table.task])
-        results.append({f"test_{m}": v for m, v in scores.items()})
-    return summarize_folds(results, run.log), stats, total
+        fitted.append((predict, val, test))
+    results, pooled_y, pooled_pred = [], [], []
+    for predict, val, test in fitted:  # the test rows are read here, and only here
+        val_pred, test_pred = predict(val), predict(test)
+        results.append({**{f"test_{m}": v for m, v in scores(table, test, test_pred).items()},
+                        **{f"val_{m}": v for m, v in scores(table, val, val_pred).items()}})
+        pooled_y.append(table.y[test])
+        pooled_pred.append(test_pred)
+    metrics = summarize_folds(results, run.log)
+    metric = primary_metric(table.task)[0]
+    low, high = bootstrap(item_statistic(np.concatenate(pooled_y), np.concatenate(pooled_pred), table.task),
+                          sum(len(y) for y in pooled_y))
+    metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
+    return metrics, stats, total
+
+
+def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
+    """The primary metric on a resample of rows (``statistic(indices)`` for ``metrics.bootstrap``), vectorised:
+    RMSE from squared errors, accuracy from per-row hits (labels as ``metrics.score`` takes them)."""
+    if task == "regression":
+        squared = (np.asarray(pred, np.float64) - y) ** 2
+        return lambda idx: float(np.sqrt(squared[idx].mean()))
+    labels = (pred > 0.5).astype(np.int64) if task == "binary" else np.asarray(pred).argmax(axis=1)
+    hits = (labels == y).astype(np.float64)
+    return lambda idx: float(hits[idx].mean())
 
 
 def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
-    """The table, its splits and each split's features (engineering adds columns the log reports)."""
+    """The table, its splits (recorded in ``split.csv``) and each split's features (engineering adds columns the log
+    reports): a list of (features, training rows, validation rows, test rows)."""
     table = load_table(cfg, run)
     metric, higher = primary_metric(table.task)
     run.set_metric(f"test_{metric}", higher)
     splits = splits_for(cfg, table)
-    views = [(features_for(cfg, table, train, run), train, test) for train, test in splits]
+    record_split(run, cfg, table, splits)
+    views = [(features_for(cfg, table, np.concatenate([fit, val]), run), fit, val, test) for fit, val, test in splits]
     for note in dict.fromkeys(table.notes):
         run.log(f"{table.name}: {note}")
     X = views[0][0]
@@ -420,14 +427,14 @@ def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
 
 
 def inspect_split(run, table: Table, views: list, loop: bool) -> None:
-    """The first split's training and test rows for ``zoo doctor`` (test rows copied in train inflate the score
-    most). Missing numbers shown as the network takes them, the median plus a missing flag (XGBoost takes NaN
-    natively): the rows stay equal exactly when the table's rows are."""
+    """The first split's training and validation rows for ``zoo doctor`` (never the test rows). Missing numbers
+    shown as the network takes them, the median plus a missing flag (XGBoost takes NaN natively): the rows stay
+    equal exactly when the table's rows are."""
     if not run.inspecting:
         return
-    X, train, test = views[0]
+    X, train, val, _ = views[0]
     num = X.select_dtypes("number")
     shown = X.fillna(num.median()).join(num.isna().loc[:, num.isna().any()].add_suffix(" missing"))
-    run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[test], table.y[test]),
+    run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[val], table.y[val]),
                 task="regression" if table.task == "regression" else "classification",
                 num_classes=None if table.classes is None else len(table.classes), loop=loop)

@@ -1,6 +1,6 @@
 """``tabular/mlp``: a neural network for large tables through the core loop. An MLP over standardised numbers
 and categorical embeddings (or ``model=ft-transformer``), trained with AdamW on a cosine schedule; the best
-validation state is kept (early stopping) and scores the test rows.
+validation state is kept (early stopping) and scores the test rows once training ends.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from recipe_zoo.core import optim, schedule
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
-from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.tabular import data, models
 from recipe_zoo.recipes.tabular.config import TabularConfig
@@ -25,13 +24,13 @@ from recipe_zoo.recipes.tabular.data import Table
 # One network on one split: encoding, model, AdamW + warmup-cosine, the core loop, the best validation state
 # =============================================================================================
 
-def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np.ndarray, budget,
-           label: str = "") -> tuple[np.ndarray, dict]:
-    """Train on ``train`` less a validation carve-out and return the test rows' predictions and the stats."""
-    fit_rows, val = data.carve_validation(table, train, cfg.val_fraction, run.seed)
+def fit_nn(cfg: TabularConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, budget,
+           label: str = "") -> tuple:
+    """Train on ``fit_rows``, evaluate on ``val`` (the best validation state is kept) and return (predict, stats):
+    ``predict(rows)`` gives the restored best model's predictions."""
     device = choose_device(run.device)
     enc = models.encode_for_nn(X, fit_rows, cfg.quantile, run.seed)
-    log = data.use_log(table, train, cfg)[-1]  # the network takes the log when the target is positive and skewed
+    log = data.use_log(table, fit_rows, cfg)[-1]  # the network takes the log when the target is positive and skewed
     metric, higher = data.primary_metric(table.task)
     if table.task == "regression":
         t = np.log1p(table.y) if log else table.y
@@ -65,8 +64,7 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
     best = BestState(higher)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
-        values = score(table.y[val], to_pred(models.nn_predict(m, enc, val, device)), table.task,
-                       data.METRIC_NAMES[table.task])
+        values = data.scores(table, val, to_pred(models.nn_predict(m, enc, val, device)))
         best.update(values[metric], m)
         return {f"val_{k}": v for k, v in values.items()}
 
@@ -90,7 +88,7 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
     stats["log_target"] = log
-    return to_pred(models.nn_predict(model, enc, test, device)), stats
+    return lambda rows: to_pred(models.nn_predict(model, enc, rows, device)), stats
 
 
 # =============================================================================================
@@ -107,8 +105,8 @@ def train_mlp(cfg: TabularConfig, run) -> dict[str, float]:
     table, views = data.prepare(cfg, run)
     data.inspect_split(run, table, views, loop=True)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
-    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, test: fit_nn(
-        cfg, run, table, X, train, test, budget, f"fold {k}" if k else ""))
+    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
+        cfg, run, table, X, train, val, budget, f"fold {k}" if k else ""))
     metric = data.primary_metric(table.task)[0]
     run.report("network", f"{cfg.model}, {'quantile' if cfg.quantile else 'z-score'} numbers"
                           f"{', log target' if stats['log_target'] else ''}; best validation {metric} "

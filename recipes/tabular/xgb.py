@@ -1,7 +1,7 @@
 """``tabular/xgb``: gradient-boosted trees done right. XGBoost hist with native categoricals; depth (and a log
-target) chosen on a validation carve-out at a quick learning rate, then ``bagging`` models trained on folds of
-the training rows, each early-stopped on its own fold, and their test predictions averaged; mean-gain
-importances saved with the run. Trees are the strong default on tables (Grinsztajn et al. 2022).
+target) chosen on the validation rows at a quick learning rate, then ``bagging`` models trained on folds of the
+training rows (validation left out), each early-stopped on its own fold, and their predictions averaged;
+mean-gain importances saved with the run. Trees are the strong default on tables (Grinsztajn et al. 2022).
 """
 from __future__ import annotations
 
@@ -47,19 +47,20 @@ def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
 
 
 # =============================================================================================
-# Training: depth (and target transform) chosen on a validation carve-out, then bagged over folds
+# Training: depth (and target transform) chosen on validation, then bagged over folds of the training rows
 # =============================================================================================
 
-def fit_xgb(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: np.ndarray, seconds: float | None,
-            rounds: int, label: str = "") -> tuple[np.ndarray, dict]:
-    """Choose depth and target transform on a validation carve-out (learning rate 0.1, quick), then train
-    ``bagging`` models at ``xgb_lr`` on folds of the training rows and average their test predictions."""
+def fit_xgb(cfg: TabularConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, seconds: float | None,
+            rounds: int, label: str = "") -> tuple:
+    """Choose depth and target transform on the validation rows (learning rate 0.1, quick, early-stopped on
+    validation), then train ``bagging`` models at ``xgb_lr`` on folds of the training rows, each early-stopped on
+    its own held-out fold (no final model trains or stops on validation; with bagging=1 the one model early-stops
+    on validation). Returns (predict, stats): ``predict(rows)`` averages the models' predictions."""
     from sklearn.model_selection import KFold, StratifiedKFold
 
     metric, higher = data.primary_metric(table.task)
-    fit_rows, val = data.carve_validation(table, train, cfg.val_fraction, run.seed)
     depths = [cfg.max_depth] if cfg.max_depth else [6, 8, 10]
-    logs = data.use_log(table, train, cfg)
+    logs = data.use_log(table, fit_rows, cfg)
     grid = [(d, lg) for lg in logs for d in depths]
     start = time.perf_counter()
     share = (seconds * 0.3 / len(grid)) if seconds else None  # 30% of the time for choices, 70% for the final models
@@ -70,8 +71,7 @@ def fit_xgb(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: n
         m = xgb_model(table, cfg, depth, 0.1, run.seed, share, rounds)
         m.fit(X.iloc[fit_rows], y_fit, sample_weight=data.sample_weights(table, fit_rows, cfg),
               eval_set=[(X.iloc[val], y_val)], verbose=False)
-        value = score(table.y[val], xgb_predict(m, X.iloc[val], table.task, log), table.task,
-                      data.METRIC_NAMES[table.task])[metric]
+        value = score(table.y[val], xgb_predict(m, X.iloc[val], table.task, log), table.task, (metric,))[metric]
         run.log(f"{label}choice: depth {depth}{', log target' if log else ''}: validation {metric} {value:.4f} "
                 f"({m.best_iteration + 1} rounds)")
         if best is None or data.better(value, best[0], higher):
@@ -83,16 +83,15 @@ def fit_xgb(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: n
         folds = [(fit_rows, val)]
     else:
         kind = KFold if table.task == "regression" else StratifiedKFold
-        folds = [(train[a], train[b]) for a, b in kind(k, shuffle=True, random_state=run.seed).split(
-            np.zeros(len(train)), table.y[train] if table.task != "regression" else None)]
-    preds, oof, models, iters = [], np.zeros(len(table.y)) if table.task != "multiclass" else None, [], []
+        folds = [(fit_rows[a], fit_rows[b]) for a, b in kind(k, shuffle=True, random_state=run.seed).split(
+            np.zeros(len(fit_rows)), table.y[fit_rows] if table.task != "regression" else None)]
+    oof, models, iters = np.zeros(len(table.y)) if table.task != "multiclass" else None, [], []
     for i, (tr, va) in enumerate(folds):
         y_tr = np.log1p(table.y[tr]) if log else table.y[tr]
         y_va = np.log1p(table.y[va]) if log else table.y[va]
         m = xgb_model(table, cfg, depth, cfg.xgb_lr, run.seed + i, remaining, rounds)
         m.fit(X.iloc[tr], y_tr, sample_weight=data.sample_weights(table, tr, cfg), eval_set=[(X.iloc[va], y_va)],
               verbose=False)
-        preds.append(xgb_predict(m, X.iloc[test], table.task, log))
         if oof is not None:
             oof[va] = xgb_predict(m, X.iloc[va], table.task, log)
         models.append(m)
@@ -100,11 +99,15 @@ def fit_xgb(cfg: TabularConfig, run, table: Table, X, train: np.ndarray, test: n
     stats = {"depth": depth, "log_target": log, "rounds": float(np.mean(iters)), "models": models,
              "train_seconds": time.perf_counter() - start}
     if oof is not None and k > 1:
-        stats[f"oof_{metric}"] = score(table.y[train], oof[train], table.task, data.METRIC_NAMES[table.task])[metric]
+        stats[f"oof_{metric}"] = score(table.y[fit_rows], oof[fit_rows], table.task, (metric,))[metric]
     run.log(f"{label}final: depth {depth}{', log target' if log else ''}, lr {cfg.xgb_lr}, {k} model(s) of "
             f"{', '.join(map(str, iters))} rounds" + (f"; out-of-fold {metric} {stats[f'oof_{metric}']:.4f}"
                                                        if f"oof_{metric}" in stats else ""))
-    return np.mean(preds, axis=0), stats
+
+    def predict(rows: np.ndarray) -> np.ndarray:
+        return np.mean([xgb_predict(m, X.iloc[rows], table.task, log) for m in models], axis=0)
+
+    return predict, stats
 
 
 def save_importances(models: list, run) -> None:
@@ -152,8 +155,8 @@ def train_xgb(cfg: TabularConfig, run) -> dict[str, float]:
         raise ZooError("tabular/xgb takes a time budget (--budget 1m) or a cap on boosting rounds (--budget 500steps)")
     seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
     rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
-    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, test: fit_xgb(
-        cfg, run, table, X, train, test, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
+    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
+        cfg, run, table, X, train, val, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
     save_importances(stats["models"], run)
     run.report("trees", f"depth {stats['depth']}{', log target' if stats['log_target'] else ''}, "
                         f"{max(1, cfg.bagging)} x {stats['rounds']:.0f} rounds (mean), xgboost's own threads "
