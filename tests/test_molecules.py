@@ -147,7 +147,7 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
             "ffn_hidden=16", "split=scaffold", "folds=3", "ensemble=2")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
-    assert s["benchmark"].endswith(":scaffold:3fold")
+    assert s["benchmark"].endswith(":split=scaffold:folds=3:target=y")
     metrics = json.loads((tmp_path / "runs" / "molecules" / "dmpnn" / sorted(
         p.name for p in (tmp_path / "runs" / "molecules" / "dmpnn").iterdir())[-1] / "summary.json").read_text())
     assert "test_rmse_std" in metrics["metrics"]
@@ -177,11 +177,119 @@ def test_bench_row_takes_the_metric_the_data_chose(tmp_path):
     rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
     data = write_table(tmp_path / "cls.csv", rows)
     r = zoo("bench", "molecules/fp-xgb", "--seeds", "2", f"data={data}", "target=y", "n_estimators=20", "bits=64",
-            "folds=3", "--out", tmp_path / "runs")
+            "folds=3", "--out", tmp_path / "runs", "--allow-dirty")
     assert r.returncode == 0, r.stderr + r.stdout
     row = json.loads((tmp_path / "board" / "benchmarks" / "results.jsonl").read_text().splitlines()[-1])
     assert row["metric"] == "test_roc_auc" and row["higher_is_better"] is True and row["n"] == 2
-    assert row["benchmark"].startswith("own:") and row["benchmark"].endswith(":3fold") and row["peak_mem_mb"] > 0
+    assert row["benchmark"].startswith("own:") and row["benchmark"].endswith(":folds=3:target=y")
+    assert row["peak_mem_mb"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection on validation, the test molecules scored once (issue 26)
+# ---------------------------------------------------------------------------------------------
+
+def two_ring_set() -> list[str]:
+    """Two rings joined by a carbon, with a tail: 36 Bemis-Murcko scaffolds (fewer molecules, once repeats go)."""
+    second = [r.replace("1", "3").replace("2", "4") for r in RINGS]  # other ring-closure digits
+    return [a + "C" + b + t for a in RINGS for b in second for t in TAILS]
+
+
+def unique_logp_csv(path, smiles=None):
+    """The molecules (smiles_set by default) without repeats (methyl + cyclohexane is cyclohexane + methyl): one row
+    per molecule, its target RDKit's logP."""
+    from rdkit import Chem
+    from rdkit.Chem import Descriptors
+
+    seen, rows = set(), []
+    for s in smiles or smiles_set():
+        m = Chem.MolFromSmiles(s)
+        if Chem.MolToSmiles(m) not in seen:
+            seen.add(Chem.MolToSmiles(m))
+            rows.append((s, round(Descriptors.MolLogP(m), 3)))
+    return write_table(path, rows)
+
+
+def _simple_run(budget: str, seed: int = 0, log=None):
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.budget import parse_budget
+
+    return SimpleRun(budget=parse_budget(budget), seed=seed, log=log or (lambda line: None))
+
+
+def test_split_csv_names_every_molecule_once_by_canonical_smiles(tmp_path):
+    from rdkit import Chem
+
+    path = unique_logp_csv(tmp_path / "unique.csv", two_ring_set())
+    for kind, folds in (("random", 0), ("scaffold", 0), ("scaffold", 4)):
+        c = cfg(data=str(path), split=kind, folds=folds)
+        table = mol.read_table(c, None)
+        run = _simple_run("5steps")
+        splits = mol.splits_for(c, table, run)
+        canonical = sorted(Chem.MolToSmiles(m) for m in table.mols)
+        assert sorted(k for keys in run.splits.values() for k in keys) == canonical  # every molecule once
+        if folds:
+            assert list(run.splits) == [f"fold{k}" for k in range(folds)]
+            assert "4-fold Bemis-Murcko scaffold" in run.extra["split"]
+            continue
+        assert list(run.splits) == ["train", "validation", "test"]
+        train, val, test = (set(run.splits[p]) for p in ("train", "validation", "test"))
+        assert not (train & val or train & test or val & test)  # disjoint by molecule
+        assert [len(run.splits[p]) for p in ("train", "validation", "test")] == [len(i) for i in splits[0]]
+        assert run.extra["split"].startswith(f"{'Bemis-Murcko scaffold' if kind == 'scaffold' else 'random'} "
+                                             "0.8,0.1,0.1 by the run's seed: train ")
+
+
+@pytest.mark.parametrize("name", ["molecules/dmpnn", "molecules/fp-xgb"])
+def test_test_molecules_are_read_only_at_the_end(tmp_path, name):
+    """Garbage test targets change the test metrics and nothing else: every validation value during training, the
+    split and the validation metrics are the same, so nothing read the test targets before the models were final."""
+    from recipe_zoo.recipes.molecules.dmpnn import train_dmpnn
+    from recipe_zoo.recipes.molecules.fp_xgb import train_fp_xgb
+
+    from rdkit import Chem
+
+    train = train_dmpnn if name == "molecules/dmpnn" else train_fp_xgb
+    clean = unique_logp_csv(tmp_path / "clean.csv")
+    args = dict(target="y", hidden=16, ffn_hidden=16, batch_size=32, eval_every=0.2, n_estimators=40, bits=128)
+    runs = {}
+    for path in (clean, tmp_path / "garbage.csv"):
+        if path != clean:
+            test = set(runs[clean][0].splits["test"])
+            with open(clean) as f:
+                rows = list(csv.reader(f))[1:]
+            rows = [(s, 1000.0 + i if Chem.MolToSmiles(Chem.MolFromSmiles(s)) in test else y)
+                    for i, (s, y) in enumerate(rows)]
+            write_table(path, rows)
+        run = _simple_run("30steps")
+        runs[path] = (run, train(cfg(data=str(path), **{k: v for k, v in args.items() if k != "target"}), run))
+    (a, ma), (b, mb) = runs.values()
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]  # noqa: E731
+    assert a.splits == b.splits and strip(a.eval_rows) == strip(b.eval_rows)
+    assert ma["val_rmse"] == mb["val_rmse"] and ma["val_r2"] == mb["val_r2"] and mb["test_rmse"] > 100
+    assert ma["test_rmse_ci_low"] <= ma["test_rmse"] <= ma["test_rmse_ci_high"]
+    if name == "molecules/dmpnn":
+        assert len(a.eval_rows) >= 5 and all("val_rmse" in r and not any(k.startswith("test") for k in r)
+                                             for r in a.eval_rows)
+
+
+def test_multi_task_interval_resamples_molecules():
+    """Two classification targets with gaps: the interval resamples molecules and scores them as score_tasks does."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, (200, 2)).astype(float)
+    y[rng.random((200, 2)) < 0.2] = np.nan
+    pred = np.nan_to_num(y, nan=0.5) * 0.3 + rng.random((200, 2)) * 0.7  # informative, far from perfect
+    stat = mol.item_statistic(y, pred, "classification")
+    everything = np.arange(200)
+    assert stat(everything) == pytest.approx(score_tasks(y, pred, "binary", ("roc_auc",))["roc_auc"])
+    from recipe_zoo.core.metrics import bootstrap
+
+    low, high = bootstrap(stat, 200)
+    assert low < stat(everything) < high and 0.02 < high - low < 0.3
+    reg = mol.item_statistic(np.where(np.isnan(y), np.nan, y * 3), pred, "regression")
+    idx = rng.integers(0, 200, 200)
+    assert reg(idx) == pytest.approx(score_tasks(np.where(np.isnan(y), np.nan, y * 3)[idx], pred[idx], "regression",
+                                                 ("rmse",))["rmse"])
 
 
 def test_descriptors_are_finite_float32_or_nan():

@@ -3,13 +3,17 @@ table, its standardisation and its splits are read the same way; each recipe rea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from recipe_zoo.core.loop import LoopSettings
 
 
 @dataclass
 class MolConfig(LoopSettings):
+    # What changes the split, the target or the metric: a run off one of these defaults is another benchmark
+    # (a scaffold split of esol is keyed esol:split=scaffold, 5-fold esol:folds=5)
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("split", "split_sizes", "folds", "target", "smiles", "task", "on_invalid")
+
     data: str = "esol"  # esol | lipophilicity | freesolv | bbbp, or a CSV file
     smiles: str = ""  # SMILES column ('' = the dataset's, or 'smiles')
     target: str = ""  # target column(s), comma-separated for multi-task ('' = the dataset's)
@@ -43,8 +47,3 @@ class MolConfig(LoopSettings):
     xgb_lr: float = 0.03  # XGBoost learning rate
     max_depth: int = 6  # XGBoost tree depth
     early_stopping: int = 200  # rounds without validation improvement before stopping
-
-    def benchmark_key(self, data_key: str) -> str:
-        """Scaffold and random splits (and k-fold CV) are different benchmarks."""
-        return (data_key + (f":{self.split}" if self.split != "random" else "")
-                + (f":{self.folds}fold" if self.folds else ""))

@@ -1,6 +1,11 @@
 """The molecules and what both recipes see of them: the MoleculeNet tables and own CSVs (SMILES read, bad
 rows named, standardised by RDKit), atom and bond features, RDKit descriptors and Morgan fingerprints (each
 cached per set of molecules), seeded random or Bemis-Murcko scaffold splits and folds, and the metrics.
+
+Three parts, train / validation / test (chemprop's convention: the split is drawn with the run's seed, so the mean
+over seeds is a mean over splits). Early stopping and the best checkpoint read validation; the recipes' fit
+functions never see the test molecules, which are scored once every model is final (``finish``), with a
+bootstrap interval over them. ``split.csv`` names each molecule by its canonical SMILES.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import torch
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.metrics import bootstrap, score_tasks, summarize_folds
 from recipe_zoo.recipes.molecules.config import MolConfig
 
 # =============================================================================================
@@ -365,6 +371,65 @@ def run_splits(cfg: MolConfig, table: MolTable, seed: int):
     return [split_indices(table.mols, cfg.split, parse_sizes(cfg.split_sizes), seed)]
 
 
+def canonical_smiles(table: MolTable) -> list[str]:
+    """The standardised molecules as canonical SMILES: one spelling per molecule, salts stripped."""
+    from rdkit import Chem
+
+    return [Chem.MolToSmiles(m) for m in table.mols]
+
+
+def record_split(run, cfg: MolConfig, table: MolTable, splits: list) -> None:
+    """``split.csv`` by canonical SMILES and the split's one-line description. Folds: each molecule once, named by
+    the fold that tests it (fold k's validation molecules are those fold k+1 tests)."""
+    smiles = np.array(canonical_smiles(table), dtype=object)
+    kind = "Bemis-Murcko scaffold" if cfg.split == "scaffold" else "random"
+    if len(splits) == 1:
+        train, val, test = splits[0]
+        run.record_split({"train": smiles[train], "validation": smiles[val], "test": smiles[test]})
+        run.report("split", f"{kind} {cfg.split_sizes} by the run's seed: train {len(train)}, validation "
+                            f"{len(val)}, test {len(test)}")
+        return
+    run.record_split({f"fold{k}": smiles[test] for k, (_, _, test) in enumerate(splits)})
+    run.report("split", f"{len(splits)}-fold {kind} by the run's seed ({len(table.mols)} molecules): each fold's test "
+                        f"~{len(splits[0][2])}, validation the next fold's (~{len(splits[0][1])})")
+
+
+def finish(run, table: MolTable, predicted: list) -> dict[str, float]:
+    """Score every split once its models are final: ``predicted`` holds (validation rows, their predictions, test
+    rows, their predictions) per split. The validation and test metrics (mean ± std over folds) and the primary
+    metric's 95% bootstrap interval over the test molecules (of all folds, pooled; several targets: the mean over
+    them on each resample, as ``score_tasks`` takes it)."""
+    task, names = SCORE_TASK[table.task], METRIC_NAMES[table.task]
+    results = []
+    for k, (val, val_pred, test, test_pred) in enumerate(predicted):
+        scores = {**{f"test_{m}": v for m, v in score_tasks(table.y[test], test_pred, task, names).items()},
+                  **{f"val_{m}": v for m, v in score_tasks(table.y[val], val_pred, task, names).items()}}
+        results.append(scores)
+        run.log(f"split {k}: " + ", ".join(f"{m.replace('_', ' ', 1)} {v:.4f}" for m, v in scores.items()))
+    metrics = summarize_folds(results, run.log)
+    metric = primary_metric(table.task)[0]
+    y = np.concatenate([table.y[test] for _, _, test, _ in predicted])
+    pred = np.concatenate([test_pred for *_, test_pred in predicted])
+    low, high = bootstrap(item_statistic(y, pred, table.task), len(y))
+    metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
+    return metrics
+
+
+def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
+    """The primary metric on a resample of molecules (``statistic(indices)`` for ``metrics.bootstrap``): RMSE per
+    target from masked squared errors (vectorised), then the mean over targets; ROC-AUC by ``score_tasks``."""
+    metric = primary_metric(task)[0]
+    if task == "regression":
+        present = ~np.isnan(y)
+        squared = np.where(present, (np.asarray(pred, np.float64) - np.nan_to_num(y)) ** 2, 0.0)
+
+        def rmse(idx: np.ndarray) -> float:
+            n, total = present[idx].sum(axis=0), squared[idx].sum(axis=0)
+            return float(np.mean(np.sqrt(total[n > 0] / n[n > 0]))) if (n > 0).any() else float("nan")
+        return rmse
+    return lambda idx: score_tasks(y[idx], pred[idx], SCORE_TASK[task], (metric,)).get(metric, float("nan"))
+
+
 def load_for(cfg: MolConfig, run) -> MolTable:
     table = read_table(cfg, run.data_path)
     metric, higher = primary_metric(table.task)
@@ -377,19 +442,24 @@ def load_for(cfg: MolConfig, run) -> MolTable:
     return table
 
 
+def splits_for(cfg: MolConfig, table: MolTable, run) -> list:
+    """The run's (train, validation, test) splits, recorded in ``split.csv``."""
+    splits = run_splits(cfg, table, run.seed)
+    record_split(run, cfg, table, splits)
+    return splits
+
+
 def inspect_split(run, table: MolTable, split, loop: bool) -> None:
-    """The first split for ``zoo doctor``: canonical SMILES of the standardised molecules (a duplicate is the same
-    molecule however written, salts stripped), validation and test rows held out together; one target only (several
-    targets have gaps the loss masks)."""
+    """The first split's training and validation molecules for ``zoo doctor`` (never the test ones): canonical SMILES
+    of the standardised molecules (a duplicate is the same molecule however written, salts stripped); one target
+    only (several targets have gaps the loss masks)."""
     if not run.inspecting:
         return
-    from rdkit import Chem
-
-    smiles = [Chem.MolToSmiles(m) for m in table.mols]
+    smiles = canonical_smiles(table)
     y = table.y[:, 0] if table.y.shape[1] == 1 else None
 
     def rows(idx: np.ndarray) -> tuple:
         return ([smiles[i] for i in idx],) + ((y[idx],) if y is not None else ())
 
-    run.inspect(train=rows(split[0]), val=rows(np.concatenate(split[1:])), task=table.task,
+    run.inspect(train=rows(split[0]), val=rows(split[1]), task=table.task,
                 num_classes=2 if table.task == "classification" else None, loop=loop)

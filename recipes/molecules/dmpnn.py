@@ -1,7 +1,8 @@
 """``molecules/dmpnn``: a directed message-passing network over bonds (chemprop's D-MPNN, Yang et al. 2019)
 in plain torch. Targets standardised on the training rows, RDKit descriptors concatenated to the readout,
 AdamW with warmup and cosine decay through the core loop, a masked loss for multi-task gaps, the best
-validation checkpoint kept; k-fold and ensembles average the models' test predictions.
+validation checkpoint kept; k-fold and ensembles average the models' predictions. The test molecules are
+predicted only once a split's models are final, and scored once all are.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
-from recipe_zoo.core.metrics import score_tasks, summarize_folds
+from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.molecules import data, models
 from recipe_zoo.recipes.molecules.config import MolConfig
@@ -50,10 +51,10 @@ def standardizer(values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.nd
 # One model on one split: AdamW, warmup + cosine, the core loop, the best validation checkpoint
 # =============================================================================================
 
-def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc, split, budget: Budget,
-                      device, member_seed: int, label: str) -> tuple[np.ndarray, dict]:
-    """One model on one split: returns test predictions and its validation metrics."""
-    train_idx, val_idx, test_idx = split
+def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
+                      val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str) -> tuple:
+    """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats), where
+    ``predict(rows)`` gives the restored model's predictions on the original scale."""
     task = table.task
     y = table.y.copy()
     if task == "regression":
@@ -95,10 +96,9 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
                  evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
                  settings=settings, keep={"best": best})
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
-    test_pred = unscale(models.predict(model, graphs, test_idx, extra, device, task))
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
-    return test_pred, stats
+    return lambda rows: unscale(models.predict(model, graphs, rows, extra, device, task)), stats
 
 
 # =============================================================================================
@@ -115,23 +115,22 @@ def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
     desc = data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)) if cfg.descriptors else None
     if cfg.ensemble < 1:
         raise ZooError(f"ensemble={cfg.ensemble}: must be at least 1")
-    splits = data.run_splits(cfg, table, run.seed)
+    splits = data.splits_for(cfg, table, run)
     data.inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
-    results, total_seconds, last = [], 0.0, {}
-    for k, split in enumerate(splits):
-        preds = []
+    predicted, total_seconds, last = [], 0.0, {}
+    for k, (train_idx, val_idx, test_idx) in enumerate(splits):
+        members = []
         for member in range(cfg.ensemble):
             label = "" if k == 0 and member == 0 else f"fold {k} model {member}"
-            pred, stats = train_dmpnn_split(cfg, run, table, graphs, desc, split, per_model, device,
-                                            member_seed=run.seed * 1000 + member, label=label)
-            preds.append(pred)
+            predict, stats = train_dmpnn_split(cfg, run, table, graphs, desc, train_idx, val_idx, per_model, device,
+                                               member_seed=run.seed * 1000 + member, label=label)
+            members.append(predict)
             total_seconds += stats["train_seconds"]
             last = stats
-        test = score_tasks(table.y[split[2]], np.mean(preds, axis=0), data.SCORE_TASK[table.task],
-                           data.METRIC_NAMES[table.task])
-        results.append({f"test_{m}": v for m, v in test.items()})
-        run.log(f"split {k}: " + ", ".join(f"test {m} {v:.4f}" for m, v in test.items()))
-    metrics = summarize_folds(results, run.log)
+        # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
+        predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
+                          test_idx, np.mean([p(test_idx) for p in members], axis=0)))
+    metrics = data.finish(run, table, predicted)
     return {**metrics, "train_seconds": total_seconds, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}

@@ -1,5 +1,6 @@
-"""``molecules/fp-xgb``: Morgan count fingerprints (and RDKit descriptors) into XGBoost, one early-stopped model
-per target: the strong classical baseline a graph network has to beat.
+"""``molecules/fp-xgb``: Morgan count fingerprints (and RDKit descriptors) into XGBoost, one model per target
+early-stopped on the validation molecules: the strong classical baseline a graph network has to beat. The test
+molecules are predicted once the models are final.
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import torch
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.loop import peak_memory_mb
-from recipe_zoo.core.metrics import score_tasks, summarize_folds
 from recipe_zoo.recipes.molecules import data
 from recipe_zoo.recipes.molecules.config import MolConfig
 
@@ -34,12 +34,12 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
     if cfg.descriptors:
         features.append(data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)))
     X = np.concatenate(features, axis=1)
-    splits = data.run_splits(cfg, table, run.seed)
+    splits = data.splits_for(cfg, table, run)
     data.inspect_split(run, table, splits[0], loop=False)
     seconds = run.budget.amount / (len(splits) * table.y.shape[1]) if run.budget.kind == "seconds" else None
-    results, total, trees = [], 0.0, []
+    predicted, total, trees = [], 0.0, []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
-        pred = np.zeros((len(test_idx), table.y.shape[1]))
+        models = []
         for t in range(table.y.shape[1]):
             tr, va = train_idx[~np.isnan(table.y[train_idx, t])], val_idx[~np.isnan(table.y[val_idx, t])]
             params = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
@@ -51,13 +51,16 @@ def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
             model.fit(X[tr], table.y[tr, t], eval_set=[(X[va], table.y[va, t])], verbose=False)
             total += time.perf_counter() - start
             trees.append(model.best_iteration + 1)
-            pred[:, t] = model.predict_proba(X[test_idx])[:, 1] if table.task == "classification" else \
-                model.predict(X[test_idx])
-        test = score_tasks(table.y[test_idx], pred, data.SCORE_TASK[table.task], data.METRIC_NAMES[table.task])
-        results.append({f"test_{m}": v for m, v in test.items()})
-        run.log(f"split {k}: " + ", ".join(f"test {m} {v:.4f}" for m, v in test.items()) +
-                f"; best iteration {trees[-1]}")
-    metrics = summarize_folds(results, run.log)
+            models.append(model)
+        run.log(f"split {k}: best iteration {', '.join(map(str, trees[-len(models):]))}")
+
+        def predict(rows: np.ndarray) -> np.ndarray:  # each target's model, on the final (early-stopped) trees
+            return np.stack([m.predict_proba(X[rows])[:, 1] if table.task == "classification" else m.predict(X[rows])
+                             for m in models], axis=1)
+
+        # This split's models are final: their predictions, scored with the other splits' at the end.
+        predicted.append((val_idx, predict(val_idx), test_idx, predict(test_idx)))
+    metrics = data.finish(run, table, predicted)
     run.report("features", f"{X.shape[1]} ({cfg.bits} Morgan r{cfg.radius}{' counts' if cfg.counts else ''}"
                            f"{' + RDKit descriptors' if cfg.descriptors else ''})")
     return {**metrics, "train_seconds": total, "trees": float(np.mean(trees)), "molecules": len(table.mols),
