@@ -13,10 +13,12 @@ import torch
 import conftest
 from conftest import make_tiny_esm, run_doctor, zoo
 from recipe_zoo.recipes.protein import data as pdata
-from recipe_zoo.recipes.protein import esm2, esm_finetune, models
+from recipe_zoo.recipes.protein import esm2, esm_finetune, models, position_mean
+from recipe_zoo.recipes.protein import split as psplit
 from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.core import splits
 from recipe_zoo.core.api import SimpleRun
-from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
 
 WT = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRV"  # 40 residues
@@ -113,43 +115,54 @@ def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
     data = pdata.load_flip(ProteinConfig(), folder)
     train, val, test = data.split
     assert len(test) == 20 and len(val) == 7 and len(train) == 33 and data.name == "flip-gb1:three_vs_rest"
-    assert ProteinConfig().benchmark_key("flip-gb1") == "flip-gb1:three_vs_rest"
-    assert ProteinConfig(split="low_vs_high").benchmark_key("flip-gb1") == "flip-gb1:low_vs_high"
+    from recipe_zoo.runs import key_suffix
+
+    assert key_suffix(ProteinConfig(data="flip-gb1")) == ""  # the default split keeps the key flip-gb1
+    assert key_suffix(ProteinConfig(data="flip-gb1", split="three_vs_rest")) == ""  # ... named or not
+    assert key_suffix(ProteinConfig(data="flip-gb1", split="low_vs_high")) == ":split=low_vs_high"
+    assert key_suffix(ProteinConfig(data="tem1-esm2-8m", split="positions")) == ":split=positions"
+    assert key_suffix(ProteinConfig(split_sizes="0.7,0.1,0.2", target="y")) == ":split_sizes=0.7,0.1,0.2:target=y"
+    for name in ("flip-gb1", "p62593"):  # split_sizes would change the key and nothing else: refused
+        with pytest.raises(ZooError, match=f"{name} has its own split"):
+            pdata.load_data(ProteinConfig(data=name, split_sizes="0.7,0.2,0.1"), SimpleRun(Budget("steps", 1)))
     with pytest.raises(ZooError, match="cannot read splits/low_vs_high.csv"):
         pdata.load_flip(ProteinConfig(split="low_vs_high"), folder)
     with pytest.raises(ZooError, match="split='three': FLIP GB1 has"):
         pdata.load_flip(ProteinConfig(split="three"), folder)
 
 
-def test_esm_example_split_is_sklearns_with_a_validation_carve_out():
+def test_esm_example_split_is_sklearns_with_a_hashed_validation_carve_out():
     from sklearn.model_selection import train_test_split
 
-    train, val, test = pdata.esm_example_split(5397, seed=3)
-    assert len(test) == 1080 and len(train) + len(val) == 4317 and len(val) == 432
+    keys = [f"SEQ{i % 5000}" for i in range(5397)]  # 397 sequences twice, as p62593 repeats its wild type
+    train, val, test = psplit.esm_example_split(keys)
+    assert len(test) == 1080 and len(train) + len(val) == 4317 and 300 < len(val) < 560
     assert set(test) == set(train_test_split(np.arange(5397), train_size=0.8, random_state=42)[1])
-    assert set(pdata.esm_example_split(5397, seed=4)[2]) == set(test)  # the test set never moves
+    assert not {keys[i] for i in train} & {keys[i] for i in val}  # copies of a sequence share a side
+    assert {keys[i] for i in val} == {keys[i] for i in np.concatenate([train, val])
+                                      if splits.hash_unit(keys[i]) < 0.1}  # validation: by the sequence alone
 
 
 # ---------------------------------------------------------------------------------------------
 # Heads
 # ---------------------------------------------------------------------------------------------
 
-def test_closed_form_ridge_matches_scikit_learn():
+@pytest.mark.parametrize("features", [30, 150])  # the primal (30 < 80 rows) and the dual (150 > 80) systems
+def test_closed_form_ridge_matches_scikit_learn(features):
     from sklearn.linear_model import Ridge
 
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(120, 30)).astype(np.float32)
-    y = X @ rng.normal(size=30) + rng.normal(0, 0.5, size=120)
+    X = rng.normal(size=(120, features)).astype(np.float32)
+    y = X @ rng.normal(size=features) + rng.normal(0, 0.5, size=120)
     data = pdata.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
-    pred = models.refit_closed_form(data, X, True, {"head": "ridge", "alpha": 3.0})
-    fit = np.arange(100)
+    cands, chosen = models.select_closed_form(data, X, True, ["ridge"])
+    assert len(cands) == len(models.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
+    assert chosen.alpha == max(cands, key=lambda c: c["val"]["spearman"])["alpha"]  # the best on validation
+    fit = np.arange(80)  # fitted on train only: validation chose it, test scores it
     Xs = (X - X[fit].mean(0)) / X[fit].std(0)
     ys = (y - y[fit].mean()) / y[fit].std()
-    ref = Ridge(alpha=3.0).fit(Xs[fit], ys[fit]).predict(Xs[100:]) * y[fit].std() + y[fit].mean()
-    assert np.allclose(pred.ravel(), ref, atol=1e-4)  # float32 features
-    # the SVD path used for selection agrees with the solve used for the refit
-    cands = models.select_closed_form(data, X, True, ["ridge"])
-    assert len(cands) == len(models.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
+    ref = Ridge(alpha=chosen.alpha).fit(Xs[fit], ys[fit]).predict(Xs[100:]) * y[fit].std() + y[fit].mean()
+    assert np.allclose(chosen.predict(X[100:]).ravel(), ref, atol=1e-4)  # float32 features
 
 
 def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
@@ -157,7 +170,8 @@ def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
     X = rng.normal(size=(400, 2)).astype(np.float32)
     y = np.sin(2 * X[:, 0]) * np.cos(2 * X[:, 1]) + rng.normal(0, 0.05, 400)
     data = pdata.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
-    cands = models.select_closed_form(data, X, True, ["ridge", "krr"])
+    cands, chosen = models.select_closed_form(data, X, True, ["ridge", "krr"])
+    assert chosen.head == "krr" and len(cands) == len(models.RIDGE_ALPHAS) + 25
     best = {k: max(c["val"]["spearman"] for c in cands if c["head"] == k) for k in ("ridge", "krr")}
     assert best["krr"] > 0.8 and best["ridge"] < 0.5
 
@@ -376,9 +390,12 @@ def test_bad_csv_and_npz_inputs(tmp_path):
     csv_path.write_text("seq,y\nMKT,1\n")
     assert "no column 'sequence' (columns: seq, y)" in run_bad("protein/onehot", f"data={csv_path}")
     npz = tmp_path / "e.npz"
-    np.savez(npz, emb=np.zeros((30, 4)), score=np.arange(30.0))
+    np.savez(npz, emb=np.random.default_rng(0).normal(size=(30, 4)), score=np.arange(30.0))
     assert "no array 'target' (arrays: emb, score)" in run_bad("protein/esm-embed", f"data={npz}")
     assert "holds embeddings, not sequences" in run_bad("protein/onehot", f"data={npz}", "target=score")
+    np.savez(npz, emb=np.zeros((30, 4)), score=np.arange(30.0))
+    assert "30 items but 1 distinct: copies share a side" in run_bad("protein/esm-embed", f"data={npz}",
+                                                                      "target=score")
     (tmp_path / "x.txt").write_text("hi")
     assert "expected a .fasta, .csv or .npz file" in run_bad("protein/onehot", f"data={tmp_path / 'x.txt'}")
     assert "no such file, and not a dataset name" in run_bad("protein/onehot", "data=p6259")
@@ -499,3 +516,135 @@ def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, 
     path = conftest.write_file(tmp_path / name, content)
     weights = [f"esm_weights={make_tiny_esm(tmp_path / 'esm2_tiny.pt')}"] if "esm" in recipe else []
     conftest.bad_input(capfd, [recipe, f"data={path}", *args, *weights], tmp_path / "runs", *needles, budget=budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection on validation, the test rows scored once (issue 26)
+# ---------------------------------------------------------------------------------------------
+
+def _run(folder, budget: str = "40steps", seed: int = 0, log=None) -> SimpleRun:
+    folder.mkdir(parents=True, exist_ok=True)
+    return SimpleRun(budget=parse_budget(budget), seed=seed, dir=folder, device="cpu", log=log or (lambda line: None))
+
+
+def _scan_csv(path, seqs, y, names):
+    path.write_text("mutant,sequence,fitness\n" + "".join(f"{m},{s},{v:.5f}\n" for m, s, v in zip(names, seqs, y)))
+    return path
+
+
+def test_hash_split_is_disjoint_by_sequence_and_the_same_for_any_seed_or_order(tmp_path):
+    seqs, y, _ = variants()
+    assert len(set(seqs)) < len(seqs)  # the random draws repeat a few mutants: copies must share a side
+
+    def load(path, seed=0):
+        return pdata.load_data(ProteinConfig(data=str(path)), _run(tmp_path / "r", seed=seed))
+
+    base = load(write_fasta(tmp_path / "a.fasta", seqs, [f"{v:.4f}" for v in y]))
+    assert sorted(np.concatenate(base.split).tolist()) == list(range(len(seqs)))
+    by_seq = [{seqs[i] for i in part} for part in base.split]
+    assert not (by_seq[0] & by_seq[1] or by_seq[0] & by_seq[2] or by_seq[1] & by_seq[2])
+    assert all(0.05 < len(part) / len(seqs) < 0.16 for part in base.split[1:])
+    order = np.random.default_rng(3).permutation(len(seqs))
+    shuffled = load(write_fasta(tmp_path / "b.fasta", [seqs[i] for i in order], [f"{y[i]:.4f}" for i in order]))
+    assert [{shuffled.seqs[i] for i in part} for part in shuffled.split] == by_seq
+    other_seed = load(tmp_path / "a.fasta", seed=5)
+    assert all(np.array_equal(a, b) for a, b in zip(other_seed.split, base.split))
+
+
+def test_positions_split_holds_out_every_mutant_at_a_test_position(tmp_path):
+    seqs, y, names = variants(600, 200)
+    data = pdata.load_data(ProteinConfig(data=str(_scan_csv(tmp_path / "m.csv", seqs, y, names)), target="fitness",
+                                         split="positions"), _run(tmp_path / "r"))
+    train, val, test = data.split
+    assert data.positions[0] == tuple(int(m[1:-1]) for m in names[0].split(":"))
+    # a position's side, read off its single mutants (600 over 40 positions: every position has some)
+    side = {data.positions[i][0]: k for k, part in enumerate(data.split) for i in part if len(data.positions[i]) == 1}
+    assert len(side) == len(WT) and sorted(set(side.values())) == [0, 1, 2]
+    for k, part in enumerate(data.split):
+        for i in part:  # test: a mutant touching a test position; validation: one touching a validation position
+            assert k == max(side[p] for p in data.positions[i])  # (and no test one); train: the rest
+    # the same positions from the sequences alone (their consensus is the wild type)
+    from_seqs = pdata.load_data(ProteinConfig(data=str(write_fasta(tmp_path / "v.fasta", seqs, y)), split="positions"),
+                                _run(tmp_path / "r"))
+    assert [set(p) for p in from_seqs.positions] == [set(p) for p in data.positions]
+    assert all(np.array_equal(a, b) for a, b in zip(from_seqs.split, data.split))
+    assert "split=positions and protein/position-mean need each item's mutated positions" in run_bad(
+        "protein/onehot", f"data={write_fasta(tmp_path / 'len.fasta', [WT, WT[:-1], WT], [1, 2, 3])}",
+        "split=positions")
+
+
+def test_test_labels_are_read_only_at_the_end(tmp_path):
+    """Garbage test labels change the test metrics and nothing else: every validation row the MLP head logged,
+    the closed-form choice and the validation value are the same, so no test label was read before the end."""
+    from recipe_zoo.recipes.protein.onehot import train_onehot
+
+    seqs, y, _ = variants()
+    clean = write_fasta(tmp_path / "clean.fasta", seqs, [f"{v:.4f}" for v in y])
+    runs, logs, metrics = {}, {}, {}
+    for name, path in (("clean", clean), ("garbage", None)):
+        if path is None:
+            test = set(runs["clean"].splits["test"])
+            noise = np.random.default_rng(9).uniform(100, 200, len(y))
+            path = write_fasta(tmp_path / "garbage.fasta", seqs, [f"{noise[i] if i in test else y[i]:.4f}"
+                                                                  for i in range(len(y))])
+        logs[name] = []
+        runs[name] = _run(tmp_path / name, "60steps", log=logs[name].append)
+        metrics[name] = train_onehot(ProteinConfig(data=str(path), eval_every=0.25), runs[name])
+    clean_run, dirty_run = runs["clean"], runs["garbage"]
+    assert dirty_run.splits == clean_run.splits
+    assert sorted(i for rows in clean_run.splits.values() for i in rows) == list(range(len(y)))  # each item once
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]  # noqa: E731
+    assert strip(dirty_run.eval_rows) == strip(clean_run.eval_rows) and len(clean_run.eval_rows) >= 4
+    assert all("val_spearman" in r and not any(k.startswith("test") for k in r) for r in clean_run.eval_rows)
+    choice = [line for line in logs["clean"] if "has the best validation" in line]
+    assert choice and choice == [line for line in logs["garbage"] if "has the best validation" in line]
+    m, g = metrics["clean"], metrics["garbage"]
+    assert m["val_spearman"] == g["val_spearman"] and m["test_spearman"] != g["test_spearman"]
+    assert m["test_spearman_ci_low"] < m["test_spearman"] < m["test_spearman_ci_high"]
+    assert m["test_spearman"] > 0.8 and m["test_rmse"] < g["test_rmse"]
+
+
+def test_bootstrap_statistic_is_the_metric():
+    rng = np.random.default_rng(0)
+    y, pred = rng.normal(size=200), rng.normal(size=200)
+    pred[:50] = y[:50]
+    idx = rng.integers(0, 200, 200)
+    from recipe_zoo.core.metrics import spearman
+
+    assert pdata.metric_statistic(y, pred, "regression")(idx) == pytest.approx(spearman(y[idx], pred[idx]))
+    assert pdata.metric_statistic(y, np.zeros(200), "regression")(idx) == 0.0
+    scores = rng.normal(size=(200, 3))
+    labels = rng.integers(0, 3, 200)
+    assert pdata.metric_statistic(labels, scores, "classification")(idx) == pytest.approx(
+        (scores[idx].argmax(1) == labels[idx]).mean())
+
+
+def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path):
+    """4,800 training rows: the full kernel ridge grid (25 Cholesky fits of 4,800 x 4,800) does not fit in a few
+    seconds; the grid shrinks (said in the log) and train_seconds, which counts it, stays within the budget."""
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(6000, 16)).astype(np.float32)
+    path = tmp_path / "big.npz"
+    np.savez(path, emb=emb, fitness=np.tanh(emb[:, 0] + 0.5 * emb[:, 1]) + rng.normal(0, 0.1, 6000))
+    for head, seconds in (("krr", 5), ("auto", 8)):
+        s, r = run_ok("protein/esm-embed", f"data={path}", "target=fitness", f"head={head}", budget=f"{seconds}s")
+        out = r.stdout + r.stderr
+        assert "the grid shrinks" in out and "kernel ridge on" in out, out[-3000:]
+        assert float(s["train_seconds"]) <= 1.05 * seconds, out[-3000:]
+        assert float(s["value"]) > 0.5
+
+
+def test_position_mean_on_a_random_split_and_on_held_out_positions(tmp_path):
+    seqs, y, names = variants(1500, 0)
+    table = _scan_csv(tmp_path / "scan.csv", seqs, y, names)
+    out = {}
+    for split in ("", "positions"):
+        run = _run(tmp_path / (split or "random"))
+        out[split] = position_mean.train_position_mean(
+            position_mean.PositionConfig(data=str(table), target="fitness", split=split), run)
+        assert out[split]["test_spearman_ci_low"] <= out[split]["test_spearman"] <= out[split]["test_spearman_ci_high"]
+    assert out[""]["test_spearman"] > 0.8 and out[""]["val_spearman"] > 0.8
+    assert out["positions"]["test_spearman"] == 0.0  # every test position unseen: one value, the overall mean
+    predict, seen = position_mean.position_means([(1,), (1,), (2,), (1, 2), (3,), ()], np.array([1.0, 3, 10, 0, 0, 0]),
+                                                 np.arange(3))
+    assert seen == 2 and predict(np.arange(6)).tolist() == [2.0, 2.0, 10.0, 6.0, 14 / 3, 14 / 3]

@@ -8,9 +8,13 @@ One file per recipe, each a methods section:
   + the same heads;
 - ``esm_finetune.py``: ``protein/esm-finetune``, ESM-2 + a head fine-tuned with LoRA or end to end (or an ESM-2
   trained from scratch);
-- ``esm_zeroshot.py``: ``protein/esm-zeroshot``, masked-marginal mutation scores, no training.
+- ``esm_zeroshot.py``: ``protein/esm-zeroshot``, masked-marginal mutation scores, no training;
+- ``position_mean.py``: ``protein/position-mean``, a mutant predicted by the mean training fitness at its position:
+  the baseline that says how much of a random mutant split's score is knowing the tolerant positions.
 
-What they share: ``config.py`` (the config), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, splits, encodings,
-mutations, the registered datasets), ``models.py`` (the heads on fixed features and the supervised fit through
-the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached embeddings, masked marginals).
+What they share: ``config.py`` (the config), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, encodings, mutations, the
+registered datasets, the final test scoring with its bootstrap interval), ``split.py`` (train / validation / test
+chosen by a hash of each sequence, or of each position with split=positions), ``models.py`` (the heads on fixed
+features and the supervised fit through the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached embeddings,
+masked marginals).
 """

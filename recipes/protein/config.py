@@ -12,13 +12,19 @@ FLIP_DEFAULT = "three_vs_rest"  # the FLIP GB1 split a run takes when split= is 
 @dataclass
 class ProteinConfig(LoopSettings):
     LR_FIELDS: ClassVar[dict] = {"all": ("lr", "head_lr")}  # the LRs zoo doctor's range test scales together
+    # what changes the split, the target or the metric: off its default, each names another benchmark
+    # (flip-gb1:split=low_vs_high, tem1-esm2-8m:split=positions)
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("split", "split_sizes", "target", "task", "sequence", "label_field",
+                                             "mutant", "wt")
     data: str = "p62593"  # dataset name (zoo data list), or a FASTA / CSV / NPZ file
     target: str = ""  # CSV column or NPZ array to predict ('' = the dataset's, else 'target')
     sequence: str = "sequence"  # CSV column holding the sequences
     label_field: int = -1  # FASTA: which '|'-separated header field is the label (-1 = the last)
     task: Literal["auto", "regression", "classification"] = "auto"  # auto: classes when labels are words or 0/1
-    split: str = ""  # flip-gb1: one_vs_rest | two_vs_rest | three_vs_rest | low_vs_high | sampled
-    split_sizes: str = "0.8,0.1,0.1"  # train, validation, test fractions of a seeded random split
+    split: str = ""  # '' (the data's own, else random by a hash of the sequence), positions, or a FLIP split
+    # positions: whole positions held out, by a hash of the position (every mutant at a test position is in test);
+    # flip-gb1: one_vs_rest | two_vs_rest | three_vs_rest (its own, '') | low_vs_high | sampled
+    split_sizes: str = "0.8,0.1,0.1"  # train, validation, test fractions of a hash-chosen split (or split=positions)
     max_len: int = 1022  # residues; longer sequences are an error, or cropped with too_long=crop
     too_long: Literal["error", "crop"] = "error"  # crop keeps the first max_len residues
     # heads on fixed features (onehot, esm-embed)
@@ -53,6 +59,6 @@ class ProteinConfig(LoopSettings):
     wt: str = ""  # wild type: a FASTA file or the sequence itself ('' = the dataset's)
     offset: int = 1  # the number of the wild type's first residue in the mutation strings
 
-    def benchmark_key(self, data_key: str) -> str:
-        """Each FLIP split is its own benchmark."""
-        return f"{data_key}:{self.split or FLIP_DEFAULT}" if data_key == "flip-gb1" else data_key
+    def __post_init__(self):
+        if self.data == "flip-gb1" and self.split == FLIP_DEFAULT:  # one benchmark, one key: flip-gb1
+            self.split = ""

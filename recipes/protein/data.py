@@ -1,6 +1,6 @@
 """Protein data: sequences and their checks; FASTA, CSV, NPZ-of-embeddings and FLIP readers; the registered
-datasets; splits and how predictions are scored; the one-hot / BLOSUM62 encodings; mutation strings and the
-mutant sequences they spell."""
+datasets; splits (hash-chosen by sequence, or by position) and how predictions are scored; the one-hot / BLOSUM62
+encodings; mutation strings and the mutant sequences they spell."""
 from __future__ import annotations
 
 import csv
@@ -16,7 +16,10 @@ import numpy as np
 
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.metrics import bootstrap, score
 from recipe_zoo.recipes.protein.config import FLIP_DEFAULT, ProteinConfig
+from recipe_zoo.recipes.protein.split import (esm_example_split, hash_split, item_keys, mutation_positions,
+                                              parse_sizes, position_split, positions_of)
 
 # =============================================================================================
 # Reading sequences: FASTA, CSV, NPZ embeddings, FLIP splits
@@ -48,6 +51,9 @@ class ProteinData:
     emb: np.ndarray | None = None  # precomputed embeddings (NPZ input)
     classes: list[str] | None = None
     split: tuple | None = None  # fixed (train, validation, test) indices, when the data defines them
+    split_text: str = ""  # what the split is, for the run's summary
+    keys: list | None = None  # each item's split key: its sequence (an NPZ row: its embedding's bytes)
+    positions: list[tuple[int, ...]] | None = None  # the mutated positions of each item, where the data says them
     skipped: int = 0
 
 
@@ -170,6 +176,8 @@ def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_ta
     seqs = [check_sequence(r[cfg.sequence] or "", w, cfg) for r, w in zip(rows, where)]
     y, task, classes = parse_labels([(r[target] or "").strip() for r in rows], where, cfg.task)
     data = ProteinData(name, y, task, seqs=seqs, classes=classes)
+    if cfg.mutant in columns:  # H24C or H24C:A50G: the positions split=positions and protein/position-mean use
+        data.positions = [mutation_positions(r[cfg.mutant] or "", w) for r, w in zip(rows, where)]
     if "set" in columns:  # FLIP's layout: set = train | test, validation = True marks part of train
         sets = [(r["set"] or "").strip().lower() for r in rows]
         odd = next((i for i, s in enumerate(sets) if s not in ("train", "test")), None)
@@ -181,6 +189,7 @@ def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_ta
         if len(train) == 0 or len(test) == 0:
             raise ZooError(f"{name}: the set column leaves no {'train' if len(train) == 0 else 'test'} rows")
         data.split = (train, val, test)
+        data.split_text = "as the file gives it (set = train | test; validation = its validation column)"
     return data
 
 
@@ -203,7 +212,10 @@ def load_npz(cfg: ProteinConfig, path: Path, default_target: str) -> ProteinData
         raise ZooError(f"{path}: 'emb' row {bad[0]} has NaN or inf ({len(bad)} rows in all)")
     where = [f"{path} {target}[{i}]" for i in range(len(raw))]
     y, task, classes = parse_labels([str(v) for v in raw.tolist()], where, cfg.task)
-    return ProteinData(str(path), y, task, emb=emb.astype(np.float32), classes=classes)
+    data = ProteinData(str(path), y, task, emb=emb.astype(np.float32), classes=classes)
+    if "pos" in arrays and arrays["pos"].shape == raw.shape:  # the mutated position of each row (tem1-esm2-8m)
+        data.positions = [(int(p),) for p in arrays["pos"].tolist()]
+    return data
 
 
 def load_flip(cfg: ProteinConfig, folder: Path) -> ProteinData:
@@ -218,23 +230,19 @@ def load_flip(cfg: ProteinConfig, folder: Path) -> ProteinData:
         raise ZooError(f"{archive}: cannot read splits/{split}.csv ({exc})") from None
     data = load_csv(cfg, io.StringIO(text), f"{archive}:{split}.csv")
     data.name = f"flip-gb1:{split}"
+    data.split_text = f"FLIP GB1 {split} as FLIP gives it (validation = its validation column)"
     return data
 
 
-def esm_example_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fair-esm supervised example's test set (train_test_split, 80/20, random_state=42), with 10% of
-    the training rows held out (by the run's seed) for model selection."""
-    from sklearn.model_selection import train_test_split
-
-    train, test = train_test_split(np.arange(n), train_size=0.8, random_state=42)
-    order = np.random.default_rng(seed).permutation(train)
-    n_val = int(round(0.1 * len(train)))
-    return np.sort(order[n_val:]), np.sort(order[:n_val]), np.sort(test)
-
-
 def load_data(cfg: ProteinConfig, run) -> ProteinData:
-    if cfg.split and cfg.data != "flip-gb1":
-        raise ZooError(f"split={cfg.split!r}: only flip-gb1 has named splits")
+    """The data and its three-way split (made and recorded here; nothing reads the test rows' labels until the
+    recipe scores its final model)."""
+    if cfg.split not in ("", "positions") and cfg.data != "flip-gb1":
+        raise ZooError(f"split={cfg.split!r}: only flip-gb1 has named splits (any data takes split=positions)")
+    own_split = cfg.data == "flip-gb1" or (DATASETS.get(cfg.data, {}).get("split") and cfg.split != "positions")
+    if own_split and cfg.split_sizes != ProteinConfig.split_sizes:
+        raise ZooError(f"split_sizes={cfg.split_sizes!r}: {cfg.data} has its own split (split_sizes applies to "
+                       "hash-chosen splits and split=positions)")
     spec = DATASETS.get(cfg.data)
     if spec is not None:
         path = run.data_path(cfg.data)
@@ -248,8 +256,6 @@ def load_data(cfg: ProteinConfig, run) -> ProteinData:
         else:
             data = load_flip(cfg, path)
         data.name = data.name if kind == "flip" else cfg.data
-        if spec.get("split") == "esm-example":
-            data.split = esm_example_split(len(data.y), run.seed)
     else:
         path = Path(cfg.data).expanduser()
         if not path.is_file():
@@ -263,33 +269,34 @@ def load_data(cfg: ProteinConfig, run) -> ProteinData:
             data = load_npz(cfg, path, "target")
         else:
             raise ZooError(f"{path}: expected a .fasta, .csv or .npz file")
-    if data.split is None:
-        data.split = random_split(len(data.y), parse_sizes(cfg.split_sizes), run.seed)
+    data.keys = item_keys(data)
+    if cfg.split == "positions":
+        sizes = parse_sizes(cfg.split_sizes)
+        data.split = position_split(positions_of(data), sizes)
+        data.split_text = (f"whole positions held out ({sizes[0]:g}/{sizes[1]:g}/{sizes[2]:g} of the positions, "
+                           "by a hash of the position)")
+    elif spec is not None and spec.get("split") == "esm-example":
+        data.split = esm_example_split(data.keys)
+        data.split_text = ("the fair-esm example's test (80/20, random_state 42); validation 10% of its train, "
+                           "by a hash of the sequence")
+    elif data.split is None:
+        sizes = parse_sizes(cfg.split_sizes)
+        data.split = hash_split(data.keys, sizes)
+        data.split_text = (f"random {sizes[0]:g}/{sizes[1]:g}/{sizes[2]:g}, chosen by a hash of each "
+                           f"{'sequence' if data.seqs is not None else 'embedding'} (duplicates share a side)")
     train, val, test = data.split
-    if len(val) == 0:  # e.g. FLIP's one_vs_rest marks only 3 validation rows, or none
-        raise ZooError(f"{data.name}: no validation rows to select the head on")
+    if len(val) == 0 or len(train) == 0:  # e.g. FLIP's one_vs_rest marks only 3 validation rows, or none
+        distinct = len(set(data.keys))
+        why = f" ({len(data.keys)} items but {distinct} distinct: copies share a side)" if distinct < 10 else ""
+        raise ZooError(f"{data.name}: no {'validation' if len(train) else 'training'} rows to select the head on"
+                       f"{why}")
     metric, higher = primary_metric(data.task)
     run.set_metric(f"test_{metric}", higher)
+    sizes_text = f"train {len(train)} / validation {len(val)} / test {len(test)}"
     run.log(f"{data.name}: {len(data.y)} {'embeddings' if data.emb is not None else 'sequences'}, {data.task}"
-            f"{'' if data.classes is None else ' (' + str(len(data.classes)) + ' classes)'}; "
-            f"train {len(train)} / validation {len(val)} / test {len(test)}")
+            f"{'' if data.classes is None else ' (' + str(len(data.classes)) + ' classes)'}; {sizes_text}")
+    data.split_text = f"{data.split_text}: {sizes_text}"
     return data
-
-
-def parse_sizes(text: str) -> tuple[float, float, float]:
-    try:
-        sizes = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        sizes = ()
-    if len(sizes) != 3 or any(s <= 0 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
-        raise ZooError(f"split_sizes={text!r}: give three positive fractions that sum to 1, e.g. 0.8,0.1,0.1")
-    return sizes
-
-
-def random_split(n: int, sizes: tuple[float, float, float], seed: int):
-    order = np.random.default_rng(seed).permutation(n)
-    n_train, n_val = int(round(sizes[0] * n)), int(round(sizes[1] * n))
-    return np.sort(order[:n_train]), np.sort(order[n_train:n_train + n_val]), np.sort(order[n_train + n_val:])
 
 
 # =============================================================================================
@@ -306,16 +313,50 @@ def primary_metric(task: str) -> tuple[str, bool]:
     return ("spearman", True) if task == "regression" else ("accuracy", True)
 
 
-def inspect_split(run, data: ProteinData, loop: bool, fine_tune: bool | tuple[str, ...] = False) -> None:
-    """The split for ``zoo doctor``: the sequences as strings (or the NPZ's embeddings), validation and test rows
-    held out together."""
+def show_split(run, data: ProteinData, loop: bool, fine_tune: bool | tuple[str, ...] = False) -> None:
+    """The split into the run: ``split.csv`` (row numbers), the summary's split line, and for ``zoo doctor`` the
+    sequences as strings (or the NPZ's embeddings) of train and validation, never test."""
     train, val, test = data.split
+    run.record_split({"train": train.tolist(), "validation": val.tolist(), "test": test.tolist()})
+    run.report("split", data.split_text)
 
     def rows(idx: np.ndarray) -> tuple:
         return ([data.seqs[i] for i in idx] if data.seqs is not None else data.emb[idx], data.y[idx])
 
-    run.inspect(train=rows(train), val=rows(np.concatenate([val, test])), task=data.task,
+    run.inspect(train=rows(train), val=rows(val), task=data.task,
                 num_classes=None if data.classes is None else len(data.classes), fine_tune=fine_tune, loop=loop)
+
+
+def metric_statistic(y: np.ndarray, pred: np.ndarray, task: str):
+    """The primary metric on a resample of the items (``indices``), for the bootstrap: Spearman (ranks by
+    scipy's rankdata, 0 for a constant prediction, as ``metrics.spearman``) or accuracy."""
+    from scipy.stats import rankdata
+
+    if task != "regression":
+        correct = (np.asarray(pred).argmax(axis=1) == y).astype(np.float64)
+        return lambda idx: float(correct[idx].mean())
+    pred = np.asarray(pred, dtype=np.float64).reshape(-1)
+    y = np.asarray(y, dtype=np.float64)
+
+    def rho(idx: np.ndarray) -> float:
+        a, b = rankdata(y[idx]), rankdata(pred[idx])
+        a, b = a - a.mean(), b - b.mean()
+        denom = np.sqrt((a * a).sum() * (b * b).sum())
+        return float((a * b).sum() / denom) if denom > 0 else 0.0
+
+    return rho
+
+
+def final_metrics(data: ProteinData, val_value: float, test_pred: np.ndarray) -> dict[str, float]:
+    """The test metrics of the final model (scored once, here), its validation value and the primary metric's 95%
+    bootstrap interval over the test items."""
+    test = data.split[2]
+    metric = primary_metric(data.task)[0]
+    out = {f"test_{k}": v for k, v in score(data.y[test], test_pred, *SCORING[data.task]).items()}
+    out[f"val_{metric}"] = val_value
+    low, high = bootstrap(metric_statistic(data.y[test], test_pred, data.task), len(test))
+    out[f"test_{metric}_ci_low"], out[f"test_{metric}_ci_high"] = low, high
+    return out
 
 
 def finish(metrics: dict, data: ProteinData) -> dict:

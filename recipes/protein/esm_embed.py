@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import ProteinConfig
-from recipe_zoo.recipes.protein.data import finish, inspect_split, load_data
+from recipe_zoo.recipes.protein.data import finish, load_data, show_split
 from recipe_zoo.recipes.protein.esm2 import embed, load_esm, resolve_layer
 from recipe_zoo.recipes.protein.models import fit_head
 
@@ -25,7 +25,7 @@ class EmbedConfig(ProteinConfig):
         scale_out="single process: the embeddings are cached once and the head is a ridge or a small MLP")
 def train_esm_embed(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
-    inspect_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
+    show_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
     start = time.perf_counter()
     if data.emb is not None:
         X = data.emb
@@ -37,7 +37,8 @@ def train_esm_embed(cfg: ProteinConfig, run) -> dict[str, float]:
         X = embed(model, alphabet, data.seqs, layer, cfg.pool, device, resolve_precision(device, cfg.precision),
                   cfg.toks_per_batch, run.log)
         run.report("embeddings", f"{what}, layer {layer}, {cfg.pool} pooled, {X.shape[1]} wide")
-    embed_seconds = time.perf_counter() - start
+    embed_seconds = time.perf_counter() - start  # a one-off cache: logged, not in train_seconds
+    run.log(f"embeddings ready in {embed_seconds:.1f}s (not counted in train_seconds)")
     metrics = fit_head(cfg, run, data, X, scale=True)
     metrics["embed_seconds"] = embed_seconds
     return finish(metrics, data)

@@ -14,10 +14,9 @@ from torch import nn
 from recipe_zoo.core import optim
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import ProteinConfig
-from recipe_zoo.recipes.protein.data import SCORING, finish, inspect_split, load_data
+from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, primary_metric, show_split
 from recipe_zoo.recipes.protein.esm2 import load_esm, pool_tokens, resolve_layer, tokenize
 from recipe_zoo.recipes.protein.models import MLPHead, train_supervised
 
@@ -103,7 +102,7 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
     layer, num_layers = resolve_layer(backbone, cfg.layer), backbone.num_layers
     scratch = cfg.esm_model == "scratch"
     mode = "full" if scratch else cfg.finetune
-    inspect_split(run, data, loop=True, fine_tune=False if scratch else ("head.net.", "lora_"))  # new tensors
+    show_split(run, data, loop=True, fine_tune=False if scratch else ("head.net.", "lora_"))  # new tensors
     if mode == "lora":
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
@@ -119,7 +118,7 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
             f"{f', layer decay {cfg.layer_decay}' if cfg.layer_decay != 1 else ''}, head LR {cfg.head_lr:g}")
     batch = cfg.batch_size or 16
     tokens = tokenize(alphabet, data.seqs)
-    pred, stats = train_supervised(
+    model, stats, predict_test = train_supervised(
         cfg, run, data, model, tokens, batch, optimizer, device,
         functools.partial(predict_tokens, device=device, precision=precision, batch=batch * 4))
     if mode == "lora":
@@ -127,8 +126,8 @@ def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
     torch.save({k: v for k, v in model.state_dict().items() if k.startswith("head.")}, run.dir / "head.pt")
     run.report("model", f"{what}, {mode}{f' r={cfg.lora_r}' if mode == 'lora' else ''}, "
                         f"{trainable / 1e6:.3f}M trained")
-    test_metrics = score(data.y[data.split[2]], pred, *SCORING[data.task])
-    return finish({**{f"test_{k}": v for k, v in test_metrics.items()},
+    metrics = final_metrics(data, stats[f"best_val_{primary_metric(data.task)[0]}"], predict_test())  # test, once
+    return finish({**metrics,
                    **{k: stats[k] for k in ("train_seconds", "params_M", "peak_mem_mb", "mfu_percent") if k in stats}},
                   data)
 

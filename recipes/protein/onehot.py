@@ -6,7 +6,7 @@ from __future__ import annotations
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.protein.config import ProteinConfig
-from recipe_zoo.recipes.protein.data import encode, finish, inspect_split, load_data
+from recipe_zoo.recipes.protein.data import encode, finish, load_data, show_split
 from recipe_zoo.recipes.protein.models import fit_head
 
 
@@ -18,7 +18,7 @@ def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:
         raise ZooError(f"{data.name}: holds embeddings, not sequences: use protein/esm-embed")
-    inspect_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
+    show_split(run, data, loop=cfg.head in ("auto", "mlp"))  # the MLP head trains in the core loop
     X = encode(data.seqs, cfg.encoding)
     run.report("features", f"{X.shape[1]} ({cfg.encoding}, {X.shape[1] // (21 if cfg.encoding == 'onehot' else 20)}"
                            " positions)")
