@@ -80,7 +80,8 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.set_xlim(low - pad, high + pad)
         ax.set_xlabel(f"{metric} ({'higher' if table[0]['higher_is_better'] else 'lower'} is better)")
         ax.set_title(f"{bench} · {budget} · {hardware}" + (f" · protocol {proto}" if proto < 2 else ""), fontsize=10)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.set_ylim(-0.6, len(table) - 0.4)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a row
         ax.grid(axis="x", alpha=0.3)
         path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}-p{proto}") + ".png")
         fig.savefig(path, dpi=100)

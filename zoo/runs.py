@@ -28,7 +28,7 @@ from recipe_zoo.core.api import RecipeSpec
 CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
-RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/plots")
+RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/verify.jsonl", "benchmarks/plots")
 SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
                 "mfu_percent", "seed", "run_dir", "status", "rank")
 
