@@ -130,3 +130,11 @@ def test_a_key_field_off_its_default_names_another_benchmark():
 
     assert key_suffix(Cfg()) == "" and key_suffix(Cfg(lr=0.5)) == ""
     assert key_suffix(Cfg(split="scaffold", eval_bytes=50)) == ":split=scaffold:eval_bytes=50"
+
+
+def test_show_names_the_fields_of_the_benchmark_key():
+    from conftest import zoo
+
+    proc = zoo("show", "molecules/dmpnn")
+    assert proc.returncode == 0, proc.stderr
+    assert "benchmark key: the data's name, plus :field=value for any of split, split_sizes, folds" in proc.stdout

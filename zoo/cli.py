@@ -195,6 +195,9 @@ def cmd_show(args) -> int:
     lrs = ", ".join(f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in lr_fields(spec.config).items())
     print(f"tuning: zoo doctor {spec.name} (checklist, LR range test) and zoo sweep {spec.name} KEY=a,b,... ; "
           f"LR fields {lrs or 'none'}; batch field {batch_field(spec.config) or 'none'}")
+    keys = getattr(spec.config, "KEY_FIELDS", ())
+    print(f"benchmark key: the data's name" + (f", plus :field=value for any of {', '.join(keys)} off its default "
+                                               "(another split, target, metric or evaluation)" if keys else ""))
     print(f"source: {spec.source}\n")
     values = dataclasses.asdict(cfg)
     width = max(len(k) for k in values)
@@ -210,9 +213,10 @@ def cmd_show(args) -> int:
         print(f"leaderboard: no measured rows yet (zoo bench {spec.name})")
     for r in rows:
         table = [t for t in all_rows if board.table_key(t) == board.table_key(r)]
-        rank = [t is r for t in board.ranked(table)].index(True) + 1
-        print(f"leaderboard: {r['mean']:.4f} ± {r['std']:.4f} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
-              f"{r['budget']}, {r['hardware']}: rank {rank} of {len(table)}")
+        rank = next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
+        old = "" if board.protocol(r) == board.PROTOCOL else f", protocol {board.protocol(r)}"
+        print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
+              f"{r['budget']}, {r['hardware']}{old}: rank {rank} of {len(table)}")
     return 0
 
 
