@@ -179,3 +179,26 @@ def small_run_args(name: str, tmp_path) -> list[str]:
     if name.startswith("contrastive/"):
         return ["width=8", "proj_hidden=32"]
     raise AssertionError(f"add tiny-run overrides for {name}")
+
+
+def without_timing(rows: list[dict]) -> list[dict]:
+    """Evaluation rows without their wall-clock field: what two runs of the same work must share exactly."""
+    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
+
+
+def garble_digits_test(monkeypatch) -> None:
+    """From now on, digits' test images and labels are noise (train and validation untouched)."""
+    import torch
+
+    from recipe_zoo.recipes import images
+
+    loader = images.load_digits_splits
+
+    def garbage(val_fraction=0.1):
+        splits = loader(val_fraction)
+        g = torch.Generator().manual_seed(1)
+        splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
+        splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
+        return splits
+
+    monkeypatch.setattr(images, "load_digits_splits", garbage)

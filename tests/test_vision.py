@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import conftest
 from conftest import bad_input, summary_block, zoo
 from recipe_zoo.recipes import images
 from recipe_zoo.recipes.vision import data, resnet
@@ -347,31 +348,18 @@ def _train_in_process(out, seed=0, **overrides):
     return resnet.train(resnet.VisionConfig(width=8, eval_every=0.5, **overrides), run), run
 
 
-def _without_timing(rows):
-    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
-
-
 def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch):
     """The test images and labels replaced by noise: every validation row is the same, only the test score moves;
     the split is the same for another seed, and the interval brackets the test accuracy."""
     honest, run = _train_in_process(tmp_path / "honest")
-    loader = images.load_digits_splits
-
-    def garbage(val_fraction=0.1):
-        splits = loader(val_fraction)
-        g = torch.Generator().manual_seed(1)
-        splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
-        splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
-        return splits
-
-    monkeypatch.setattr(images, "load_digits_splits", garbage)
+    conftest.garble_digits_test(monkeypatch)
     garbled, garbled_run = _train_in_process(tmp_path / "garbled")
-    assert len(run.eval_rows) == 2 and _without_timing(run.eval_rows) == _without_timing(garbled_run.eval_rows)
+    assert len(run.eval_rows) == 2 and conftest.without_timing(run.eval_rows) == conftest.without_timing(garbled_run.eval_rows)
     assert not [k for r in run.eval_rows for k in r if k.startswith("test")]  # rows during training: validation
     assert garbled["val_accuracy"] == honest["val_accuracy"] and garbled["test_accuracy"] != honest["test_accuracy"]
     assert honest["test_accuracy_ci_low"] <= honest["test_accuracy"] <= honest["test_accuracy_ci_high"]
     assert honest["test_accuracy_ci_high"] - honest["test_accuracy_ci_low"] > 0.02  # 360 images: a real spread
-    monkeypatch.setattr(images, "load_digits_splits", loader)
+    monkeypatch.undo()  # the real test images again
     _, other_seed = _train_in_process(tmp_path / "seed1", seed=1)
     assert other_seed.splits == run.splits and [len(run.splits[p]) for p in images.PARTS][2] == 360
 
