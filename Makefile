@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/zoo: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[all,test]"
 	touch $(BIN)/zoo
 
 .PHONY: setup demo test test-all

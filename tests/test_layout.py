@@ -1,5 +1,7 @@
 """The shape of the house: layers import downward, one import root, files of a readable size, a checkout that runs
 without an install."""
+import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -57,8 +59,9 @@ def test_recipe_modules_are_of_a_readable_size():
 
 
 @pytest.mark.slow
-def test_the_wheel_installs_one_top_level_package(tmp_path):
-    """`pip wheel` of the project holds recipe_zoo and its dist-info, and every source file of the three folders."""
+def test_the_wheel_installs_one_top_level_package_with_the_board(tmp_path):
+    """`pip wheel` of the project holds recipe_zoo and its dist-info, every source file of the three folders and
+    the board's rows; installed outside the checkout, `zoo board` and `zoo bench` work."""
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -71,6 +74,45 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
                                                                             else ".py")
                 for folder in FOLDERS for p in (ROOT / folder).rglob("*.py")}
     assert expected <= set(names), sorted(expected - set(names))
+    shipped = {f"recipe_zoo/benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.jsonl")}
+    assert shipped and shipped <= set(names), sorted(shipped - set(names))  # the board's committed rows
+
+    # Installed, outside the repository: `zoo board` shows the shipped rows; `zoo bench` appends to $ZOO_HOME,
+    # naming the package version (no commit there), and the board then shows its row beside the shipped ones.
+    target, home, work = tmp_path / "site", tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                           str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    site = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]  # the dependencies, no .pth
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *site]), "ZOO_HOME": str(home)}
+    env.pop("ZOO_BOARD_DIR", None)
+
+    def zoo(*args):
+        return subprocess.run([sys.executable, "-S", "-m", "recipe_zoo", *args], env=env, cwd=work,
+                              capture_output=True, text=True, timeout=300)
+
+    where = subprocess.run([sys.executable, "-S", "-c", "import recipe_zoo; print(recipe_zoo.__file__)"], env=env,
+                           cwd=work, capture_output=True, text=True)
+    assert where.stdout.startswith(str(target)), where.stdout + where.stderr
+    from recipe_zoo import board as checkout_board
+
+    shown = zoo("board")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    expected_board = checkout_board.render(*(checkout_board.load_rows(ROOT / "benchmarks" / k) for k in
+                                             ("results.jsonl", "reported.jsonl", "verify.jsonl")))
+    assert shown.stdout == expected_board
+    bench = zoo("bench", "tabular/xgb", "data=wine", "bagging=1", "n_estimators=20", "--budget", "2steps",
+                "--out", str(tmp_path / "runs"))
+    assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+    (row,) = [json.loads(line) for line in (home / "benchmarks" / "results.jsonl").read_text().splitlines()]
+    version = f"recipe-zoo=={importlib.metadata.version('recipe-zoo')}"
+    assert row["commit"] == version and row["dirty"] is False and row["benchmark"] == "wine"
+    after = zoo("board").stdout
+    assert "## wine" in after and version in after and after.count("\n## ") == \
+        expected_board.count("\n## ") + 1
+    assert (home / "leaderboard.md").read_text() == after
+    assert not (target / "recipe_zoo" / "benchmarks" / "results.jsonl").read_text().count("wine")  # untouched
 
 
 def test_a_checkout_runs_without_an_install(tmp_path):

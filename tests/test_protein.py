@@ -75,6 +75,10 @@ def test_onehot_and_blosum_encodings():
     assert X[1].reshape(3, 21)[1, 20] == 1 and X[1].reshape(3, 21)[2].sum() == 0  # X shares a column; padding 0
     B = pdata.encode(["AW"], "blosum").reshape(2, 20)
     assert B[0, pdata.AMINO.index("A")] == 4 / 4 and B[1, pdata.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
+    m = pdata.blosum62()[:20]  # the inlined table: symmetric, its diagonal the largest entry of each row
+    assert (m == m.T).all() and (m.argmax(1) == np.arange(20)).all()
+    i = {a: n for n, a in enumerate(pdata.AMINO)}
+    assert m[i["C"], i["W"]] == -2 / 4 and m[i["F"], i["Y"]] == 3 / 4
 
 
 @pytest.mark.parametrize("text, message", [

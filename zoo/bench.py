@@ -68,10 +68,9 @@ def _mean(values) -> float | None:
 
 
 def check_provenance(allow_dirty: bool) -> None:
-    """A row must name the code that made it: a committed checkout, or --allow-dirty (which the row records)."""
-    from recipe_zoo.core.envinfo import git_state
-
-    commit, dirty = git_state(runs.CODE_DIR, ignore=runs.RESULT_FILES)
+    """A row must name the code that made it: a committed checkout, an installed package's version, or
+    --allow-dirty (which the row records)."""
+    commit, dirty = runs.code_state()
     if allow_dirty:
         return
     if commit == "unknown":
@@ -98,10 +97,9 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
             written.append(row)
     if not distributed.is_main():
         return 0
-    board.write_board()
+    written_board = board.write_board()
     charts = board.write_charts()
-    print(f"\nbench results (appended to benchmarks/results.jsonl, leaderboard.md and {len(charts)} charts "
-          "rewritten):")
+    print(f"\nbench results (appended to {board.rows_file()}; {written_board} and {len(charts)} charts rewritten):")
     for r in written:
         print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {board.value_text(r)} "
               f"(n={r['n']}, {r['budget']}, {r['hardware']})")

@@ -15,11 +15,32 @@ from collections import defaultdict
 from pathlib import Path
 
 CODE_DIR = Path(__file__).resolve().parent.parent
+SHIPPED = Path(__file__).resolve().parent / "benchmarks"  # an installed package: the committed rows, as package data
+
+
+def in_checkout() -> bool:
+    """Running from the repository (an editable install, or PYTHONPATH=CHECKOUT), not from an installed wheel."""
+    return (CODE_DIR / "pyproject.toml").is_file() and (CODE_DIR / "benchmarks").is_dir()
+
+
+def zoo_home() -> Path:
+    """An installed package's own place for what it writes: benchmark rows, leaderboard.md, charts."""
+    return Path(os.environ.get("ZOO_HOME", Path.home() / ".zoo")).expanduser()
 
 
 def board_dir() -> Path:
-    """The checkout holding ``benchmarks/results.jsonl`` and ``leaderboard.md`` ($ZOO_BOARD_DIR for tests)."""
-    return Path(os.environ.get("ZOO_BOARD_DIR", CODE_DIR))
+    """Where ``benchmarks/results.jsonl`` is appended and ``leaderboard.md`` written: the checkout, or $ZOO_HOME
+    for an installed package, whose committed rows are read from the package beside it ($ZOO_BOARD_DIR for tests)."""
+    if "ZOO_BOARD_DIR" in os.environ:
+        return Path(os.environ["ZOO_BOARD_DIR"])
+    return CODE_DIR if in_checkout() else zoo_home()
+
+
+def _files(name: str) -> list[Path]:
+    """The rows of one kind: those shipped with an installed package, then this board's own."""
+    own = board_dir() / "benchmarks" / name
+    shipped = SHIPPED / name
+    return [shipped, own] if "ZOO_BOARD_DIR" not in os.environ and not in_checkout() else [own]
 
 
 def rows_file() -> Path:
@@ -30,8 +51,19 @@ def reported_file() -> Path:
     return board_dir() / "benchmarks" / "reported.jsonl"
 
 
+def checks_file() -> Path:
+    return board_dir() / "benchmarks" / "verify.jsonl"
+
+
+def all_rows(name: str = "results.jsonl") -> list[dict]:
+    """Every row of one kind (results, reported, verify) the board shows."""
+    return [row for path in _files(name) for row in load_rows(path)]
+
+
 def load_rows(path: Path | None = None) -> list[dict]:
-    path = path or rows_file()
+    """One file's rows; without a path, every result row the board shows."""
+    if path is None:
+        return all_rows()
     if not path.exists():
         return []
     rows = []
@@ -206,13 +238,9 @@ def _reported_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
-def checks_file() -> Path:
-    return board_dir() / "benchmarks" / "verify.jsonl"
-
-
 def write_board() -> Path:
     board = board_dir() / "leaderboard.md"
-    text = render(load_rows(rows_file()), load_rows(reported_file()), load_rows(checks_file()))
+    text = render(all_rows(), all_rows("reported.jsonl"), all_rows("verify.jsonl"))
     board.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=".leaderboard.", suffix=".tmp")  # one per writer
     try:
@@ -234,7 +262,7 @@ def write_charts() -> list[Path]:
     folder = board_dir() / "benchmarks" / "plots"
     for old in folder.glob("*.png"):
         old.unlink()
-    return plot_board(load_rows(rows_file()), folder)
+    return plot_board(all_rows(), folder)
 
 
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,

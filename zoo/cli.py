@@ -489,7 +489,8 @@ def cmd_board(args) -> int:
         for path in board.write_charts():
             print(f"wrote {path}")
     if not (args.write or args.plot):
-        sys.stdout.write(board.render(board.load_rows(), board.load_rows(board.reported_file())))
+        rows, reported, checks = (board.all_rows(kind) for kind in ("results.jsonl", "reported.jsonl", "verify.jsonl"))
+        sys.stdout.write(board.render(rows, reported, checks))
     return 0
 
 

@@ -58,8 +58,9 @@ def lr_fields(config_cls) -> dict[str, tuple[str, ...]]:
 
 
 def doctor(spec, cfg, *, out_root: Path, seed: int, device: str, steps: int, budget, overrides: list[str]) -> int:
-    from recipe_zoo import runs
+    from recipe_zoo import extras, runs
 
+    extras.require(spec.name)
     if steps < 10:
         raise ZooError(f"--steps {steps}: the checks need at least 10 steps")
     out_dir = runs.new_run_dir(out_root / "doctor", spec.name)

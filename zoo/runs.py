@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo.core.budget import Budget, parse_budget
-from recipe_zoo import results
+from recipe_zoo import extras, results
 from recipe_zoo.core.errors import ResourceError, ZooError
 from recipe_zoo.core.api import RecipeSpec
 
@@ -31,6 +31,26 @@ EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/verify.jsonl", "benchmarks/plots")
 SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
                 "mfu_percent", "seed", "run_dir", "status", "rank")
+
+
+def code_state() -> tuple[str, bool]:
+    """(commit, dirty) of the code that runs: the checkout's git state, or an installed package's version."""
+    from recipe_zoo import board
+    from recipe_zoo.core.envinfo import git_state
+
+    if board.in_checkout():
+        return git_state(CODE_DIR, ignore=RESULT_FILES)
+    from importlib import metadata
+
+    return f"recipe-zoo=={metadata.version('recipe-zoo')}", False
+
+
+def fingerprint() -> dict:
+    from recipe_zoo.core import envinfo
+
+    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)
+    env["commit"], env["dirty"] = code_state()
+    return env
 
 
 def default_out() -> Path:
@@ -331,6 +351,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     """
     from recipe_zoo.core import distributed
 
+    extras.require(spec.name)
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
@@ -372,7 +393,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
 
     run_dir = run.home or run.dir
     index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
-    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES) if run.main else {}
+    env = fingerprint() if run.main else {}
     if run.resuming:
         if not run.checkpoint_path.exists():
             raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "

@@ -25,7 +25,7 @@ class TensorBoardTracker:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise ZooError("--track tensorboard needs the tensorboard package: pip install tensorboard") from None
+            raise ZooError("--track tensorboard needs tensorboard: pip install 'recipe-zoo[track]'") from None
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         self.writer.add_text("config", f"```\n{json.dumps(config, indent=2, default=str)}\n```")
         self.writer.add_text("recipe", name)
@@ -45,7 +45,7 @@ class MLflowTracker:
         try:
             import mlflow
         except ImportError:
-            raise ZooError("--track mlflow needs mlflow: pip install mlflow-skinny (or mlflow)") from None
+            raise ZooError("--track mlflow needs mlflow: pip install 'recipe-zoo[track]' (or mlflow)") from None
         import os
 
         self.mlflow = mlflow
