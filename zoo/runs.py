@@ -387,7 +387,7 @@ def _agree(make_dir):
 
 def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
              track) -> Outcome:
-    from recipe_zoo.core import distributed, envinfo
+    from recipe_zoo.core import distributed
     from recipe_zoo.core.loop import Diverged, Interrupted, OutOfMemory
     from recipe_zoo.core.precision import seed_everything
 
