@@ -11,10 +11,43 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ZooError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric config field accepts, checked on every value given (``lr: Positive = 1e-3``)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself excluded
+    high_open: bool = False
+
+    def admits(self, value: float) -> bool:
+        return ((self.low is None or value > self.low or (value == self.low and not self.low_open))
+                and (self.high is None or value < self.high or (value == self.high and not self.high_open)))
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"{'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else "any number"
+
+
+# The ranges most fields have; a field with another declares its own Annotated[int | float, Range(...)]
+Positive = Annotated[float, Range(0, low_open=True)]  # > 0: a learning rate, a temperature
+NonNegative = Annotated[float, Range(0)]  # >= 0, where 0 usually means off
+Fraction = Annotated[float, Range(0, 1, high_open=True)]  # [0, 1): dropout, momentum, EMA decay
+Unit = Annotated[float, Range(0, 1)]  # [0, 1]: a share of the budget or of the data
+Share = Annotated[float, Range(0, 1, low_open=True, high_open=True)]  # (0, 1): a held-out part, neither none nor all
+Auto = Annotated[float, Range(-1)]  # >= -1, where -1 is the recipe's own choice (the field's comment says which)
+Count = Annotated[int, Range(1)]  # >= 1: a width, a batch, a number of layers
+NonNegativeInt = Annotated[int, Range(0)]  # >= 0, where 0 usually means auto or off
+AnyInt = Annotated[int, Range()]  # any whole number (an offset, -1 for the last)
 
 
 @dataclass(frozen=True)

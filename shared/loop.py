@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from torch import nn
 
 from recipe_zoo.core import checkpoint as ckpt
 from recipe_zoo.core import distributed
-from recipe_zoo.core.api import Run
+from recipe_zoo.core.api import Count, Fraction, NonNegative, Range, Run, Unit
 from recipe_zoo.core.flops import counting_flops, peak_flops
 from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
                               resolve_precision)
@@ -70,18 +71,18 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 @dataclass
 class LoopSettings:
-    accum_steps: int = 1  # micro-batches per optimizer step
-    clip_grad: float = 0.0  # max global grad norm (0 = no clipping)
-    ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
-    lookahead: float = 0.0  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
-    eval_every: float = 0.25  # fraction of the budget between evaluations (0 = only at the end)
-    checkpoint_every: float = 120.0  # seconds of wall time between checkpoints
-    diverge_factor: float = 10.0  # diverged when loss > factor x first loss (and on NaN/inf)
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    accum_steps: Count = 1  # micro-batches per optimizer step
+    clip_grad: NonNegative = 0.0  # max global grad norm (0 = no clipping)
+    ema_decay: Fraction = 0.0  # EMA of weights used for evaluation (0 = off)
+    lookahead: Fraction = 0.0  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
+    eval_every: Unit = 0.25  # fraction of the budget between evaluations (0 = only at the end)
+    checkpoint_every: NonNegative = 120.0  # seconds of wall time between checkpoints
+    diverge_factor: Annotated[float, Range(1, low_open=True)] = 10.0  # diverged when loss > this x first, or NaN/inf
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on GPUs with it, else fp16; CPU fp32
     compile: bool = False  # torch.compile the model for training
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
-    log_every: float = 10.0  # seconds of wall time between progress lines
-    lr_scaling: str = "none"  # under N processes: none | sqrt (LR x sqrt N, the core's batch rule) | linear (x N)
+    log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # under N processes: LR x sqrt N (the batch rule), x N
     sync_batchnorm: bool = True  # under N GPU processes, batch-norm statistics over the global batch
 
     @classmethod

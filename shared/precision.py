@@ -6,6 +6,8 @@ import logging
 
 import torch
 
+from recipe_zoo.core.errors import ZooError
+
 log = logging.getLogger(__name__)
 
 
@@ -20,9 +22,19 @@ def choose_device(preference: str = "auto") -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    device = torch.device(preference)
+    try:
+        device = torch.device(preference)
+    except RuntimeError:
+        raise ZooError(f"--device {preference}: not a device (auto, cpu, cuda, cuda:N, mps)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={preference!r} asked for but CUDA is not available")
+        raise ZooError(f"--device {preference}: CUDA is not available here (torch {torch.__version__}); use --device "
+                       "cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ZooError(f"--device {preference}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ZooError(f"--device {preference}: MPS (Apple GPU) is not available here; use --device cpu or auto")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ZooError(f"--device {preference}: the zoo trains on cpu, cuda or mps")
     return device_for_rank(device)
 
 

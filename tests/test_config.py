@@ -138,3 +138,144 @@ def test_show_names_the_fields_of_the_benchmark_key():
     proc = zoo("show", "molecules/dmpnn")
     assert proc.returncode == 0, proc.stderr
     assert "benchmark key: the data's name, plus :field=value for any of split, split_sizes, folds" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Each recipe's config: only fields its code reads, each number with its range
+# ---------------------------------------------------------------------------------------------
+
+def _recipe_files(source: str) -> set:
+    """The file that registers a recipe and the zoo recipe modules it imports, transitively (its domain's data,
+    models, config; images.py)."""
+    import ast
+    from pathlib import Path
+
+    from recipe_zoo.registry import _package_dir
+
+    root, seen, todo = _package_dir(), set(), [Path(source)]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("recipe_zoo.recipes"):
+                folder = root.joinpath(*node.module.split(".")[2:])
+                todo += [folder.with_suffix(".py"), *(folder / f"{a.name}.py" for a in node.names)]
+    return seen
+
+
+def _read_fields(files) -> set[str]:
+    """Every ``cfg.<name>`` (and ``self.cfg.<name>``) read in ``files``."""
+    import ast
+
+    names = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and (getattr(node.value, "id", None) == "cfg"
+                                                    or getattr(node.value, "attr", None) == "cfg"):
+                names.add(node.attr)
+    return names
+
+
+def test_each_recipe_config_holds_only_what_its_code_reads():
+    """A field its train function never reads is one a user sets for nothing (tabular/xgb took lr= and ignored
+    it): every field appears as cfg.<field> in the recipe's files, or is a loop field that ``fit`` consumes (the
+    config extends LoopSettings only when the recipe trains in the core loop)."""
+    from recipe_zoo import registry
+    from recipe_zoo.core.loop import LoopSettings
+
+    loop = {f.name for f in dataclasses.fields(LoopSettings)}
+    unused = {}
+    for name, spec in sorted(registry.load_all().items()):
+        files = _recipe_files(spec.source)
+        read = _read_fields(files)
+        uses_loop = "LoopSettings.of" in "".join(p.read_text() for p in files)
+        assert issubclass(spec.config, LoopSettings) == uses_loop, (name, uses_loop)
+        extra = [f.name for f in dataclasses.fields(spec.config)
+                 if f.name not in read and not (uses_loop and f.name in loop)]
+        if extra:
+            unused[name] = extra
+    assert not unused, f"config fields no code of the recipe reads: {unused}"
+
+
+def test_every_number_declares_its_range_and_every_default_lies_in_it():
+    from recipe_zoo import registry
+
+    missing, outside = [], []
+    for name, spec in sorted(registry.load_all().items()):
+        types_ = config.field_types(spec.config)
+        defaults = config.build(spec.config, spec.defaults, None, [], name)
+        for key, annotation in types_.items():
+            base = typing.get_args(annotation)[0] if config.field_range(annotation) else annotation
+            if base not in (int, float):
+                continue
+            valid = config.field_range(annotation)
+            if valid is None:
+                missing.append(f"{name}: {key}")
+            elif not valid.admits(getattr(defaults, key)):
+                outside.append(f"{name}: {key}={getattr(defaults, key)} not {valid}")
+    assert not missing, f"numeric fields without a Range: {missing}"
+    assert not outside, outside
+
+
+@pytest.mark.parametrize("override, message", [
+    ("lr=-1", "override: lr='-1' must be > 0"),
+    ("dropout=1", "override: dropout='1' must be in [0, 1)"),
+    ("batch_size=0", "override: batch_size='0' must be >= 1"),
+    ("eval_every=1.5", "override: eval_every='1.5' must be in [0, 1]"),
+    ("precision=bf17", "override: precision='bf17' must be one of ['auto', 'fp32', 'bf16', 'fp16']"),
+    ("lr_scaling=cube", "override: lr_scaling='cube' must be one of ['none', 'sqrt', 'linear']"),
+])
+def test_a_value_out_of_range_is_one_line_and_exit_2_before_the_run(override, message, tmp_path, capsys):
+    from recipe_zoo.cli import main
+
+    assert main(["run", "tabular/mlp", override, "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"zoo: error: {message}"
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_field_a_recipe_no_longer_has_names_what_replaced_it(tmp_path, capsys):
+    """From the command line, a config file, a sweep's best.json and --resume of a run saved before the split."""
+    import json
+
+    from recipe_zoo.cli import main
+    from recipe_zoo.recipes.tabular.config import XGBConfig
+
+    assert main(["run", "tabular/xgb", "lr=0.1", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == ("zoo: error: override: 'lr' is no longer a field of this recipe: "
+                                               "the trees' learning rate is xgb_lr")
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"config": {"xgb_lr": 0.05, "batch_size": 512}}))
+    assert main(["run", "tabular/xgb", "--config", str(best), "--out", str(tmp_path)]) == 2
+    assert "'batch_size' is no longer a field of this recipe: trees read every row" in capsys.readouterr().err
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"recipe": "molecules/fp-xgb", "config": {"hidden": 300},
+                                                 "budget": "1m", "seed": 0}))
+    assert main(["run", "--resume", str(old)]) == 2
+    assert capsys.readouterr().err.strip().endswith("'hidden' is no longer a field of this recipe: a molecules/dmpnn "
+                                                    "setting; the trees do not use it")
+    assert "lr" not in {f.name for f in dataclasses.fields(XGBConfig)}
+
+
+def test_device_is_checked_before_the_run(tmp_path, capsys):
+    import torch
+
+    from recipe_zoo.cli import main
+
+    assert main(["run", "tabular/mlp", "--device", "gpu", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "zoo: error: --device gpu: not a device (auto, cpu, cuda, cuda:N, mps)"
+    if not torch.cuda.is_available():
+        assert main(["run", "tabular/mlp", "--device", "cuda", "--out", str(tmp_path)]) == 2
+        assert "--device cuda: CUDA is not available here" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_show_lists_data_model_and_optimizer_fields_before_the_loop_fields(capsys):
+    from recipe_zoo.cli import main
+
+    assert main(["show", "tabular/mlp"]) == 0
+    keys = [line.split()[1] if line.startswith("*") else line.split()[0]
+            for line in capsys.readouterr().out.splitlines() if re.match(r"^[* ] \w+ +=", line)]
+    assert keys[0] == "data" and keys.index("lr") < keys.index("accum_steps") and keys[-1] == "sync_batchnorm"

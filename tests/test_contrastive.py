@@ -287,7 +287,7 @@ def _contrastive_bad_case(case: str, tmp):
     if case == "bad_choice":
         return [*own, "optimizer=sgd"], ["optimizer='sgd'", "must be one of"], "3steps"
     if case == "bad_value":
-        return [*own, "temperature=0"], ["temperature=0", "must be positive"], "3steps"
+        return [*own, "temperature=0"], ["temperature='0'", "must be > 0"], "3steps"
     if case == "zero_budget":
         return own, ["'0s'", "must be positive"], "0s"
     if case == "negative_budget":

@@ -326,7 +326,7 @@ def _diffusion_bad_case(case: str, tmp):
     if case == "bad_choice":
         return [f"data={good}", "sampler=dpm"], ["sampler='dpm'", "must be one of"], "3steps"
     if case == "bad_value":
-        return [f"data={good}", "cond_drop=1.0"], ["cond_drop=1.0", "[0, 1)"], "3steps"
+        return [f"data={good}", "cond_drop=1.0"], ["cond_drop='1.0'", "must be in [0, 1)"], "3steps"
     if case == "zero_budget":
         return [f"data={good}"], ["'0s'", "must be positive"], "0s"
     if case == "negative_budget":

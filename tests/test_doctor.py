@@ -2,6 +2,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
 from recipe_zoo import plan, registry, sweep
@@ -274,3 +275,24 @@ def test_data_checks_on_frames_strings_and_tokens():
     train = rng.integers(0, 1000, 10_000)
     val = np.concatenate([train[100:100 + 64 * 3], rng.integers(0, 1000, 64 * 7)])
     assert _shared_windows(train, val) == (3, 10)
+
+
+def test_plan_prints_commands_that_run_as_printed(tmp_path, capsys):
+    """A table: `start with` names its target (the last column) and runs; for trees `then` sweeps xgb_lr (no LR
+    range test), also runnable."""
+    import shlex
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3))
+    table = tmp_path / "houses.csv"
+    table.write_text("a,b,c,price\n" + "".join(f"{r[0]:.4f},{r[1]:.4f},{r[2]:.4f},{r.sum() * 3 + 1:.4f}\n"
+                                                 for r in x))
+    assert main(["plan", "--data", str(table)]) == 0
+    out = capsys.readouterr().out
+    start = next(line for line in out.splitlines() if line.startswith("start with:"))
+    then = next(line for line in out.splitlines() if line.startswith("then:"))
+    assert start.endswith("target=price") and " lr=" not in then and "xgb_lr=0.01,0.03,0.1" in then
+    run = shlex.split(start.removeprefix("start with:"))[1:]  # zoo run tabular/xgb data=... target=price
+    assert main([*run, "bagging=1", "n_estimators=20", "--budget", "2steps", "--out", str(tmp_path / "runs")]) == 0
+    sweep = shlex.split(then.removeprefix("then:"))[1:]
+    assert sweep[:2] == ["sweep", "tabular/xgb"] and "data=" + str(table) in sweep and "target=price" in sweep

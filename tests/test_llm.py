@@ -324,7 +324,7 @@ def test_key_fields_name_the_split_and_the_scored_bytes():
     (["eval_bytes=10000000"], "test split has 596 bytes, fewer than eval_bytes=10,000,000"),
     (["val_fraction=0.5", "test_fraction=0.5"], "val_fraction=0.5 + test_fraction=0.5: leave some data to train on"),
     (["kv_heads=3"], "kv_heads=3: must divide"),
-    (["vocab_size=99"], "vocab_size=99: must be at least 257"),
+    (["vocab_size=99"], "vocab_size='99' must be >= 257"),
 ])
 def test_zoo_run_gpt_bad_config_is_one_line_exit_2(tmp_path, args, message):
     data = tmp_path / "corpus.txt"
@@ -662,7 +662,7 @@ def _lora_bad_case(case: str, tmp, model):
     if case == "copies_of_one_example":  # copies share a side of the split: still one example
         return good, [str(pairs), "1 distinct examples: too few"], "3steps"
     if case == "bad_fractions":
-        return [*good, "test_fraction=0"], ["test_fraction=0.0: must be between 0 and 1"], "3steps"
+        return [*good, "test_fraction=0"], ["test_fraction='0' must be in (0, 1)"], "3steps"
     if case == "non_utf8_text":
         (tmp / "book.txt").write_bytes(TEXT.encode() + b"\xfa")
         return [f"data={tmp / 'book.txt'}"], [str(tmp / "book.txt"), "not UTF-8", f"offset {len(TEXT)}"], "3steps"

@@ -10,7 +10,7 @@ import torch
 from conftest import bad_input, run_doctor, summary_block, write_file, zoo
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules import data as mol, models
-from recipe_zoo.recipes.molecules.config import MolConfig
+from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig, MolConfig
 from recipe_zoo.core.errors import ZooError
 
 RINGS = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1", "c1ccc2ccccc2c1", "C1CC1"]
@@ -41,8 +41,9 @@ def logp_csv(tmp_path):
     return write_table(tmp_path / "logp.csv", rows)
 
 
-def cfg(**kw) -> MolConfig:
-    return MolConfig(**{"target": "y", **kw})
+def cfg(cls=MolConfig, **kw) -> MolConfig:
+    """``cls`` (the data fields alone by default) on ``kw``, target y; fields ``cls`` lacks are left out."""
+    return cls(**{k: v for k, v in {"target": "y", **kw}.items() if k in cls.__dataclass_fields__})
 
 
 def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
@@ -56,7 +57,7 @@ def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
     assert torch.equal(b.mol_of_atom[b.src], b.mol_of_atom[b.dst])  # no bond crosses molecules
     assert b.x.shape[0] == 4 + 1 + 3
     torch.manual_seed(0)
-    model = models.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, MolConfig(hidden=16, ffn_hidden=8)).eval()
+    model = models.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, DMPNNConfig(hidden=16, ffn_hidden=8)).eval()
     together = model(b)
     alone = torch.cat([model(models.collate(g, torch.tensor([i]), None)) for i in (3, 1, 0)])
     assert torch.allclose(together, alone, atol=1e-5)  # permutation- and batch-invariant
@@ -249,7 +250,7 @@ def test_test_molecules_are_read_only_at_the_end(tmp_path, name):
 
     from rdkit import Chem
 
-    train = train_dmpnn if name == "molecules/dmpnn" else train_fp_xgb
+    train, cls = (train_dmpnn, DMPNNConfig) if name == "molecules/dmpnn" else (train_fp_xgb, FPXGBConfig)
     clean = unique_logp_csv(tmp_path / "clean.csv")
     args = dict(target="y", hidden=16, ffn_hidden=16, batch_size=32, eval_every=0.2, n_estimators=40, bits=128)
     runs = {}
@@ -262,7 +263,7 @@ def test_test_molecules_are_read_only_at_the_end(tmp_path, name):
                     for i, (s, y) in enumerate(rows)]
             write_table(path, rows)
         run = _simple_run("30steps")
-        runs[path] = (run, train(cfg(data=str(path), **{k: v for k, v in args.items() if k != "target"}), run))
+        runs[path] = (run, train(cfg(cls, data=str(path), **{k: v for k, v in args.items() if k != "target"}), run))
     (a, ma), (b, mb) = runs.values()
     strip = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]  # noqa: E731
     assert a.splits == b.splits and strip(a.eval_rows) == strip(b.eval_rows)

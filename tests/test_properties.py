@@ -38,21 +38,24 @@ class Cfg:
 
 
 def _types(cls) -> dict[str, object]:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: hints[f.name] for f in fields(cls)}
 
 
 def _recipe_configs():
-    from recipe_zoo.recipes.molecules.config import MolConfig
-    from recipe_zoo.recipes.protein.config import ProteinConfig
+    from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig
+    from recipe_zoo.recipes.protein.config import FinetuneConfig, OnehotConfig
     from recipe_zoo.recipes.protein.esm_zeroshot import ZeroShotConfig
-    from recipe_zoo.recipes.tabular.config import TabularConfig
+    from recipe_zoo.recipes.tabular.config import MLPConfig, XGBConfig
 
-    return [Cfg, TabularConfig, MolConfig, ProteinConfig, ZeroShotConfig]
+    return [Cfg, XGBConfig, MLPConfig, DMPNNConfig, FPXGBConfig, OnehotConfig, FinetuneConfig, ZeroShotConfig]
 
 
 def typed_ok(value, annotation) -> bool:
-    """``value`` is what a field of type ``annotation`` may hold."""
+    """``value`` is what a field of type ``annotation`` may hold (within its declared range)."""
+    valid = config.field_range(annotation)
+    if valid is not None:
+        return typed_ok(value, typing.get_args(annotation)[0]) and valid.admits(value)
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return value in typing.get_args(annotation)

@@ -15,7 +15,7 @@ from conftest import make_tiny_esm, run_doctor, zoo
 from recipe_zoo.recipes.protein import data as pdata
 from recipe_zoo.recipes.protein import esm2, esm_finetune, models, position_mean
 from recipe_zoo.recipes.protein import split as psplit
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import FinetuneConfig, OnehotConfig, ProteinConfig
 from recipe_zoo.core import splits
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
@@ -212,7 +212,7 @@ def test_classification_labels_from_fasta_headers(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 def test_local_esm_file_loads_the_same_model(tiny_esm):
-    model, alphabet, what = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, what = esm2.load_esm(FinetuneConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     saved = torch.load(tiny_esm, weights_only=False)["model"]
     for k, v in model.state_dict().items():
         if not k.startswith("contact_head.regression"):
@@ -244,7 +244,7 @@ def test_missing_weights_say_where_to_put_them(variant_fasta, tmp_path):
 
 
 def test_embeddings_match_a_direct_forward_and_are_cached(tiny_esm, tmp_path):
-    model, alphabet, _ = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, _ = esm2.load_esm(FinetuneConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     seqs = [WT, WT[:25], WT[5:], WT]  # different lengths share padded batches
     logs = []
     emb = esm2.embed(model, alphabet, seqs, 2, "mean", torch.device("cpu"), "fp32", 100, logs.append)
@@ -293,7 +293,7 @@ def test_layer_decay_groups():
 
     backbone = esm.model.esm2.ESM2(num_layers=3, embed_dim=16, attention_heads=2)
     model = esm_finetune.ESMRegressor(backbone, backbone.alphabet, 3, "mean", 1, 8, 0.0)
-    groups = esm_finetune.finetune_groups(model, 3, 1e-3, ProteinConfig(layer_decay=0.5, head_lr=5e-3))
+    groups = esm_finetune.finetune_groups(model, 3, 1e-3, FinetuneConfig(layer_decay=0.5, head_lr=5e-3))
     lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
     assert lr_of[id(model.head.net[1].weight)] == 5e-3
     assert lr_of[id(backbone.layers[2].fc1.weight)] == pytest.approx(1e-3 * 0.5)  # top block: one step down
@@ -336,7 +336,7 @@ def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
     s, r = run_ok("protein/esm-zeroshot", f"data={table}", f"wt={tmp_path / 'wt.fasta'}", "target=fitness",
                   f"esm_weights={tiny_esm}")
     scores = dict(line.split(",") for line in open(f"{s['run_dir']}/scores.csv").read().splitlines()[1:])
-    model, alphabet, _ = esm2.load_esm(ProteinConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
+    model, alphabet, _ = esm2.load_esm(FinetuneConfig(esm_weights=str(tiny_esm)), SimpleRun(Budget("steps", 1)))
     model.eval()
 
     def by_hand(mutation):
@@ -593,7 +593,7 @@ def test_test_labels_are_read_only_at_the_end(tmp_path):
                                                                   for i in range(len(y))])
         logs[name] = []
         runs[name] = _run(tmp_path / name, "60steps", log=logs[name].append)
-        metrics[name] = train_onehot(ProteinConfig(data=str(path), eval_every=0.25), runs[name])
+        metrics[name] = train_onehot(OnehotConfig(data=str(path), eval_every=0.25), runs[name])
     clean_run, dirty_run = runs["clean"], runs["garbage"]
     assert dirty_run.splits == clean_run.splits
     assert sorted(i for rows in clean_run.splits.values() for i in rows) == list(range(len(y)))  # each item once

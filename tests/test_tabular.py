@@ -12,7 +12,7 @@ import conftest
 from conftest import run_doctor, summary_block, zoo
 from recipe_zoo.recipes.tabular import data, models
 from recipe_zoo.recipes.tabular import split as tab_split
-from recipe_zoo.recipes.tabular.config import TabularConfig
+from recipe_zoo.recipes.tabular.config import MLPConfig, TabularConfig, XGBConfig
 from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="8s")
@@ -222,11 +222,13 @@ def _simple_run(tmp_path, budget: str, seed: int = 0):
     return SimpleRun(budget=parse_budget(budget), seed=seed, dir=tmp_path, log=lambda line: None)
 
 
-def _train(name: str, cfg: TabularConfig, run):
+def _train(name: str, args: dict, run):
+    """tabular/xgb or tabular/mlp on ``args``, each taking the fields its config has."""
     from recipe_zoo.recipes.tabular.mlp import train_mlp
     from recipe_zoo.recipes.tabular.xgb import train_xgb
 
-    return (train_xgb if name == "tabular/xgb" else train_mlp)(cfg, run)
+    train, cls = (train_xgb, XGBConfig) if name == "tabular/xgb" else (train_mlp, MLPConfig)
+    return train(cls(**{k: v for k, v in args.items() if k in cls.__dataclass_fields__}), run)
 
 
 def test_the_three_parts_are_disjoint_and_validation_is_fixed_by_row_content(houses):
@@ -281,7 +283,7 @@ def test_validation_is_the_same_for_every_seed_and_test_is_read_only_at_the_end(
     for seed in (0, 1):
         runs[seed] = _simple_run(tmp_path / str(seed), budget, seed)
         (tmp_path / str(seed)).mkdir()
-        metrics = _train(name, TabularConfig(**args), runs[seed])
+        metrics = _train(name, args, runs[seed])
         assert metrics["test_rmse_ci_low"] <= metrics["test_rmse"] <= metrics["test_rmse_ci_high"]
         assert metrics["test_rmse_ci_high"] - metrics["test_rmse_ci_low"] > 0 and metrics["val_rmse"] > 0
     assert runs[0].splits == runs[1].splits
@@ -298,7 +300,7 @@ def test_validation_is_the_same_for_every_seed_and_test_is_read_only_at_the_end(
         run = _simple_run(tmp_path / path.stem, budget)
         logged = lines[path] = []
         run.log = logged.append
-        runs[path] = (run, _train(name, TabularConfig(**{**args, "data": str(path)}), run))
+        runs[path] = (run, _train(name, {**args, "data": str(path)}, run))
     (clean, m_clean), (dirty, m_dirty) = runs[houses], runs[garbage]
     assert dirty.splits == clean.splits
     assert m_dirty["val_rmse"] == m_clean["val_rmse"] and m_dirty["test_rmse"] > 10 * m_clean["test_rmse"]

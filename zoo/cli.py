@@ -196,14 +196,20 @@ def cmd_show(args) -> int:
     print(f"tuning: zoo doctor {spec.name} (checklist, LR range test) and zoo sweep {spec.name} KEY=a,b,... ; "
           f"LR fields {lrs or 'none'}; batch field {batch_field(spec.config) or 'none'}")
     keys = getattr(spec.config, "KEY_FIELDS", ())
-    print(f"benchmark key: the data's name" + (f", plus :field=value for any of {', '.join(keys)} off its default "
+    print("benchmark key: the data's name" + (f", plus :field=value for any of {', '.join(keys)} off its default "
                                                "(another split, target, metric or evaluation)" if keys else ""))
     print(f"source: {spec.source}\n")
+    from recipe_zoo.core.loop import LoopSettings
+
     values = dataclasses.asdict(cfg)
+    loop = {f.name for f in dataclasses.fields(LoopSettings)}
+    types_ = config_mod.field_types(spec.config)
     width = max(len(k) for k in values)
-    for key, value in values.items():
+    for key in [k for k in values if k not in loop] + [k for k in values if k in loop]:  # the loop's last
         mark = "*" if key in spec.defaults else " "
-        print(f"{mark} {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
+        valid = config_mod.field_range(types_[key])
+        bounds = f" [{valid}]" if valid and (valid.low, valid.high) != (None, None) else ""
+        print(f"{mark} {key:<{width}} = {values[key]!r:<14} # {comments.get(key, '')}{bounds}")
     print("\n* set by this variant; override any field with key=value\n")
     from recipe_zoo import board
 
@@ -246,6 +252,7 @@ def cmd_run(args) -> int:
         spec = _resolve_spec(saved.get("recipe_file") or saved["recipe"])
         cfg = config_mod.apply(spec.config(), saved["config"], str(args.resume / "config.json"))
         budget = runs.parse_budget_arg(saved["budget"])
+        _check_device(saved.get("device", "auto"))
         nproc = args.nproc or saved.get("processes", 1)
         if _should_launch(spec, nproc):
             return launch(nproc, _without_nproc(args.argv))
@@ -259,13 +266,21 @@ def cmd_run(args) -> int:
     spec = _resolve_spec(args.target)
     cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
     budget = runs.parse_budget_arg(args.budget or spec.budget)
-    if _should_launch(spec, args.nproc or 1):  # the config and budget are checked here, before any process starts
+    _check_device(args.device)
+    if _should_launch(spec, args.nproc or 1):  # config, budget and device are checked here, before any process starts
         return launch(args.nproc, _without_nproc(args.argv))
     _join(spec, args.device)
     description = " ".join([spec.name, *args.overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
     return runs.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
                         description=description, recipe_file=recipe_file, track=args.track).code
+
+
+def _check_device(device: str) -> None:
+    """A device that is not here (cuda without CUDA, a typo) is one line and exit 2 before anything starts."""
+    from recipe_zoo.core.precision import choose_device
+
+    choose_device(device)
 
 
 def _should_launch(spec, nproc: int) -> bool:
@@ -348,6 +363,7 @@ def cmd_doctor(args) -> int:
     spec = _resolve_spec(args.target)
     cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
     budget = runs.parse_budget_arg(args.budget or spec.budget)
+    _check_device(args.device)
     return doctor.doctor(spec, cfg, out_root=args.out or runs.default_out(), seed=args.seed, device=args.device,
                          steps=args.steps, budget=budget, overrides=args.overrides)
 
@@ -383,8 +399,19 @@ def cmd_plan(args) -> int:
         advice = plan.recommend(kind, rows, str(args.data) if args.data else "PATH")
         print(f"architecture table ({kind}, {rows:,} {'tokens' if kind == 'corpus' else 'samples'}): {advice.table}")
         if advice.recipe:
-            print(f"start with:  zoo run {advice.recipe} {advice.config}".rstrip())
-            print("then:        zoo doctor on the same config; zoo sweep lr=... around its suggestion")
+            pairs, note = plan.data_arguments(kind, args.data) if args.data else ("", "")
+            command = f"{advice.recipe} {advice.config} {pairs}".rstrip()
+            print(f"start with:  zoo run {command}")
+            if note:
+                print(f"             {note}")
+            if advice.then:
+                print(f"then:        zoo sweep {command} {advice.then}")
+            else:
+                from recipe_zoo import registry
+                from recipe_zoo.doctor import lr_fields
+
+                lr = next(iter(lr_fields(registry.get(advice.recipe).config).values()), ("lr",))[0]
+                print(f"then:        zoo doctor {command}; zoo sweep {command} {lr}=A,B,C around the LR it suggests")
         print(f"why:         {advice.reason}")
         if advice.also:
             print(f"compare:     {advice.also}")

@@ -15,19 +15,33 @@ import types
 import typing
 from pathlib import Path
 
+from recipe_zoo.core.api import Range
 from recipe_zoo.core.errors import ZooError
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _field_types(cls) -> dict[str, object]:
-    hints = typing.get_type_hints(cls)
+def field_types(cls) -> dict[str, object]:
+    hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def field_range(annotation) -> Range | None:
+    """The ``Range`` an ``Annotated[int | float, Range(...)]`` field declares."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return next((m for m in annotation.__metadata__ if isinstance(m, Range)), None)
+    return None
 
 
 def coerce(key: str, value, annotation, source: str):
     """Convert ``value`` (a string from the command line, or a JSON/TOML value) to ``annotation``."""
+    valid = field_range(annotation)
+    if valid is not None:
+        out = coerce(key, value, typing.get_args(annotation)[0], source)
+        if not valid.admits(out):
+            raise ZooError(f"{source}: {key}={value!r} must be {valid}")
+        return out
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
@@ -112,9 +126,12 @@ def read_config_file(path: str | Path) -> dict:
 
 def apply(cfg, values: dict, source: str):
     """Return a copy of ``cfg`` with ``values`` applied, each key and value checked."""
-    types_ = _field_types(type(cfg))
+    types_ = field_types(type(cfg))
+    replaced = getattr(type(cfg), "REPLACED", {})
     changes = {}
     for key, value in values.items():
+        if key not in types_ and key in replaced:  # an old config file, best.json or run of this recipe
+            raise ZooError(f"{source}: {key!r} is no longer a field of this recipe: {replaced[key]}")
         if key not in types_:
             near = difflib.get_close_matches(key, list(types_), n=1, cutoff=0.5)
             hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(types_)}"

@@ -27,6 +27,9 @@ IMAGE_EXT = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 AUDIO_EXT = {".wav", ".flac", ".mp3", ".ogg", ".m4a"}
 AMINO = set("ACDEFGHIKLMNPQRSTVWY")
 MASK_DIRS = {"masks", "labels", "label", "labelstr"}  # as recipes/medical/data.py reads image/mask folders
+# trees have no LR range test, and tabular/xgb chooses max_depth on validation already: its learning rate trades
+# rounds (time) for accuracy
+TREES_THEN = "xgb_lr=0.01,0.03,0.1"
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Advice:
     config: str  # key=value starting overrides
     reason: str
     also: str = ""  # the comparison worth running
+    then: str = ""  # what to sweep next ('' = zoo doctor's LR range test first, then the LR around it)
 
 
 def bucket(rows: int, edges=(10_000, 100_000)) -> int:
@@ -88,14 +92,14 @@ def recommend(kind: str, rows: int, data: str = "PATH") -> Advice:
         if rows < 50_000:
             return Advice("XGBoost / LightGBM", "tabular/xgb", d,
                           "under ~50K rows gradient-boosted trees win (Grinsztajn et al. 2022)",
-                          also="tabular/mlp only as a comparison")
+                          also="tabular/mlp only as a comparison", then=TREES_THEN)
         if rows < 500_000:
             return Advice("XGBoost, FT-Transformer as a comparison", "tabular/xgb", d,
                           "50K-500K rows: trees still lead; an FT-Transformer is worth one comparison run",
-                          also="tabular/mlp model=ft-transformer")
+                          also="tabular/mlp model=ft-transformer", then=TREES_THEN)
         return Advice("trees and neural nets both viable", "tabular/xgb", d,
                       "past 500K rows neural nets compete; run both at the same budget",
-                      also="tabular/mlp (and model=ft-transformer)")
+                      also="tabular/mlp (and model=ft-transformer)", then=TREES_THEN)
     if kind == "audio":
         return Advice(["pretrained Whisper", "fine-tune AST", "from scratch"][b], None, "",
                       "the zoo has no audio recipe yet: use the pretrained audio model the table names")
@@ -173,6 +177,25 @@ def detect(path: Path) -> tuple[str, int, str]:
         with open(path, errors="replace") as f:
             return "molecules", sum(line.startswith("$$$$") for line in f), "SDF records"
     raise ZooError(f"{path}: cannot tell the data type from {suffix or 'no suffix'}; use --kind and --rows")
+
+
+def table_columns(path: Path) -> list[str]:
+    """A CSV/TSV table's header, for the columns a printed command must name."""
+    with open(path, newline="", errors="replace") as f:
+        return next(csv.reader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ","), [])
+
+
+def data_arguments(kind: str, path: Path) -> tuple[str, str]:
+    """The key=value pairs a table needs beyond data= (its target: the last column), and a note saying so."""
+    if kind not in ("tabular", "molecules") or path.suffix.lower() not in (".csv", ".tsv"):
+        return "", ""
+    columns = [c.strip() for c in table_columns(path)]
+    smiles = next((c for c in columns if c.lower() in ("smiles", "canonical_smiles", "mol")), None)
+    rest = [c for c in columns if c != smiles]
+    if not rest:
+        return "", ""
+    pairs = f"target={rest[-1]}" + (f" smiles={smiles}" if smiles and smiles != "smiles" else "")
+    return pairs, f"target: the last column ({rest[-1]}), a guess: name yours with target=COLUMN"
 
 
 def _lines(path: Path) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from recipe_zoo.core.distributed import unwrap
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes import images
 from recipe_zoo.recipes.contrastive.data import build_augment, describe_augment, load_data, resolve_auto, two_views
 from recipe_zoo.recipes.contrastive.models import SSLModel, build_backbone, byol_momentum, mlp, update_target
@@ -33,6 +33,9 @@ from recipe_zoo.recipes.contrastive.models import SSLModel, build_backbone, byol
 # =============================================================================================
 # Config
 # =============================================================================================
+
+AutoUnit = Annotated[float, Range(-1, 1)]  # -1 (the recipe's choice), else in [0, 1] (check_config: not between)
+Jitter = Annotated[float, Range(0, 2)]  # at most 2: the hue jitter, a quarter of it, must stay within kornia's 0.5
 
 
 @dataclass
@@ -43,34 +46,34 @@ class ContrastiveConfig(LoopSettings):
     method: Literal["simclr", "byol"] = "simclr"  # simclr (negatives, NT-Xent) | byol (EMA target + predictor)
     data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (of class folders, or unlabelled with eval_data)
     eval_data: str = ""  # labelled class folder(s) for evaluation; '' = the labelled splits of data
-    image_size: int = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
-    val_fraction: float = 0.1  # validation (the kNN queries while training): this share of the training images
-    test_fraction: float = 0.2  # test share of a labelled folder without val/ or test/ inside (hash-chosen)
+    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
+    val_fraction: Share = 0.1  # validation (the kNN queries while training): this share of the training images
+    test_fraction: Share = 0.2  # test share of a labelled folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-resnet"  # backbone: zoo-resnet, zoo-net, or a timm name (3x3 stem, no max-pool under 64 px)
-    width: int = 32  # zoo-resnet / zoo-net channels of the first group (x2, x4 in the next two)
-    proj_hidden: int = 0  # projection MLP hidden width; 0 = 2048 (SimCLR) / 4096 (BYOL)
-    proj_dim: int = 0  # projection output width; 0 = 128 (SimCLR) / 256 (BYOL)
-    temperature: float = 0.2  # NT-Xent temperature (SimCLR)
-    pred_lr: float = 10.0  # BYOL predictor LR as a multiple of lr (a fast predictor keeps the target worth chasing)
-    momentum_base: float = 0.99  # BYOL target EMA momentum at the start, raised to 1 by a cosine over the budget
+    width: Count = 32  # zoo-resnet / zoo-net channels of the first group (x2, x4 in the next two)
+    proj_hidden: NonNegativeInt = 0  # projection MLP hidden width; 0 = 2048 (SimCLR) / 4096 (BYOL)
+    proj_dim: NonNegativeInt = 0  # projection output width; 0 = 128 (SimCLR) / 256 (BYOL)
+    temperature: Positive = 0.2  # NT-Xent temperature (SimCLR)
+    pred_lr: Positive = 10.0  # BYOL predictor LR as a multiple of lr (a fast predictor keeps the target worth chasing)
+    momentum_base: Fraction = 0.99  # BYOL target EMA momentum at the start, raised to 1 by a cosine over the budget
     optimizer: Literal["adamw", "lars"] = "adamw"  # adamw | lars (SGD with layer-wise trust ratios, large batches)
-    lr: float = 0.0  # peak LR; 0 = adamw 2e-3, lars 0.3 x batch/256 (SimCLR's rule)
-    weight_decay: float = -1.0  # on weights only; -1 = adamw 0.05, lars 1e-6
+    lr: NonNegative = 0.0  # peak LR; 0 = adamw 2e-3, lars 0.3 x batch/256 (SimCLR's rule)
+    weight_decay: Auto = -1.0  # on weights only; -1 = adamw 0.05, lars 1e-6
     # batch_size 128 was the pilot's pick, read off kNN accuracy on the test queries (protocol 1, before this recipe
     # had a validation split); kept as it was until it is re-measured on validation.
-    batch_size: int = 128  # images per batch (each gives two views): 2 x 128 - 2 negatives per view
+    batch_size: Annotated[int, Range(2)] = 128  # images per batch (two views each): 2 x 128 - 2 negatives per view
     schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
-    warmup: float = 0.1  # fraction of the budget spent warming up
-    crop_min: float = -1.0  # random resized crop: smallest area kept; -1 = 0.2 (0.5 under 16 px)
+    warmup: Unit = 0.1  # fraction of the budget spent warming up
+    crop_min: AutoUnit = -1.0  # random resized crop: smallest area kept; -1 = 0.2 (0.5 under 16 px)
     flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips; auto = on, except digits
-    color: float = 0.4  # colour jitter strength (brightness, contrast, saturation; hue = color/4), p 0.8; 0 = off
-    grayscale: float = 0.2  # probability of a grey view (colour images)
-    blur: float = -1.0  # Gaussian blur probability; -1 = 0.5 above 32 px, off at 32 px and below (SimCLR on CIFAR)
-    knn_k: int = 200  # neighbours voting in the kNN evaluation
-    knn_temperature: float = 0.1  # vote weight exp(cosine / T)
-    probe_c: float = 1.0  # linear probe: inverse L2 strength of the logistic regression
+    color: Jitter = 0.4  # colour jitter strength (brightness, contrast, saturation; hue = color/4), p 0.8; 0 = off
+    grayscale: Unit = 0.2  # probability of a grey view (colour images)
+    blur: AutoUnit = -1.0  # Gaussian blur probability; -1 = 0.5 above 32 px, off at 32 px and below (SimCLR on CIFAR)
+    knn_k: Count = 200  # neighbours voting in the kNN evaluation
+    knn_temperature: Positive = 0.1  # vote weight exp(cosine / T)
+    probe_c: Positive = 1.0  # linear probe: inverse L2 strength of the logistic regression
     channels_last: bool = True  # NHWC memory format for convolutions
-    eval_every: float = 0.25  # fraction of the budget between kNN evaluations (validation queries)
+    eval_every: Unit = 0.25  # fraction of the budget between kNN evaluations (validation queries)
 
 
 METHOD_DEFAULTS = {"simclr": {"proj_hidden": 2048, "proj_dim": 128},

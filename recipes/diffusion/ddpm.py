@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, to_model_range
 from recipe_zoo.recipes.diffusion.models import (InceptionFeatures, build_unet, choose_width, feature_net, fid,
                                                  fids_on_test)
@@ -39,6 +39,8 @@ from recipe_zoo.recipes.diffusion.models import (InceptionFeatures, build_unet, 
 # Config
 # =============================================================================================
 
+Images = Annotated[int, Range(2)]  # two images or more (train refuses fewer: a FID's covariance needs two)
+
 
 @dataclass
 class DiffusionConfig(LoopSettings):
@@ -46,41 +48,41 @@ class DiffusionConfig(LoopSettings):
                                              "n_samples", "n_real")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
-    image_size: int = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
-    val_fraction: float = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)
-    test_fraction: float = 0.1  # test: this share of the images, hash-chosen (data without a test split of its own)
+    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
+    val_fraction: Share = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)
+    test_fraction: Share = 0.1  # test: this share of the images, hash-chosen (data without a test split of its own)
     method: Literal["ddpm", "flow"] = "ddpm"  # denoising diffusion, or conditional flow matching
     prediction: Literal["v", "epsilon"] = "v"  # ddpm network target: v = a*eps - s*x0 (fine at low SNR), or the noise
     noise_schedule: Literal["cosine", "linear"] = "cosine"  # ddpm betas: cosine (Nichol & Dhariwal) or linear
-    timesteps: int = 1000  # ddpm training timesteps
+    timesteps: Count = 1000  # ddpm training timesteps
     flow_time: Literal["uniform", "logit_normal"] = "uniform"  # flow: how training times t are drawn
     conditional: bool = False  # class-conditional with classifier-free guidance
-    cond_drop: float = 0.1  # fraction of training labels replaced by the null class
-    guidance: float = 1.5  # CFG scale at sampling: uncond + g * (cond - uncond); 1 = the conditional model alone
-    width: int = 0  # channels of the first U-Net level (x2, x4 below); 0 = the widest that the budget trains
-    levels: int = 3  # U-Net resolutions (the image side must divide by 2^(levels-1))
-    layers_per_block: int = 1  # ResNet blocks per level on the way down (one more on the way up)
+    cond_drop: Fraction = 0.1  # fraction of training labels replaced by the null class
+    guidance: NonNegative = 1.5  # CFG scale at sampling: uncond + g * (cond - uncond); 1 = the conditional model alone
+    width: NonNegativeInt = 0  # channels of the first U-Net level (x2, x4 below); 0 = the widest that the budget trains
+    levels: Count = 3  # U-Net resolutions (the image side must divide by 2^(levels-1))
+    layers_per_block: Count = 1  # ResNet blocks per level on the way down (one more on the way up)
     attention: bool = True  # self-attention at the lowest resolution
-    min_steps: int = 500  # width=0 under a time budget: the widest net predicted to get this many steps
+    min_steps: NonNegativeInt = 500  # width=0 under a time budget: the widest net predicted to get this many steps
     # lr and the width rule (models.choose_width) were set on the 1,000 held-out mnist images under protocol 1,
     # which are now validation and test: kept until re-measured on validation.
-    lr: float = 1e-3  # AdamW LR: 1e-3 for budgets of minutes (2 min on mnist: fid_zoo 8.2 vs 37 at 1e-4)
-    weight_decay: float = 0.01  # decoupled, on weights only (never biases, norms, embeddings)
-    batch_size: int = 64
+    lr: Positive = 1e-3  # AdamW LR: 1e-3 for budgets of minutes (2 min on mnist: fid_zoo 8.2 vs 37 at 1e-4)
+    weight_decay: NonNegative = 0.01  # decoupled, on weights only (never biases, norms, embeddings)
+    batch_size: Count = 64
     schedule: Literal["constant", "cosine", "wsd", "linear"] = "constant"  # LR shape; EMA does the averaging
-    warmup: float = 0.0  # fraction of the budget warming up (none: clipping and the EMA keep the start stable)
+    warmup: Unit = 0.0  # fraction of the budget warming up (none: clipping and the EMA keep the start stable)
     flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips in training; auto = on, except digits
     sampler: Literal["auto", "ddim", "euler", "heun"] = "auto"  # auto: ddim for ddpm, heun for flow
-    sample_steps: int = 0  # sampler steps; 0 = ddim 50, euler 50, heun 25 (49 network evaluations)
-    eta: float = 0.0  # DDIM stochasticity (0 = deterministic)
-    n_samples: int = 1000  # generated images the FID uses (fixed per benchmark so runs compare)
-    n_real: int = 1000  # real images each FID uses, validation and test alike (at most the smaller of the two)
-    sample_batch: int = 500  # images per sampling forward pass
-    grid: int = 64  # images in samples.png
+    sample_steps: NonNegativeInt = 0  # sampler steps; 0 = ddim 50, euler 50, heun 25 (49 network evaluations)
+    eta: Unit = 0.0  # DDIM stochasticity (0 = deterministic)
+    n_samples: Images = 1000  # generated images the FID uses (fixed per benchmark so runs compare)
+    n_real: Images = 1000  # real images each FID uses, validation and test alike (at most the smaller of the two)
+    sample_batch: Images = 500  # images per sampling forward pass
+    grid: NonNegativeInt = 64  # images in samples.png (0 = none)
     inception_weights: str = ""  # torch-fidelity's pt_inception-2015-12-05 file: adds the standard `fid`
-    ema_decay: float = 0.999  # EMA weights are used for sampling and evaluation (decay warmed up)
-    clip_grad: float = 1.0
-    eval_every: float = 0.0  # fraction of the budget between validation FID evaluations (0 = only at the end)
+    ema_decay: Fraction = 0.999  # EMA weights are used for sampling and evaluation (decay warmed up)
+    clip_grad: NonNegative = 1.0
+    eval_every: Unit = 0.0  # fraction of the budget between validation FID evaluations (0 = only at the end)
 
 
 # =============================================================================================

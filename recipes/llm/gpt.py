@@ -14,14 +14,14 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import distributed, metrics, optim, schedule
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Count, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
@@ -39,37 +39,37 @@ class GPTConfig(LoopSettings):
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
     data: str = "tinyshakespeare"  # dataset name, a text file, a folder of .txt/.md files, or hf:NAME[:CONFIG]
-    val_fraction: float = 0.05  # validation: the text before the test tail (the training text's tail: val file)
-    test_fraction: float = 0.1  # test: the last part of the text, when the data has no held-out file or split
-    eval_bytes: int = 100_000  # test bytes scored (the first N; validation: up to N): fixed so runs compare
+    val_fraction: Share = 0.05  # validation: the text before the test tail (the training text's tail: val file)
+    test_fraction: Share = 0.1  # test: the last part of the text, when the data has no held-out file or split
+    eval_bytes: Count = 100_000  # test bytes scored (the first N; validation: up to N): fixed so runs compare
     tokenizer: str = "bpe"  # bpe (trained on the train split) | bytes (256 byte tokens) | a tokenizer.json
-    vocab_size: int = 1024  # BPE vocabulary including the 256 bytes and <|bos|>
-    depth: int = 0  # transformer blocks; width = aspect x depth, heads = width / head_dim; 0 = sized by the budget
-    aspect: int = 64  # model width per block
-    head_dim: int = 64  # attention head size
-    kv_heads: int = 0  # key/value heads for grouped-query attention (0 = as many as query heads)
+    vocab_size: Annotated[int, Range(257)] = 1024  # BPE vocabulary including the 256 bytes and <|bos|>
+    depth: NonNegativeInt = 0  # blocks; width = aspect x depth, heads = width / head_dim; 0 = sized by the budget
+    aspect: Count = 64  # model width per block
+    head_dim: Count = 64  # attention head size
+    kv_heads: NonNegativeInt = 0  # key/value heads for grouped-query attention (0 = as many as query heads)
     mlp: Literal["relu2", "swiglu"] = "relu2"  # ReLU^2 MLP (4x wide) or SwiGLU (8/3 x wide)
-    softcap: float = 15.0  # logits = softcap * tanh(logits / softcap) (0 = off)
-    seq_len: int = 256  # context length in tokens
-    batch_tokens: int = 4096  # tokens per optimizer step; gradient accumulation makes up the rest
-    micro_batch: int = 16  # sequences per forward/backward pass
-    matrix_lr: float = 0.04  # Muon LR of the hidden matrices (scaled by max(1, rows/cols)^0.5)
-    embedding_lr: float = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
-    head_lr: float = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
-    scalar_lr: float = 0.005  # AdamW LR of the per-block scalars, x (width/768)^-0.5
-    weight_decay: float = 0.2  # Muon weight decay (cautious), decaying linearly to 0; never on embeddings
+    softcap: NonNegative = 15.0  # logits = softcap * tanh(logits / softcap) (0 = off)
+    seq_len: Count = 256  # context length in tokens
+    batch_tokens: Count = 4096  # tokens per optimizer step; gradient accumulation makes up the rest
+    micro_batch: Count = 16  # sequences per forward/backward pass
+    matrix_lr: Positive = 0.04  # Muon LR of the hidden matrices (scaled by max(1, rows/cols)^0.5)
+    embedding_lr: Positive = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
+    head_lr: Positive = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
+    scalar_lr: Positive = 0.005  # AdamW LR of the per-block scalars, x (width/768)^-0.5
+    weight_decay: NonNegative = 0.2  # Muon weight decay (cautious), decaying linearly to 0; never on embeddings
     schedule: Literal["wsd", "cosine", "linear", "constant"] = "wsd"  # LR shape over budget progress
-    warmup: float = 0.0  # warmup fraction (Muon needs none)
-    warmdown: float = 0.5  # WSD: the final fraction of the budget decaying the LR
-    lr_final: float = 0.0  # LR multiplier at the end of the budget
-    tokens_per_param: float = 20.0  # depth=0 sizing: tokens per parameter when data is plentiful (Chinchilla)
-    max_epochs: float = 4.0  # depth=0 sizing: passes over the data when it is not (repeats past ~4 stop paying)
-    samples: int = 3  # text samples written at the end (samples.txt)
-    sample_tokens: int = 160  # tokens per sample
-    temperature: float = 0.8  # sampling temperature
+    warmup: Unit = 0.0  # warmup fraction (Muon needs none)
+    warmdown: Unit = 0.5  # WSD: the final fraction of the budget decaying the LR
+    lr_final: NonNegative = 0.0  # LR multiplier at the end of the budget
+    tokens_per_param: Positive = 20.0  # depth=0 sizing: tokens per parameter when data is plentiful (Chinchilla)
+    max_epochs: Positive = 4.0  # depth=0 sizing: passes over the data when it is not (repeats past ~4 stop paying)
+    samples: NonNegativeInt = 3  # text samples written at the end (samples.txt)
+    sample_tokens: NonNegativeInt = 160  # tokens per sample
+    temperature: NonNegative = 0.8  # sampling temperature (0 = greedy: the likeliest token)
     prompt: str = ""  # text the samples continue ('' = start of a document)
-    eval_every: float = 0.25  # fraction of the budget between validations
-    diverge_factor: float = 3.0  # a language model's loss never rises 3x above its first step's
+    eval_every: Unit = 0.25  # fraction of the budget between validations
+    diverge_factor: Annotated[float, Range(1, low_open=True)] = 3.0  # an LM's loss never rises 3x over its first step's
     compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
     fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
 

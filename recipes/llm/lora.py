@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from recipe_zoo.core import metrics, optim, schedule
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Count, Fraction, NonNegative, Positive, Share, Unit, recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import LoopSettings, fit
@@ -32,28 +32,29 @@ from recipe_zoo.recipes.llm import data, models
 # Config
 # =============================================================================================
 
+
 @dataclass
 class LoRAConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
     model: str = ""  # a transformers causal LM: a local save_pretrained folder, or a hub name when online
     data: str = "tinyshakespeare"  # text (as llm/gpt) or a .jsonl of {"prompt", "response"} lines
-    val_fraction: float = 0.05  # validation: as llm/gpt for text; JSONL: the share of examples (by content hash)
-    test_fraction: float = 0.1  # test: as llm/gpt for text; JSONL: the share of examples (by content hash)
-    eval_bytes: int = 100_000  # text: test bytes scored (validation: up to N); JSONL: every held-out response
-    rank: int = 8  # LoRA rank
-    alpha: float = 16.0  # LoRA scaling numerator (scale = alpha / rank)
-    lora_dropout: float = 0.05  # dropout on the LoRA input
+    val_fraction: Share = 0.05  # validation: as llm/gpt for text; JSONL: the share of examples (by content hash)
+    test_fraction: Share = 0.1  # test: as llm/gpt for text; JSONL: the share of examples (by content hash)
+    eval_bytes: Count = 100_000  # text: test bytes scored (validation: up to N); JSONL: every held-out response
+    rank: Count = 8  # LoRA rank
+    alpha: Positive = 16.0  # LoRA scaling numerator (scale = alpha / rank)
+    lora_dropout: Fraction = 0.05  # dropout on the LoRA input
     target_modules: str = "all-linear"  # comma-separated module names, or all-linear (every linear but the head)
-    lr: float = 2e-4  # AdamW LR of the adapter
-    weight_decay: float = 0.0  # AdamW weight decay on the adapter
+    lr: Positive = 2e-4  # AdamW LR of the adapter
+    weight_decay: NonNegative = 0.0  # AdamW weight decay on the adapter
     schedule: Literal["wsd", "cosine", "linear", "constant"] = "cosine"  # LR shape over budget progress
-    warmup: float = 0.05  # warmup fraction
-    lr_final: float = 0.1  # LR multiplier at the end
-    seq_len: int = 256  # tokens per training window / longest JSONL example kept whole
-    micro_batch: int = 8  # sequences per forward/backward pass
-    clip_grad: float = 1.0  # max global grad norm
+    warmup: Unit = 0.05  # warmup fraction
+    lr_final: NonNegative = 0.1  # LR multiplier at the end
+    seq_len: Count = 256  # tokens per training window / longest JSONL example kept whole
+    micro_batch: Count = 8  # sequences per forward/backward pass
+    clip_grad: NonNegative = 1.0  # max global grad norm
     merge: bool = False  # also save the base model with the adapter merged in (merged/)
-    eval_every: float = 0.5  # fraction of the budget between validations
+    eval_every: Unit = 0.5  # fraction of the budget between validations
 
 
 # =============================================================================================

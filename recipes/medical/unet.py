@@ -14,7 +14,7 @@ import functools
 import json
 import warnings
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.metrics import bootstrap, summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes.medical.data import (Case, Fold, PatchBatches, SegData, augmentation, inspect_view,
                                              load_data, parse_ints, preprocess, slices, split_cases)
 from recipe_zoo.recipes.medical.models import build_loss, build_model, class_weights
@@ -38,47 +38,50 @@ from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_pla
 # Config: every 0 / '' / 'auto' is filled in by the plan (printed, saved as plan.json)
 # =============================================================================================
 
+Folds = Annotated[int, Range(-1)]  # -1 auto, 0 one split, else k >= 2 (split_cases refuses 1 and k > cases)
+Dims = Annotated[int, Range(0, 3)]  # 0 plan, 2 or 3 (the plan refuses 1)
+
 
 @dataclass
 class MedicalConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
-    folds: int = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
-    val_fraction: float = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
-    test_fraction: float = 0.2  # folds=0: test, this fraction (rounded down) of the cases, by hash of their path
-    dims: int = 0  # 2 or 3 spatial dims for the network; 0 = plan (2 for images and very anisotropic volumes)
+    folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
+    val_fraction: Share = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
+    test_fraction: Share = 0.2  # folds=0: test, this fraction (rounded down) of the cases, by hash of their path
+    dims: Dims = 0  # 2 or 3 spatial dims for the network; 0 = plan (2 for images and very anisotropic volumes)
     spacing: str = ""  # target voxel spacing 'a,b[,c]' (mm); '' = plan (median spacing of the data)
     normalize: Literal["auto", "zscore", "ct", "none"] = "auto"  # zscore: per image; ct: clip to fg 0.5-99.5%
     patch: str = ""  # training patch 'a,b[,c]' (voxels); '' = plan (from the image size and the compute budget)
-    batch_size: int = 0  # patches per step; 0 = plan (from memory and the compute budget)
+    batch_size: NonNegativeInt = 0  # patches per step; 0 = plan (from memory and the compute budget)
     model: Literal["unet", "basicunet", "swinunetr"] = "unet"  # MONAI UNet (residual units), BasicUNet or SwinUNETR
-    width: int = 0  # channels of the first level (doubling per level, capped at 16x); 0 = plan
-    levels: int = 0  # resolution levels; 0 = plan (halve until feature maps are ~8 voxels, at most 6)
-    res_units: int = 2  # residual units per level (unet)
+    width: NonNegativeInt = 0  # channels of the first level (doubling per level, capped at 16x); 0 = plan
+    levels: NonNegativeInt = 0  # resolution levels; 0 = plan (halve until feature maps are ~8 voxels, at most 6)
+    res_units: NonNegativeInt = 2  # residual units per level (unet)
     full_res: bool = False  # unet: add a full-resolution first level (MONAI's starts strided); 2x cost, no gain on ISBI
     norm: Literal["instance", "batch"] = "instance"  # normalisation layers of the unet
     channels_last: bool = True  # NHWC memory layout for 2-D networks (faster convolutions with batch norm on CPU)
     loss: Literal["dice_ce", "dice_focal", "tversky", "ce"] = "dice_ce"  # tversky: alpha 0.3, beta 0.7
     class_weights: str = ""  # cross-entropy class weights: '' none, 'balanced' (inverse sqrt frequency) or 'w0,w1,...'
-    lr: float = 2e-3  # AdamW peak learning rate
-    weight_decay: float = 1e-4  # AdamW decoupled decay on weights (never biases or norms)
-    warmup: float = 0.03  # fraction of the budget warming up linearly
+    lr: Positive = 2e-3  # AdamW peak learning rate
+    weight_decay: NonNegative = 1e-4  # AdamW decoupled decay on weights (never biases or norms)
+    warmup: Unit = 0.03  # fraction of the budget warming up linearly
     schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
-    fg_fraction: float = 0.33  # fraction of patches centred on a foreground voxel (nnU-Net oversampling)
+    fg_fraction: Unit = 0.33  # fraction of patches centred on a foreground voxel (nnU-Net oversampling)
     flip_axes: str = "auto"  # spatial axes that are mirror-symmetric ('0,1'); auto = the dataset's, none for own data
-    rotate: float = 15.0  # max rotation (degrees, in-plane for 2-D) of the spatial augmentation; 0 = off
-    zoom: float = 0.15  # max relative zoom of the spatial augmentation
-    spatial_prob: float = 0.3  # probability of the rotation/zoom augmentation per patch
+    rotate: NonNegative = 15.0  # max rotation (degrees, in-plane for 2-D) of the spatial augmentation; 0 = off
+    zoom: Fraction = 0.15  # max relative zoom of the spatial augmentation
+    spatial_prob: Unit = 0.3  # probability of the rotation/zoom augmentation per patch
     elastic: bool = False  # elastic deformation (slow on CPU; in place of the affine augmentation)
-    intensity: float = 0.1  # random intensity scaling and shift (fraction of one std), prob 0.5 each; 0 = off
-    noise: float = 0.1  # Gaussian noise std (in std units), prob 0.15; 0 = off
-    overlap: float = 0.5  # sliding-window overlap at inference
+    intensity: NonNegative = 0.1  # random intensity scaling and shift (fraction of one std), prob 0.5 each; 0 = off
+    noise: NonNegative = 0.1  # Gaussian noise std (in std units), prob 0.15; 0 = off
+    overlap: Fraction = 0.5  # sliding-window overlap at inference
     tta: bool = True  # final evaluation averages over mirrorings along flip_axes
     hd95: bool = False  # also report the 95th-percentile Hausdorff distance (in spacing units)
-    eval_every: float = 0.25  # fraction of the budget between (quick, no-TTA) evaluations
-    compute_efficiency: float = 0.0  # planner's expected fraction of peak FLOP/s; 0 = 0.4 on CPU, 0.3 on GPU
-    min_steps: int = 600  # planner: shrink batch, then patch, until the budget buys at least this many steps
+    eval_every: Unit = 0.25  # fraction of the budget between (quick, no-TTA) evaluations
+    compute_efficiency: Unit = 0.0  # planner's expected fraction of peak FLOP/s; 0 = 0.4 on CPU, 0.3 on GPU
+    min_steps: Count = 600  # planner: shrink batch, then patch, until the budget buys at least this many steps
 
 
 # =============================================================================================

@@ -4,7 +4,7 @@
   plain torch, with RDKit descriptors beside the readout; k-fold and ensembles.
 - ``fp_xgb.py``: ``molecules/fp-xgb``, Morgan count fingerprints (+ RDKit descriptors) into XGBoost: the strong
   classical baseline.
-- ``config.py``: ``MolConfig``, the settings both share; ``data.py``: reading and standardising the molecules,
-  atom/bond features, descriptors and fingerprints (cached), splits and metrics; ``models.py``: the D-MPNN and
-  its batches.
+- ``config.py``: ``MolConfig``, the settings both share, and each recipe's own (``DMPNNConfig``,
+  ``FPXGBConfig``); ``data.py``: reading and standardising the molecules, atom/bond features, descriptors and
+  fingerprints (cached), splits and metrics; ``models.py``: the D-MPNN and its batches.
 """

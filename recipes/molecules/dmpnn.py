@@ -22,7 +22,7 @@ from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.molecules import data, models
-from recipe_zoo.recipes.molecules.config import MolConfig
+from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.data import Graphs, MolTable
 
 # =============================================================================================
@@ -51,7 +51,7 @@ def standardizer(values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.nd
 # One model on one split: AdamW, warmup + cosine, the core loop, the best validation checkpoint
 # =============================================================================================
 
-def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
+def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
                       val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str) -> tuple:
     """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats), where
     ``predict(rows)`` gives the restored model's predictions on the original scale."""
@@ -105,10 +105,10 @@ def train_dmpnn_split(cfg: MolConfig, run, table: MolTable, graphs: Graphs, desc
 # The recipe: each split (or fold), each ensemble member, their test predictions averaged
 # =============================================================================================
 
-@recipe("molecules/dmpnn", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
+@recipe("molecules/dmpnn", config=DMPNNConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="directed message passing over bonds (chemprop's D-MPNN) in plain torch; random or "
                               "scaffold splits, k-fold, ensembles; RMSE or ROC-AUC")
-def train_dmpnn(cfg: MolConfig, run) -> dict[str, float]:
+def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     table = data.load_for(cfg, run)
     graphs = data.cached("graphs", table, lambda: data.featurize(table.mols))

@@ -14,18 +14,18 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.recipes.molecules import data
-from recipe_zoo.recipes.molecules.config import MolConfig
+from recipe_zoo.recipes.molecules.config import FPXGBConfig
 
 # =============================================================================================
 # The recipe: fingerprints (+ descriptors), one XGBoost model per target and split, early-stopped on validation
 # =============================================================================================
 
-@recipe("molecules/fp-xgb", config=MolConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
+@recipe("molecules/fp-xgb", config=FPXGBConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="Morgan count fingerprints (+ RDKit descriptors) into XGBoost with early stopping: "
                               "the strong classical baseline",
         scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
                   "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters")
-def train_fp_xgb(cfg: MolConfig, run) -> dict[str, float]:
+def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
     import xgboost as xgb
 
     table = data.load_for(cfg, run)

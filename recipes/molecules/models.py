@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.recipes.molecules.config import MolConfig
+from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.data import Graphs
 
 # =============================================================================================
@@ -57,7 +57,7 @@ class DMPNN(nn.Module):
     after the last step atoms gather their incoming messages: h_v = relu(W_o [x_v, sum h(k->v)]).
     """
 
-    def __init__(self, atom_dim: int, bond_dim: int, extra_dim: int, tasks: int, cfg: MolConfig):
+    def __init__(self, atom_dim: int, bond_dim: int, extra_dim: int, tasks: int, cfg: DMPNNConfig):
         super().__init__()
         self.depth, self.readout = cfg.depth, cfg.readout
         self.W_i = nn.Linear(atom_dim + bond_dim, cfg.hidden, bias=False)

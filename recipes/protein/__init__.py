@@ -12,9 +12,9 @@ One file per recipe, each a methods section:
 - ``position_mean.py``: ``protein/position-mean``, a mutant predicted by the mean training fitness at its position:
   the baseline that says how much of a random mutant split's score is knowing the tolerant positions.
 
-What they share: ``config.py`` (the config), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, encodings, mutations, the
-registered datasets, the final test scoring with its bootstrap interval), ``split.py`` (train / validation / test
-chosen by a hash of each sequence, or of each position with split=positions), ``models.py`` (the heads on fixed
-features and the supervised fit through the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached embeddings,
-masked marginals).
+What they share: ``config.py`` (the configs, in blocks), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, encodings,
+mutations, the registered datasets, the final test scoring with its bootstrap interval), ``split.py`` (train /
+validation / test chosen by a hash of each sequence, or of each position with split=positions), ``models.py`` (the
+heads on fixed features and the supervised fit through the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached
+embeddings, masked marginals).
 """

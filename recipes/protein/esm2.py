@@ -19,7 +19,7 @@ from torch import nn
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import ESMFields
 
 # =============================================================================================
 # ESM-2 weights: fair-esm names (torch hub cache, downloaded when online), a local file, or scratch
@@ -49,7 +49,7 @@ def read_esm_file(path: Path) -> tuple[nn.Module, object]:
     return model, alphabet
 
 
-def load_esm(cfg: ProteinConfig, run) -> tuple[nn.Module, object, str]:
+def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
     """(model, alphabet, description): a scratch model, a local file, or a fair-esm name."""
     import esm
 

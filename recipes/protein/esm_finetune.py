@@ -15,7 +15,7 @@ from recipe_zoo.core import optim
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import FinetuneConfig
 from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, primary_metric, show_split
 from recipe_zoo.recipes.protein.esm2 import load_esm, pool_tokens, resolve_layer, tokenize
 from recipe_zoo.recipes.protein.models import MLPHead, train_supervised
@@ -52,7 +52,7 @@ def layer_of(name: str, num_layers: int) -> int:
     return 0 if "embed_tokens" in name else num_layers + 1
 
 
-def finetune_groups(model: ESMRegressor, num_layers: int, lr: float, cfg: ProteinConfig) -> list[dict]:
+def finetune_groups(model: ESMRegressor, num_layers: int, lr: float, cfg: FinetuneConfig) -> list[dict]:
     """AdamW groups: backbone LR x layer_decay^(depth from the top), no decay on biases/norms/embeddings;
     the head at head_lr."""
     depth = {name: layer_of(name, num_layers) for name, p in model.named_parameters()
@@ -86,11 +86,11 @@ def predict_tokens(model: nn.Module, tokens: torch.Tensor, device, precision: st
     return torch.cat(out).numpy()
 
 
-@recipe("protein/esm-finetune", config=ProteinConfig, benchmark="p62593", metric="test_spearman",
+@recipe("protein/esm-finetune", config=FinetuneConfig, benchmark="p62593", metric="test_spearman",
         higher_is_better=True, budget="5m",
         summary="ESM-2 + head fine-tuned with LoRA on the attention (peft) or end to end, warmup + cosine, "
                 "layer-wise LR decay; esm_model=scratch trains one from random init")
-def train_esm_finetune(cfg: ProteinConfig, run) -> dict[str, float]:
+def train_esm_finetune(cfg: FinetuneConfig, run) -> dict[str, float]:
     from peft import LoraConfig, get_peft_model
 
     data = load_data(cfg, run)

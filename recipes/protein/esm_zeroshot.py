@@ -9,16 +9,17 @@ from __future__ import annotations
 import csv
 import time
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import AnyInt, Count, recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import bootstrap, score
 from recipe_zoo.core.precision import choose_device, resolve_precision
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
 from recipe_zoo.recipes.protein.data import (DATASETS, SCORING, check_sequence, metric_statistic, mutant_sequence,
                                              need_columns, parse_labels, parse_mutations, read_csv_rows,
                                              read_wild_type)
@@ -26,8 +27,16 @@ from recipe_zoo.recipes.protein.esm2 import load_esm, masked_marginals
 
 
 @dataclass
-class ZeroShotConfig(ProteinConfig):
+class ZeroShotConfig(ProteinConfig, ESMFields):
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ProteinConfig.KEY_FIELDS + ("wt",)
     data: str = "blat-ecolx-dms"  # dataset name, or a CSV of mutations (mutant=, target=) with wt=
+    wt: str = ""  # wild type: a FASTA file or the sequence itself ('' = the dataset's)
+    offset: AnyInt = 1  # the number of the wild type's first residue in the mutation strings
+    toks_per_batch: Count = 8192  # tokens per scoring forward pass
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on GPUs with it, else fp16; CPU fp32
+
+
+ZeroShotConfig.REPLACED = replaced(ZeroShotConfig)
 
 
 @recipe("protein/esm-zeroshot", config=ZeroShotConfig, benchmark="blat-ecolx-dms", metric="test_spearman",
@@ -35,7 +44,7 @@ class ZeroShotConfig(ProteinConfig):
         summary="mutation effects without training: ESM-2 masked marginals (log p mutant - log p wild type, "
                 "summed over sites); Spearman against measured effects",
         scale_out="single process: inference only (one forward per sequence); batch_size sets the speed")
-def score_zeroshot(cfg: ProteinConfig, run) -> dict[str, float]:
+def score_zeroshot(cfg: ZeroShotConfig, run) -> dict[str, float]:
     spec = DATASETS.get(cfg.data)
     if spec is not None and spec["kind"] != "mutations":
         raise ZooError(f"{cfg.data} is not a mutation table; protein/esm-zeroshot takes a CSV of mutations "

@@ -20,7 +20,7 @@ from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
 from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import HeadFields
 from recipe_zoo.recipes.protein.data import SCORING, ProteinData, final_metrics, primary_metric
 
 # =============================================================================================
@@ -269,7 +269,7 @@ def head_loss(pred: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
     return F.mse_loss(pred.squeeze(1), y) if task == "regression" else F.cross_entropy(pred, y)
 
 
-def train_supervised(cfg: ProteinConfig, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
+def train_supervised(cfg: HeadFields, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
                      optimizer: torch.optim.Optimizer, device, predict_fn) -> tuple[nn.Module, dict, np.ndarray]:
     """The core loop on (inputs, targets) rows, scored on validation only; returns the model at its best validation
     state, the loop's stats (with ``best_val_<metric>``) and the test rows' predictions as a thunk (for the end)."""
@@ -311,7 +311,7 @@ def predict_rows(model: nn.Module, x: torch.Tensor, device, batch: int = 1024) -
     return torch.cat(out).numpy()
 
 
-def train_mlp_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, scale: bool):
+def train_mlp_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool):
     """The MLP through the core loop on ``run``'s budget: (loop stats, test predictions as a thunk, description)."""
     device = choose_device(run.device)
     inputs = Features.fit(X[data.split[0]], scale)(X).float()
@@ -324,7 +324,7 @@ def train_mlp_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, sc
     return stats, predict_test, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
 
 
-def fit_head(cfg: ProteinConfig, run, data: ProteinData, X: np.ndarray, scale: bool) -> dict[str, float]:
+def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool) -> dict[str, float]:
     """Fit the configured head on features ``X`` (head=auto: ridge, kernel ridge and the MLP, the best on
     validation kept), then score it on test once. Under a seconds budget the closed-form grid gets the budget
     (head=auto: half, the MLP the rest) and shrinks to fit; ``train_seconds`` counts all fitting and selection."""

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import OnehotConfig
 from recipe_zoo.recipes.protein.data import encode, finish, load_data, show_split
 from recipe_zoo.recipes.protein.models import fit_head
 
 
-@recipe("protein/onehot", config=ProteinConfig, benchmark="p62593", metric="test_spearman", higher_is_better=True,
+@recipe("protein/onehot", config=OnehotConfig, benchmark="p62593", metric="test_spearman", higher_is_better=True,
         budget="1m", summary="one-hot or BLOSUM62 per position + ridge / RBF kernel ridge (chosen on validation) "
                              "or an MLP: the no-pretraining floor; Spearman",
         scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device")
-def train_onehot(cfg: ProteinConfig, run) -> dict[str, float]:
+def train_onehot(cfg: OnehotConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:
         raise ZooError(f"{data.name}: holds embeddings, not sequences: use protein/esm-embed")

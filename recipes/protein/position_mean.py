@@ -27,7 +27,7 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import spearman
-from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.config import ProteinConfig, replaced
 from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, show_split
 from recipe_zoo.recipes.protein.split import positions_of
 
@@ -35,6 +35,9 @@ from recipe_zoo.recipes.protein.split import positions_of
 @dataclass
 class PositionConfig(ProteinConfig):
     data: str = "tem1-esm2-8m"  # dataset name, or a CSV with a mutant column, an NPZ with 'pos', or variant FASTA
+
+
+PositionConfig.REPLACED = replaced(PositionConfig)
 
 
 def position_means(positions: list[tuple[int, ...]], y: np.ndarray, train: np.ndarray):
@@ -62,7 +65,7 @@ def position_means(positions: list[tuple[int, ...]], y: np.ndarray, train: np.nd
         summary="the per-position baseline: a mutant's prediction is the mean training fitness at its position; "
                 "~0.73 on a random mutant split, ~0 with split=positions",
         scale_out="single process: a mean per position, milliseconds")
-def train_position_mean(cfg: ProteinConfig, run) -> dict[str, float]:
+def train_position_mean(cfg: PositionConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.task != "regression":
         raise ZooError(f"{data.name}: protein/position-mean predicts a fitness value; these labels are classes")

@@ -3,9 +3,9 @@
 - ``xgb.py``: ``tabular/xgb``, XGBoost hist with native categoricals, depth and log target chosen on the
   validation rows, then bagged over folds of the training rows; importances saved.
 - ``mlp.py``: ``tabular/mlp``, an MLP (or a small FT-Transformer) through the core loop.
-- ``config.py``: ``TabularConfig``, the settings both share; ``data.py``: reading the table and its bad inputs,
-  engineered features, metrics and the loop over splits; ``split.py``: the splits; ``models.py``: the networks
-  and their input.
+- ``config.py``: ``TabularConfig``, the settings both share, and each recipe's own (``XGBConfig``,
+  ``MLPConfig``); ``data.py``: reading the table and its bad inputs, engineered features, metrics and the loop over
+  splits; ``split.py``: the splits; ``models.py``: the networks and their input.
 
 Three parts: test (the dataset's test file or a ``split_seed`` split), validation (a carve-out of the rest by a
 hash of each row's content: the same rows for every seed) and train. Every choice reads validation; the test rows

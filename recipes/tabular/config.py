@@ -1,15 +1,16 @@
-"""The tabular recipes' settings: one config shared by ``tabular/xgb`` and ``tabular/mlp`` (the table, its
-split and features are read the same way; each recipe reads its own block of fields)."""
+"""The tabular recipes' settings: ``TabularConfig`` (the table, its split and features, read the same way by both),
+``XGBConfig`` for ``tabular/xgb`` and ``MLPConfig`` for ``tabular/mlp`` (which trains in the core loop)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from dataclasses import dataclass, fields
+from typing import Annotated, ClassVar, Literal
 
+from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit
 from recipe_zoo.core.loop import LoopSettings
 
 
 @dataclass
-class TabularConfig(LoopSettings):
+class TabularConfig:
     # What changes the split, the target or the metric: a run off one of these defaults is another benchmark
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("target", "task", "test_size", "split_seed", "val_fraction", "folds")
 
@@ -21,29 +22,46 @@ class TabularConfig(LoopSettings):
     target_nan: Literal["error", "drop"] = "error"  # rows whose target is missing: stop, or drop them (counted)
     log_target: Literal["auto", "on", "off"] = "auto"  # regression on log1p(target); auto: xgb tries both on
     # validation when the target is positive and skewed, mlp uses it then
-    test_size: float = 0.2  # held-out fraction when the data has no test file
-    split_seed: int = 42  # the test split's seed: fixed, so runs with different --seed share the test rows
-    val_fraction: float = 0.1  # validation carve-out of the training rows by a hash of each row's content (the same
-    # rows for every seed): early stopping, the best state, depth and log-target choices
-    folds: int = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
+    test_size: Share = 0.2  # held-out fraction when the data has no test file
+    split_seed: NonNegativeInt = 42  # the test split's seed: fixed, so runs with different --seed share the test rows
+    val_fraction: Share = 0.1  # validation carve-out of the training rows by a hash of each row's content (the
+    # same rows for every seed): early stopping, the best state, depth and log-target choices
+    folds: NonNegativeInt = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
     features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon
     class_weight: Literal["none", "balanced"] = "none"  # balanced: weight rows by inverse class frequency
-    # xgb
-    max_depth: int = 0  # tree depth; 0 = chosen on validation from 6, 8, 10
-    xgb_lr: float = 0.03  # learning rate of the final (bagged) models
-    n_estimators: int = 20000  # rounds at most; early stopping decides
-    early_stopping: int = 200  # rounds without validation improvement before stopping
-    subsample: float = 0.8  # rows per tree
-    colsample: float = 0.8  # columns per tree
-    bagging: int = 5  # final models, each early-stopped on its own fold of the training rows; averaged
-    # mlp
+
+
+@dataclass
+class MLPConfig(TabularConfig, LoopSettings):
     model: Literal["mlp", "ft-transformer"] = "mlp"  # an MLP over embeddings, or a small FT-Transformer
-    hidden: int = 256  # MLP width (ft-transformer: token width / 4)
-    layers: int = 3  # MLP hidden layers (ft-transformer: blocks)
-    dropout: float = 0.1  # dropout in the MLP / transformer
+    hidden: Count = 256  # MLP width (ft-transformer: token width / 4)
+    layers: Count = 3  # MLP hidden layers (ft-transformer: blocks)
+    dropout: Fraction = 0.1  # dropout in the MLP / transformer
     quantile: bool = False  # numeric features through a normal quantile transform instead of z-scores
-    lr: float = 1e-3  # peak AdamW LR (warmup, then cosine to zero)
-    weight_decay: float = 1e-5  # AdamW weight decay on weights (never biases, norms, embeddings)
-    batch_size: int = 256  # rows per step
-    warmup: float = 0.05  # LR warmup fraction
-    eval_every: float = 0.05  # validation this often; the best validation state is kept (early stopping)
+    lr: Positive = 1e-3  # peak AdamW LR (warmup, then cosine to zero)
+    weight_decay: NonNegative = 1e-5  # AdamW weight decay on weights (never biases, norms, embeddings)
+    batch_size: Count = 256  # rows per step
+    warmup: Unit = 0.05  # LR warmup fraction
+    eval_every: Unit = 0.05  # validation this often; the best validation state is kept (early stopping)
+
+
+@dataclass
+class XGBConfig(TabularConfig):
+    max_depth: NonNegativeInt = 0  # tree depth; 0 = chosen on validation from 6, 8, 10
+    xgb_lr: Positive = 0.03  # learning rate of the final (bagged) models
+    n_estimators: Count = 20000  # rounds at most; early stopping decides
+    early_stopping: Count = 200  # rounds without validation improvement before stopping
+    subsample: Annotated[float, Range(0, 1, low_open=True)] = 0.8  # rows per tree
+    colsample: Annotated[float, Range(0, 1, low_open=True)] = 0.8  # columns per tree
+    bagging: Count = 5  # final models, each early-stopped on its own fold of the training rows; averaged
+
+
+# Fields a config file, a sweep's best.json or a saved run may still name from when both recipes shared one config
+XGBConfig.REPLACED = {
+    "lr": "the trees' learning rate is xgb_lr",
+    "batch_size": "trees read every row; there is no batch",
+    **{f.name: "a tabular/mlp setting; the trees do not use it" for f in fields(MLPConfig)
+       if f.name not in {g.name for g in fields(XGBConfig)} | {"lr", "batch_size"}},
+}
+MLPConfig.REPLACED = {f.name: "a tabular/xgb setting; the MLP does not use it" for f in fields(XGBConfig)
+                      if f.name not in {g.name for g in fields(TabularConfig)}}

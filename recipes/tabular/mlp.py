@@ -17,14 +17,14 @@ from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.tabular import data, models
-from recipe_zoo.recipes.tabular.config import TabularConfig
+from recipe_zoo.recipes.tabular.config import MLPConfig
 from recipe_zoo.recipes.tabular.data import Table
 
 # =============================================================================================
 # One network on one split: encoding, model, AdamW + warmup-cosine, the core loop, the best validation state
 # =============================================================================================
 
-def fit_nn(cfg: TabularConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, budget,
+def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, budget,
            label: str = "") -> tuple:
     """Train on ``fit_rows``, evaluate on ``val`` (the best validation state is kept) and return (predict, stats):
     ``predict(rows)`` gives the restored best model's predictions."""
@@ -95,11 +95,11 @@ def fit_nn(cfg: TabularConfig, run, table: Table, X, fit_rows: np.ndarray, val: 
 # The recipe
 # =============================================================================================
 
-@recipe("tabular/mlp", config=TabularConfig, benchmark="california-housing", metric="test_rmse",
+@recipe("tabular/mlp", config=MLPConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="an MLP (or model=ft-transformer) over standardised numbers and categorical embeddings through "
                 "the core loop; for large tables")
-def train_mlp(cfg: TabularConfig, run) -> dict[str, float]:
+def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     from recipe_zoo.core.budget import Budget
 
     table, views = data.prepare(cfg, run)

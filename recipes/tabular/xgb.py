@@ -17,14 +17,14 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
 from recipe_zoo.recipes.tabular import data
-from recipe_zoo.recipes.tabular.config import TabularConfig
+from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
 # =============================================================================================
 # The model: XGBoost hist, early-stopped on a validation set
 # =============================================================================================
 
-def xgb_model(table: Table, cfg: TabularConfig, depth: int, lr: float, seed: int, seconds: float | None,
+def xgb_model(table: Table, cfg: XGBConfig, depth: int, lr: float, seed: int, seconds: float | None,
               rounds: int):
     import xgboost as xgb
 
@@ -50,7 +50,7 @@ def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
 # Training: depth (and target transform) chosen on validation, then bagged over folds of the training rows
 # =============================================================================================
 
-def fit_xgb(cfg: TabularConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, seconds: float | None,
+def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, seconds: float | None,
             rounds: int, label: str = "") -> tuple:
     """Choose depth and target transform on the validation rows (learning rate 0.1, quick, early-stopped on
     validation), then train ``bagging`` models at ``xgb_lr`` on folds of the training rows, each early-stopped on
@@ -142,13 +142,13 @@ def save_importances(models: list, run) -> None:
 # The recipe
 # =============================================================================================
 
-@recipe("tabular/xgb", config=TabularConfig, benchmark="california-housing", metric="test_rmse",
+@recipe("tabular/xgb", config=XGBConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="XGBoost hist with native categoricals, depth and log target chosen on validation, bagged over "
                 "folds with early stopping; importances saved",
         scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
                   "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters")
-def train_xgb(cfg: TabularConfig, run) -> dict[str, float]:
+def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
     table, views = data.prepare(cfg, run)
     data.inspect_split(run, table, views, loop=False)
     if run.budget.kind == "epochs":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.api import recipe
+from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Range, Share, Unit, recipe
 from recipe_zoo.recipes import images
 from recipe_zoo.recipes.vision.data import augment, mix, resolve_auto
 from recipe_zoo.recipes.vision.models import layer_groups
@@ -30,44 +30,47 @@ from recipe_zoo.recipes.vision.models import layer_groups
 # Config
 # =============================================================================================
 
+AutoInt = Annotated[int, Range(-1)]
+Decay = Annotated[float, Range(0, 1, low_open=True)]  # a multiplier per step that shrinks (1 = off)
+
 
 @dataclass
 class VisionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
 
     data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
-    image_size: int = 0  # pixels per side; 0 = the dataset's own size (own folders: 32; finetune: the model's)
-    val_fraction: float = 0.1  # validation: this share of the training images, chosen by a hash of each image
-    test_fraction: float = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
+    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32; finetune: the model's)
+    val_fraction: Share = 0.1  # validation: this share of the training images, chosen by a hash of each image
+    test_fraction: Share = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-net"  # zoo-net (whitened stem + 3 conv groups, sized for CPU budgets), zoo-resnet, or a timm name
-    width: int = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
+    width: Count = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
     weights: str = ""  # pretrained weights: a file or folder, 'hub' for the timm hub, '' for none
     optimizer: Literal["sgd", "adamw", "muon"] = "sgd"  # sgd (Nesterov) | adamw | muon (filters; AdamW elsewhere)
-    lr: float = 0.0  # peak LR; 0 = the optimizer's default: sgd 0.375 x sqrt(batch/256), adamw 1e-3, muon 0.02
-    momentum: float = 0.85  # SGD Nesterov momentum
-    norm_lr_scale: float = -1.0  # LR x this for BatchNorm shifts; -1 = 64 for zoo-net under SGD, else 1
-    weight_decay: float = -1.0  # on weights only, never biases/norms; -1 = sgd 1.3e-3, adamw 0.05, muon 0.1
-    batch_size: int = 256  # images per micro-batch
+    lr: NonNegative = 0.0  # peak LR; 0 = the optimizer's default: sgd 0.375 x sqrt(batch/256), adamw 1e-3, muon 0.02
+    momentum: Fraction = 0.85  # SGD Nesterov momentum
+    norm_lr_scale: Auto = -1.0  # LR x this for BatchNorm shifts; -1 = 64 for zoo-net under SGD, else 1
+    weight_decay: Auto = -1.0  # on weights only, never biases/norms; -1 = sgd 1.3e-3, adamw 0.05, muon 0.1
+    batch_size: Count = 256  # images per micro-batch
     schedule: Literal["cosine", "wsd", "linear", "constant"] = "linear"  # LR shape over budget progress
-    warmup: float = 0.23  # fraction of the budget spent warming up
-    warmup_start: float = 0.2  # LR multiplier the warmup starts from (0.2 + linear decay = a one-cycle)
-    lr_final: float = 0.07  # LR multiplier at the end of the budget
-    label_smoothing: float = 0.2  # cross-entropy label smoothing
-    crop_pad: int = -1  # random translation by up to this many pixels (reflect padding); 0 = off, -1 = size/8
+    warmup: Unit = 0.23  # fraction of the budget spent warming up
+    warmup_start: Unit = 0.2  # LR multiplier the warmup starts from (0.2 + linear decay = a one-cycle)
+    lr_final: NonNegative = 0.07  # LR multiplier at the end of the budget
+    label_smoothing: Fraction = 0.2  # cross-entropy label smoothing
+    crop_pad: AutoInt = -1  # random translation by up to this many pixels (reflect padding); 0 = off, -1 = size/8
     flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips + flip TTA; auto = on, except digits
-    randaugment: int = 0  # RandAugment ops per image (0 = off); slow on CPU for large images
-    mixup: float = 0.0  # MixUp alpha (0 = off)
-    cutmix: float = 0.0  # CutMix alpha (0 = off)
-    tta: int = 2  # test-time views: 0 none, 1 + mirror image (when flipping), 2 + 1-pixel shifts
+    randaugment: NonNegativeInt = 0  # RandAugment ops per image (0 = off); slow on CPU for large images
+    mixup: NonNegative = 0.0  # MixUp alpha (0 = off)
+    cutmix: NonNegative = 0.0  # CutMix alpha (0 = off)
+    tta: Annotated[int, Range(0, 2)] = 2  # test-time views: 0 none, 1 + mirror image (if flipping), 2 + 1-pixel shifts
     channels_last: bool = True  # NHWC memory format for convolutions
-    head_fraction: float = 0.0  # finetune stage 1: fraction of the budget training only the new head
-    finetune_lr_ratio: float = 0.1  # finetune stage 2: backbone LR as a fraction of lr
-    unfreeze_top: int = 0  # finetune stage 2: train only the last N layer groups of the backbone (0 = all)
-    layer_decay: float = 1.0  # layer-wise LR decay per layer group towards the input (1 = off; 0.65 typical)
+    head_fraction: Unit = 0.0  # finetune stage 1: fraction of the budget training only the new head
+    finetune_lr_ratio: NonNegative = 0.1  # finetune stage 2: backbone LR as a fraction of lr
+    unfreeze_top: NonNegativeInt = 0  # finetune stage 2: train only the last N layer groups of the backbone (0 = all)
+    layer_decay: Decay = 1.0  # layer-wise LR decay per layer group towards the input (1 = off; 0.65 typical)
     freeze_bn: bool = False  # keep pretrained BatchNorm statistics fixed while fine-tuning
-    ema_decay: float = 0.0  # EMA of weights used for evaluation (0 = off)
-    lookahead: float = 0.95  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
-    eval_every: float = 0.1  # fraction of the budget between validation evaluations (each costs TTA passes)
+    ema_decay: Fraction = 0.0  # EMA of weights used for evaluation (0 = off)
+    lookahead: Fraction = 0.95  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
+    eval_every: Unit = 0.1  # fraction of the budget between validation evaluations (each costs TTA passes)
 
 
 # =============================================================================================
