@@ -31,6 +31,19 @@ def test_list_is_fast_and_matches_registry():
             assert static[name].get(key, getattr(spec, key)) == getattr(spec, key), (name, key)
 
 
+def test_a_reader_that_leaves_early_stops_the_command_quietly():
+    """`zoo list | head -3`: the pipe closes before zoo writes; no traceback, the shell's SIGPIPE status."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "recipe_zoo", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.stdout.close()  # before the interpreter has started: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_show_prints_fields_with_comments():
     proc = zoo("show", "vision/finetune")
     assert proc.returncode == 0

@@ -130,7 +130,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    except BrokenPipeError:  # `zoo list | head`: the reader left early; stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail again flushing at exit
+        return 128 + 13  # killed by SIGPIPE, as the shell reports it
     exit_file = os.environ.get("ZOO_EXIT_FILE")
     if exit_file and os.environ.get("RANK", "0") == "0":  # `zoo run --nproc` hands rank 0's status back
         Path(exit_file).write_text(str(code))
