@@ -99,8 +99,9 @@ def cases(a: Path, real: bool) -> list[tuple[str, list[str], str]]:
     gpt = llm + ["depth=1", "aspect=32", "head_dim=16", "batch_tokens=128", "vocab_size=300", "samples=0",
                  "compile=false"]
     esm = f"esm_weights={a / 'esm2_tiny.pt'}"
-    prot = [f"data={a / 'prot.fasta'}", esm, "hidden=16", "batch_size=8"]
-    mol = [f"data={a / 'mols.csv'}", "target=y", "hidden=16", "ffn_hidden=16", "n_estimators=20", "bits=64"]
+    prot = [f"data={a / 'prot.fasta'}", "hidden=16", "batch_size=8"]
+    mol = [f"data={a / 'mols.csv'}", "target=y"]
+    dmpnn, fp = [*mol, "hidden=16", "ffn_hidden=16"], [*mol, "n_estimators=20", "bits=64"]
     tiny_vis = ["width=8", "eval_every=0.5"]
     out = [
         ("vision-resnet", ["vision/resnet", *tiny_vis], "6steps"),
@@ -118,13 +119,13 @@ def cases(a: Path, real: bool) -> list[tuple[str, list[str], str]]:
         ("llm-lora", ["llm/lora", *llm, f"model={a / 'llama'}"], "6steps"),
         ("llm-lora-jsonl", ["llm/lora", f"data={a / 'pairs.jsonl'}", "seq_len=32", "micro_batch=4",
                             f"model={a / 'llama'}"], "6steps"),
-        ("molecules-dmpnn", ["molecules/dmpnn", *mol], "8steps"),
-        ("molecules-dmpnn-scaffold-folds", ["molecules/dmpnn", *mol, "split=scaffold", "folds=3", "ensemble=2"],
+        ("molecules-dmpnn", ["molecules/dmpnn", *dmpnn], "8steps"),
+        ("molecules-dmpnn-scaffold-folds", ["molecules/dmpnn", *dmpnn, "split=scaffold", "folds=3", "ensemble=2"],
          "8steps"),
         ("molecules-dmpnn-class", ["molecules/dmpnn", *mol[:1], "target=active", "hidden=16", "ffn_hidden=16"],
          "8steps"),
-        ("molecules-fp-xgb", ["molecules/fp-xgb", *mol], "8steps"),
-        ("molecules-fp-xgb-folds", ["molecules/fp-xgb", *mol, "folds=3", "descriptors=false"], "8steps"),
+        ("molecules-fp-xgb", ["molecules/fp-xgb", *fp], "8steps"),
+        ("molecules-fp-xgb-folds", ["molecules/fp-xgb", *fp, "folds=3", "descriptors=false"], "8steps"),
         ("tabular-xgb-wine", ["tabular/xgb", "data=wine", "bagging=1", "n_estimators=50"], "8steps"),
         ("tabular-xgb-own", ["tabular/xgb", f"data={a / 'houses.csv'}", "target=price", "bagging=2",
                              "n_estimators=50"], "8steps"),
@@ -135,9 +136,9 @@ def cases(a: Path, real: bool) -> list[tuple[str, list[str], str]]:
         ("tabular-mlp-folds", ["tabular/mlp", "data=diabetes", "hidden=16", "folds=2"], "8steps"),
         ("protein-onehot-auto", ["protein/onehot", *prot], "8steps"),
         ("protein-onehot-krr-blosum", ["protein/onehot", *prot, "head=krr", "encoding=blosum"], "8steps"),
-        ("protein-esm-embed", ["protein/esm-embed", *prot, "head=auto"], "8steps"),
-        ("protein-esm-finetune-lora", ["protein/esm-finetune", *prot], "6steps"),
-        ("protein-esm-finetune-full", ["protein/esm-finetune", *prot, "finetune=full", "layer_decay=0.8"], "6steps"),
+        ("protein-esm-embed", ["protein/esm-embed", *prot, esm, "head=auto"], "8steps"),
+        ("protein-esm-finetune-lora", ["protein/esm-finetune", *prot, esm], "6steps"),
+        ("protein-esm-finetune-full", ["protein/esm-finetune", *prot, esm, "finetune=full", "layer_decay=0.8"], "6steps"),
         ("protein-esm-scratch", ["protein/esm-finetune", *prot[:1], "esm_model=scratch", "hidden=16",
                                  "batch_size=8", "scratch_dim=32"], "6steps"),
         ("protein-esm-zeroshot", ["protein/esm-zeroshot", f"data={a / 'muts.csv'}", "target=y", "wt=MKTAYIAKQR",
