@@ -143,99 +143,124 @@ def load_mnist_test_splits(root: Path, val_fraction: float = 0.1) -> ImageSplits
 
 
 def decode_image(path: Path, size: int | None) -> torch.Tensor:
-    """One image file as (H, W, 3) uint8 RGB, resized (bilinear) to size x size when a size is given."""
+    """One image file as (H, W, C) uint8: one channel for a greyscale file, else RGB. With a size: its centre square
+    resized to size x size (Pillow's bilinear, antialiased when shrinking), so the aspect ratio is kept."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
+        with Image.open(path) as im:  # grey: 1-bit, 8-bit with or without alpha, 16- and 32-bit
+            im = im.convert("L" if im.mode in ("1", "L", "LA", "La", "I", "F") or im.mode.startswith("I;16") else "RGB")
             if size and im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.size[1], im.size[0], 3)
+                w, h, s = *im.size, min(im.size)  # the centre square, s x s
+                im = im.resize((size, size), Image.BILINEAR, box=((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2))
+            return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.size[1], im.size[0], -1)
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ZooError(f"{path}: cannot decode image ({exc})") from None
 
 
-def load_class_folder(root: Path, size: int | None, classes: list[str] | None = None, log=print):
-    """Images under ``root/<class>/``; returns (x uint8 NCHW, y, classes, paths). Non-image files are counted.
+def decode_images(paths: list[Path], size: int | None, root: Path, log=print) -> torch.Tensor:
+    """The files as (N, C, H, W) uint8 at ``size`` (``decode_image``): one channel when every image is grey, else RGB."""
+    images = [decode_image(p, size) for p in paths]
+    shapes = {tuple(im.shape[:2]) for im in images}
+    if len(shapes) > 1:
+        raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")
+    grey = sum(im.shape[-1] == 1 for im in images)
+    if 0 < grey < len(images):
+        log(f"{root}: {grey} greyscale of {len(images)} images converted to RGB (the others are colour)")
+        images = [im.expand(-1, -1, 3) for im in images]  # grey repeated to three channels, as PIL converts it
+    return torch.stack(images).permute(0, 3, 1, 2).contiguous()
+
+
+def own_image_size(paths: list[Path], log=print) -> int:
+    """``image_size`` 0 on own images: the median short side of ``paths`` (the training part's file headers) rounded
+    to 32, within [32, 224]: small images keep their detail, photos shrink to what a CPU trains on, halving evenly."""
+    from PIL import Image, UnidentifiedImageError
+
+    sides = []
+    for path in paths:
+        try:
+            with Image.open(path) as im:  # the header only: no pixels decoded
+                sides.append(min(im.size))
+        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+            raise ZooError(f"{path}: cannot decode image ({exc})") from None
+    median = float(np.median(sides))
+    size = min(max(int(median / 32 + 0.5) * 32, 32), 224)
+    log(f"image size {size} px: the median short side {median:g} px rounded to 32, within [32, 224] "
+        "(set image_size=N to choose)")
+    return size
+
+
+def list_class_folder(root: Path, classes: list[str] | None = None, log=print) -> tuple[list, list, list]:
+    """The image files under ``root/<class>/``: (paths, labels, classes). Non-image files are counted.
     ``classes`` given: the held-out split of a training folder (one of its class folders may be empty)."""
     training = classes is None
     if not root.exists():
         raise ZooError(f"{root}: folder not found")
     if not root.is_dir():
         raise ZooError(f"{root}: not a folder (expected {root}/<class>/<image files>)")
-    found = sorted(d.name for d in root.iterdir() if d.is_dir())
-    classes = classes or found
+    classes = classes or sorted(d.name for d in root.iterdir() if d.is_dir())
     if not classes:
         raise ZooError(f"{root}: no class subfolders (expected {root}/<class>/<image files>)")
-    images, labels, paths, skipped, empty = [], [], [], 0, []
+    paths, labels, skipped, empty = [], [], 0, []
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
             raise ZooError(f"{root}: class folder {name!r} is missing here but present in the training split")
-        before = len(images)
+        before = len(paths)
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-                images.append(decode_image(path, size))
-                labels.append(label)
                 paths.append(path)
+                labels.append(label)
             elif path.is_file():
                 skipped += 1
-        if len(images) == before:
+        if len(paths) == before:
             empty.append(folder)
-    if not images:
+    if not paths:
         raise ZooError(f"{root}: no images found in {len(classes)} class folders")
     if empty and training:  # a class the model could never learn: almost always a copy that went wrong
         raise ZooError(f"{empty[0]}: class folder holds no images ({len(empty)} of {len(classes)} class folders "
                        "are empty); add images or remove the folder")
-    shapes = {tuple(im.shape) for im in images}
-    if len(shapes) > 1:
-        raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")
     if skipped:
         log(f"{root}: skipped {skipped} non-image files")
-    x = torch.stack(images).permute(0, 3, 1, 2).contiguous()
-    return x, torch.tensor(labels), classes, paths
+    return paths, labels, classes
 
 
 def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_fraction: float, log=print,
                        flat_val_fraction: float | None = None) -> ImageSplits:
-    """An own folder, keyed by each file's path relative to ``root``:
+    """An own folder at ``size`` (``decode_image``; 0: ``own_image_size`` of the training part; None: the images'
+    own), keyed by each file's path relative to ``root``:
 
     - ``train/``, ``val/`` and ``test/``: the three parts as given;
     - ``train/`` and one of ``val/`` or ``test/``: that folder is the test set, and validation is a hash-chosen
       ``val_fraction`` of ``train/``;
     - class folders only: a hash-chosen ``test_fraction`` is the test set and a hash-chosen ``val_fraction``
       of the rest (``flat_val_fraction`` when given) validation."""
-    held_out = [d for d in ("val", "test") if (root / d).is_dir()]
-    if (root / "train").is_dir() and held_out:
-        x, y, classes, paths = load_class_folder(root / "train", size, log=log)
-        folders = [load_class_folder(root / d, size, classes, log=log) for d in held_out]
-        keys = [p.relative_to(root).as_posix() for p in paths]
-        if len(folders) == 2:  # a three-way split of its own: kept
-            (vx, vy, _, vp), (tx, ty, _, tp) = folders
-            out = ImageSplits(x, y, vx, vy, tx, ty, classes, root.name)
-            out.how = f"{out.sizes()} (train/, val/ and test/ as given)"
-            out.keys = {"train": keys, **{part: [p.relative_to(root).as_posix() for p in ps]
-                                          for part, ps in (("validation", vp), ("test", tp))}}
-        else:
-            tx, ty, _, tp = folders[0]
-            n = len(y)
-            out = carve_validation(torch.cat((x, tx)), torch.cat((y, ty)),
-                                   keys + [p.relative_to(root).as_posix() for p in tp], np.arange(n),
-                                   np.arange(n, n + len(ty)), val_fraction, classes, root.name, f"{held_out[0]}/")
+    held_out = [d for d in ("val", "test") if (root / d).is_dir()] if (root / "train").is_dir() else []
+    paths, labels, ends, classes = [], [], [], None
+    for folder in [root / "train", *(root / d for d in held_out)] if held_out else [root]:
+        more, more_labels, classes = list_class_folder(folder, classes, log=log)
+        paths, labels, ends = paths + more, labels + more_labels, ends + [len(paths) + len(more)]
+    # the files' indices are split first: the size rule reads the training part's headers before any decoding
+    index, y, keys = torch.arange(len(paths)), torch.tensor(labels), [p.relative_to(root).as_posix() for p in paths]
+    if len(held_out) == 2:  # a three-way split of its own: kept
+        out = split_by_index(index, y, keys, [np.arange(a, b) for a, b in zip([0] + ends, ends)], classes, root.name, "")
+        out.how = f"{out.sizes()} (train/, val/ and test/ as given)"
+    elif held_out:
+        out = carve_validation(index, y, keys, np.arange(ends[0]), np.arange(ends[0], ends[1]), val_fraction,
+                               classes, root.name, f"{held_out[0]}/")
     else:
-        x, y, classes, paths = load_class_folder(root, size, log=log)
-        keys = [p.relative_to(root).as_posix() for p in paths]
         try:
             parts = hash_parts(keys, flat_val_fraction or val_fraction, test_fraction)
         except ZooError as exc:
             raise ZooError(f"{root}: {exc}") from None
-        how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each file's "
-               f"path: test {test_fraction:g} of the images, validation {flat_val_fraction or val_fraction:.3g} "
-               "of the rest)")
-        out = split_by_index(x, y, keys, parts, classes, root.name, how)
+        how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each file's path: "
+               f"test {test_fraction:g} of the images, validation {flat_val_fraction or val_fraction:.3g} of the rest)")
+        out = split_by_index(index, y, keys, parts, classes, root.name, how)
     if not len(out.train_y) or not len(out.val_y):
         raise ZooError(f"{root}: {out.sizes()} images: too few to train and validate")
+    size = own_image_size([paths[i] for i in out.train_x], log) if size == 0 else size
+    x = decode_images(paths, size, root, log)
+    out.train_x, out.val_x, out.test_x = x[out.train_x], x[out.val_x], x[out.test_x]
     log(f"{root}: {out.sizes()} images, {len(out.classes)} classes")
     return out
 
@@ -264,8 +289,8 @@ def resize_splits(data: ImageSplits, size: int) -> None:
 
 def load_image_splits(data: str, image_size: int, val_fraction: float, test_fraction: float, run) -> ImageSplits:
     """A named dataset or a folder of class folders; ``image_size`` 0 keeps the dataset's own size (own
-    folders: 32 px). ``val_fraction``: validation's share of the training images; ``test_fraction``: the test
-    share of a folder that has no test split of its own."""
+    folders: ``own_image_size``). ``val_fraction``: validation's share of the training images; ``test_fraction``:
+    the test share of a folder that has no test split of its own."""
     size = image_size or None
     if data == "digits":
         out = load_digits_splits(val_fraction)
@@ -276,7 +301,9 @@ def load_image_splits(data: str, image_size: int, val_fraction: float, test_frac
     elif data == "cifar10":
         out = load_torchvision_cifar10(run.data_path("cifar10"), val_fraction)
     elif Path(data).exists():
-        out = load_folder_splits(Path(data), size or 32, val_fraction, test_fraction, run.log)
+        out = load_folder_splits(Path(data), image_size, val_fraction, test_fraction, run.log)
+        if not image_size:
+            run.report("image_size", out.train_x.shape[-1])
     else:
         raise ZooError(f"data={data!r}: not a vision dataset (digits, mnist-test, cifar10-subset, cifar10) nor an "
                        "existing folder")

@@ -220,7 +220,8 @@ def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch
 
 
 def test_pretraining_never_sees_validation_or_test_images(tmp_path):
-    run = SimpleNamespace(log=lambda s: None, data_path=None)
+    reported = {}
+    run = SimpleNamespace(log=lambda s: None, data_path=None, report=reported.__setitem__)
     on_digits = data.load_data(simclr.ContrastiveConfig(), run)
     splits = on_digits.eval
     assert torch.equal(on_digits.pretrain_x, splits.train_x) and on_digits.pretrain_keys == splits.keys["train"]
@@ -236,6 +237,7 @@ def test_pretraining_never_sees_validation_or_test_images(tmp_path):
     n_held = len(own.eval.val_y) + len(own.eval.test_y)
     assert len(own.pretrain_x) == 25 - n_held and n_held >= 2
     assert not {f"copies/{k}" for k in own.eval.keys["validation"] + own.eval.keys["test"]} & set(own.pretrain_keys)
+    assert reported == {"image_size": 32}  # 12 px images: the smallest size the rule gives
 
 
 # ---------------------------------------------------------------------------------------------

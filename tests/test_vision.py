@@ -111,14 +111,15 @@ def test_own_folder_with_train_and_val_uses_val_as_test(tmp_path):
     assert given.keys["validation"][0] == "val/a/0.png" and given.keys["test"][0] == "test/a/0.png"
 
 
-def test_mixed_sizes_need_image_size(tmp_path):
+def test_mixed_sizes_need_a_size(tmp_path):
     from PIL import Image
 
-    (tmp_path / "a").mkdir()
-    Image.new("RGB", (10, 10)).save(tmp_path / "a" / "0.png")
-    Image.new("RGB", (12, 12)).save(tmp_path / "a" / "1.png")
-    with pytest.raises(ZooError, match="different sizes.*image_size"):
-        images.load_class_folder(tmp_path, None)
+    Image.new("RGB", (10, 10)).save(tmp_path / "0.png")
+    Image.new("RGB", (12, 12)).save(tmp_path / "1.png")
+    paths = [tmp_path / "0.png", tmp_path / "1.png"]
+    with pytest.raises(ZooError, match="different sizes.*image_size"):  # a named dataset's own size
+        images.decode_images(paths, None, tmp_path)
+    assert images.decode_images(paths, 8, tmp_path).shape == (2, 3, 8, 8)
 
 
 def test_finetune_needs_weights(tmp_path):

@@ -27,8 +27,8 @@ class SSLData:
 
 
 def load_unlabelled_folder(root: Path, size: int, log=print) -> tuple[torch.Tensor, list[str]]:
-    """Every image under ``root`` (any depth, class folders or none) and its path relative to ``root``; other
-    files are counted."""
+    """Every image under ``root`` (any depth, class folders or none) at ``size`` (0: ``images.own_image_size`` of
+    them all) and its path relative to ``root``; other files are counted."""
     if not root.exists():
         raise ZooError(f"{root}: folder not found")
     if not root.is_dir():
@@ -39,7 +39,7 @@ def load_unlabelled_folder(root: Path, size: int, log=print) -> tuple[torch.Tens
         raise ZooError(f"{root}: no images found (expected image files under it)")
     if len(files) > len(paths):
         log(f"{root}: skipped {len(files) - len(paths)} non-image files")
-    x = torch.stack([images.decode_image(p, size) for p in paths]).permute(0, 3, 1, 2).contiguous()
+    x = images.decode_images(paths, size or images.own_image_size(paths, log), root, log)
     return x, [p.relative_to(root).as_posix() for p in paths]
 
 
@@ -55,13 +55,20 @@ def without_held_out(x: torch.Tensor, keys: list, splits: images.ImageSplits, lo
 
 
 def load_data(cfg, run) -> SSLData:
-    size = cfg.image_size or None
     if cfg.eval_data:
         if not Path(cfg.data).exists():
             raise ZooError(f"data={cfg.data}: folder not found (with eval_data, data is a folder of unlabelled images)")
-        x, keys = load_unlabelled_folder(Path(cfg.data), size or 32, run.log)
-        splits = images.load_folder_splits(Path(cfg.eval_data), size or x.shape[-1], cfg.val_fraction,
-                                           cfg.test_fraction, run.log)
+        x, keys = load_unlabelled_folder(Path(cfg.data), cfg.image_size, run.log)
+        if not cfg.image_size:
+            run.report("image_size", x.shape[-1])
+        # evaluated at the pretraining images' size and channels: the backbone sees one kind of input
+        splits = images.load_folder_splits(Path(cfg.eval_data), x.shape[-1], cfg.val_fraction, cfg.test_fraction,
+                                           run.log)
+        if x.shape[1] != splits.train_x.shape[1]:  # grey repeated to three channels, as PIL converts it
+            run.log(f"{cfg.data if x.shape[1] == 1 else cfg.eval_data}: greyscale images converted to RGB (the "
+                    "other folder is colour)")
+            x, splits.train_x, splits.val_x, splits.test_x = (t.expand(-1, 3, -1, -1).contiguous() for t in
+                                                              (x, splits.train_x, splits.val_x, splits.test_x))
         x, keys = without_held_out(x, keys, splits, run.log, cfg.data)
         run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
         return SSLData(x, splits, keys)

@@ -46,7 +46,7 @@ class ContrastiveConfig(LoopSettings):
     method: Literal["simclr", "byol"] = "simclr"  # simclr (negatives, NT-Xent) | byol (EMA target + predictor)
     data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (of class folders, or unlabelled with eval_data)
     eval_data: str = ""  # labelled class folder(s) for evaluation; '' = the labelled splits of data
-    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
+    image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation (the kNN queries while training): this share of the training images
     test_fraction: Share = 0.2  # test share of a labelled folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-resnet"  # backbone: zoo-resnet, zoo-net, or a timm name (3x3 stem, no max-pool under 64 px)

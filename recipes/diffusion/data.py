@@ -46,8 +46,10 @@ def load_data(cfg, run) -> ImageSplits:
         data = load_folder_splits(run.data_path("cifar10-subset"), size, cfg.val_fraction, cfg.test_fraction, run.log,
                                   flat_val_fraction=flat_val)
     elif Path(cfg.data).exists():
-        data = load_folder_splits(Path(cfg.data), size or 32, cfg.val_fraction, cfg.test_fraction, run.log,
+        data = load_folder_splits(Path(cfg.data), cfg.image_size, cfg.val_fraction, cfg.test_fraction, run.log,
                                   flat_val_fraction=flat_val)
+        if not cfg.image_size:
+            run.report("image_size", data.train_x.shape[-1])
     else:
         raise ZooError(f"data={cfg.data!r}: not a diffusion dataset (digits, mnist, cifar10-subset) nor an "
                        "existing folder")

@@ -48,7 +48,7 @@ class DiffusionConfig(LoopSettings):
                                              "n_samples", "n_real")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
-    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32)
+    image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)
     test_fraction: Share = 0.1  # test: this share of the images, hash-chosen (data without a test split of its own)
     method: Literal["ddpm", "flow"] = "ddpm"  # denoising diffusion, or conditional flow matching

@@ -39,7 +39,7 @@ class VisionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
 
     data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
-    image_size: NonNegativeInt = 0  # pixels per side; 0 = the dataset's own (own folders: 32; finetune: the model's)
+    image_size: NonNegativeInt = 0  # px per side; 0 = own (folder: median short side to x32 in 32-224; finetune: model's)
     val_fraction: Share = 0.1  # validation: this share of the training images, chosen by a hash of each image
     test_fraction: Share = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-net"  # zoo-net (whitened stem + 3 conv groups, sized for CPU budgets), zoo-resnet, or a timm name
@@ -230,6 +230,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         images.resize_splits(data, size)
+        if not run.is_dataset(cfg.data):  # an own folder: the summary records the size it trains at
+            run.report("image_size", size)
     run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
                 num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
     mean, std = (t.view(1, -1, 1, 1).to(device)
