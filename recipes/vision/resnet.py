@@ -39,7 +39,7 @@ class VisionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
 
     data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
-    image_size: NonNegativeInt = 0  # px per side; 0 = own (folder: median short side to x32 in 32-224; finetune: model's)
+    image_size: NonNegativeInt = 0  # px per side; 0 = own (folder: median short side to x32, 32-224; finetune: model)
     val_fraction: Share = 0.1  # validation: this share of the training images, chosen by a hash of each image
     test_fraction: Share = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
     model: str = "zoo-net"  # zoo-net (whitened stem + 3 conv groups, sized for CPU budgets), zoo-resnet, or a timm name
