@@ -159,7 +159,7 @@ def decode_image(path: Path, size: int | None) -> torch.Tensor:
 
 
 def decode_images(paths: list[Path], size: int | None, root: Path, log=print) -> torch.Tensor:
-    """The files as (N, C, H, W) uint8 at ``size`` (``decode_image``): one channel when every image is grey, else RGB."""
+    """The files as (N, C, H, W) uint8 at ``size`` (``decode_image``): one channel when all are grey, else RGB."""
     images = [decode_image(p, size) for p in paths]
     shapes = {tuple(im.shape[:2]) for im in images}
     if len(shapes) > 1:
@@ -243,7 +243,7 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
     # the files' indices are split first: the size rule reads the training part's headers before any decoding
     index, y, keys = torch.arange(len(paths)), torch.tensor(labels), [p.relative_to(root).as_posix() for p in paths]
     if len(held_out) == 2:  # a three-way split of its own: kept
-        out = split_by_index(index, y, keys, [np.arange(a, b) for a, b in zip([0] + ends, ends)], classes, root.name, "")
+        out = split_by_index(index, y, keys, np.split(np.arange(len(paths)), ends[:-1]), classes, root.name, "")
         out.how = f"{out.sizes()} (train/, val/ and test/ as given)"
     elif held_out:
         out = carve_validation(index, y, keys, np.arange(ends[0]), np.arange(ends[0], ends[1]), val_fraction,

@@ -226,7 +226,7 @@ def test_text_sources_and_bad_inputs(tmp_path):
     try:
         import datasets  # noqa: F401
     except ImportError:
-        with pytest.raises(ZooError, match="needs the Hugging Face `datasets` package"):
+        with pytest.raises(ZooError, match="needs the Hugging Face datasets package: pip install 'recipe-zoo\\[hf\\]'"):
             llm_data.load_text("hf:wikitext:wikitext-2-raw-v1", 0.05, 0.1, run)
 
 

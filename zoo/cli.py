@@ -197,14 +197,15 @@ def cmd_show(args) -> int:
     from recipe_zoo.sweep import batch_field
 
     lrs = ", ".join(f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in lr_fields(spec.config).items())
-    print(f"tuning: zoo doctor {spec.name} (checklist, LR range test) and zoo sweep {spec.name} KEY=a,b,... ; "
+    from recipe_zoo.core.loop import LoopSettings
+
+    checks = "checklist, LR range test" if issubclass(spec.config, LoopSettings) else "the data checks"
+    print(f"tuning: zoo doctor {spec.name} ({checks}) and zoo sweep {spec.name} KEY=a,b,... ; "
           f"LR fields {lrs or 'none'}; batch field {batch_field(spec.config) or 'none'}")
     keys = getattr(spec.config, "KEY_FIELDS", ())
     print("benchmark key: the data's name" + (f", plus :field=value for any of {', '.join(keys)} off its default "
                                                "(another split, target, metric or evaluation)" if keys else ""))
     print(f"source: {spec.source}\n")
-    from recipe_zoo.core.loop import LoopSettings
-
     values = dataclasses.asdict(cfg)
     loop = {f.name for f in dataclasses.fields(LoopSettings)}
     types_ = config_mod.field_types(spec.config)

@@ -179,7 +179,7 @@ def _load_hf_text(data: str, val_fraction: float, test_fraction: float) -> TextS
     try:
         import datasets
     except ImportError:
-        raise ZooError(f"data={data}: needs the Hugging Face `datasets` package (pip install 'recipe-zoo[hf]')") from None
+        raise ZooError(f"data={data}: needs the Hugging Face datasets package: pip install 'recipe-zoo[hf]'") from None
     name, _, subset = data[3:].partition(":")
     try:
         ds = datasets.load_dataset(name, subset or None)
