@@ -64,6 +64,11 @@ run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="5steps")
 
 
+def bad(capfd, tmp_path, *args) -> str:
+    """``zoo run ARGS`` on bad input, in-process (``conftest.bad_input``): its one-line message."""
+    return conftest.bad_input(capfd, list(args), tmp_path / "runs", budget="5steps")
+
+
 # ---------------------------------------------------------------------------------------------
 # Data and encodings
 # ---------------------------------------------------------------------------------------------
@@ -365,10 +370,10 @@ def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
     ([], "needs the wild type"),
     (["wt=MKTAYIAKQR", "esm_model=scratch"], "need a pretrained model"),
 ])
-def test_zeroshot_bad_inputs(tmp_path, args, message):
+def test_zeroshot_bad_inputs(tmp_path, capfd, args, message):
     table = tmp_path / "m.csv"
     table.write_text("mutant,y\nA2C,1\n")
-    assert message in run_bad("protein/esm-zeroshot", f"data={table}", *args)
+    assert message in bad(capfd, tmp_path, "protein/esm-zeroshot", f"data={table}", *args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,29 +388,32 @@ def test_zeroshot_bad_inputs(tmp_path, args, message):
     (">a|1.0\nMKTAYI\n", ["label_field=3"], "header has no field 3"),
     (">a|1.0\nMKTAYI\n", ["split=one_vs_rest"], "only flip-gb1 has named splits"),
 ])
-def test_bad_fasta_inputs(tmp_path, content, args, message):
+def test_bad_fasta_inputs(tmp_path, capfd, content, args, message):
     path = tmp_path / "bad.fasta"
     path.write_text(content)
-    assert message in run_bad("protein/onehot", f"data={path}", *args)
+    assert message in bad(capfd, tmp_path, "protein/onehot", f"data={path}", *args)
 
 
-def test_bad_csv_and_npz_inputs(tmp_path):
+def test_bad_csv_and_npz_inputs(tmp_path, capfd):
+    def message(*args):
+        return bad(capfd, tmp_path, *args)
+
     csv_path = tmp_path / "t.csv"
     csv_path.write_text("seq,y\nMKT,1\n")
-    assert "no column 'sequence' (columns: seq, y)" in run_bad("protein/onehot", f"data={csv_path}")
+    assert "no column 'sequence' (columns: seq, y)" in message("protein/onehot", f"data={csv_path}")
     npz = tmp_path / "e.npz"
     np.savez(npz, emb=np.random.default_rng(0).normal(size=(30, 4)), score=np.arange(30.0))
-    assert "no array 'target' (arrays: emb, score)" in run_bad("protein/esm-embed", f"data={npz}")
-    assert "holds embeddings, not sequences" in run_bad("protein/onehot", f"data={npz}", "target=score")
+    assert "no array 'target' (arrays: emb, score)" in message("protein/esm-embed", f"data={npz}")
+    assert "holds embeddings, not sequences" in message("protein/onehot", f"data={npz}", "target=score")
     np.savez(npz, emb=np.zeros((30, 4)), score=np.arange(30.0))
-    assert "30 items but 1 distinct: copies share a side" in run_bad("protein/esm-embed", f"data={npz}",
-                                                                      "target=score")
+    assert "30 items but 1 distinct: copies share a side" in message("protein/esm-embed", f"data={npz}",
+                                                                     "target=score")
     (tmp_path / "x.txt").write_text("hi")
-    assert "expected a .fasta, .csv or .npz file" in run_bad("protein/onehot", f"data={tmp_path / 'x.txt'}")
-    assert "no such file, and not a dataset name" in run_bad("protein/onehot", "data=p6259")
+    assert "expected a .fasta, .csv or .npz file" in message("protein/onehot", f"data={tmp_path / 'x.txt'}")
+    assert "no such file, and not a dataset name" in message("protein/onehot", "data=p6259")
     bad_bytes = tmp_path / "latin.fasta"
     bad_bytes.write_bytes(b">a|1\nMK\xe9\n")
-    assert "latin.fasta line 2: byte 0xe9 is not UTF-8 text" in run_bad("protein/onehot", f"data={bad_bytes}")
+    assert "latin.fasta line 2: byte 0xe9 is not UTF-8 text" in message("protein/onehot", f"data={bad_bytes}")
 
 
 def test_registered_datasets_are_listed():
