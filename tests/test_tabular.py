@@ -103,8 +103,8 @@ def test_xgb_on_a_bundled_table_and_importances():
 
 
 def test_xgb_own_csv_with_categories_missing_values_and_ids(houses):
-    s, r = run_ok("tabular/xgb", f"data={houses}", "target=price", "bagging=2")
-    log = r.stdout + r.stderr
+    s, r = run_ok("tabular/xgb", f"data={houses}", "target=price", "bagging=2", budget="600steps")  # early
+    log = r.stdout + r.stderr  # stopping ends it, not the clock: a loaded machine gave 58,014 under an 8 s budget
     assert "'id' looks like an id" in log and "households/total_rooms" in log
     assert float(s["value"]) < 20_000 and s["metric"] == "test_rmse"  # the noise is 10,000
 
