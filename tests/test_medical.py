@@ -56,7 +56,8 @@ def test_plan_sizes_the_patch_for_the_time_budget():
 
 
 @pytest.mark.parametrize("key,value,message", [("dims", 3, "spatial dims"), ("patch", "64", "needs 2 sizes"),
-                                               ("spacing", "1,x", "numbers"), ("normalize", "minmax", "choose")])
+                                               ("spacing", "1,x", "numbers"), ("normalize", "minmax", "choose"),
+                                               ("levels", 1, "2 levels at least")])
 def test_plan_rejects_bad_overrides(key, value, message):
     with pytest.raises(ZooError, match=message):
         plan(fingerprint(), **{key: value})

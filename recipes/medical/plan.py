@@ -49,6 +49,8 @@ def fingerprint(data: SegData, cases: list[RawCase]) -> dict:
 
 def network_levels(patch: list[int], levels: int) -> int:
     """Halve until the smallest side of the deepest feature map is about 8 voxels (2 to 6 levels)."""
+    if levels == 1:  # MONAI's UNet needs one down- and one up-sampling at least
+        raise ZooError("levels=1: a UNet has 2 levels at least (0 = the plan's choice)")
     return levels or int(max(2, min(6, math.floor(math.log2(max(8, min(patch)) / 8)) + 1)))
 
 

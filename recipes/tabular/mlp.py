@@ -38,7 +38,7 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
         target = torch.from_numpy((t - mean) / std).float()
         out = 1
     else:
-        target = torch.from_numpy(table.y)
+        target = torch.tensor(table.y)  # a copy: zoo doctor hands in a read-only array
         out = 1 if table.task == "binary" else len(table.classes)
 
     def to_pred(raw: np.ndarray) -> np.ndarray:
