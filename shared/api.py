@@ -50,6 +50,14 @@ NonNegativeInt = Annotated[int, Range(0)]  # >= 0, where 0 usually means auto or
 AnyInt = Annotated[int, Range()]  # any whole number (an offset, -1 for the last)
 
 
+def former_fields(config: type, former: tuple, why: str, **instead: str) -> dict[str, str]:
+    """A config's ``REPLACED``: the fields of ``former`` (configs, or field names) that ``config`` lacks, which a
+    config file, a sweep's best.json or a saved run from before the split may still name -> what replaced each
+    (``instead``), else ``why``."""
+    gone = {n for c in former for n in ([c] if isinstance(c, str) else [f.name for f in dataclasses.fields(c)])}
+    return {name: instead.get(name, why) for name in sorted(gone - {f.name for f in dataclasses.fields(config)})}
+
+
 @dataclass(frozen=True)
 class RecipeSpec:
     name: str  # domain/variant

@@ -3,10 +3,10 @@ way by both), ``DMPNNConfig`` for ``molecules/dmpnn`` (which trains in the core 
 ``molecules/fp-xgb``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Unit
+from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Unit, former_fields
 from recipe_zoo.core.loop import LoopSettings
 
 
@@ -58,10 +58,7 @@ class FPXGBConfig(MolConfig):
 
 
 # Fields a config file, a sweep's best.json or a saved run may still name from when both recipes shared one config
-FPXGBConfig.REPLACED = {
-    "lr": "the trees' learning rate is xgb_lr",
-    **{f.name: "a molecules/dmpnn setting; the trees do not use it" for f in fields(DMPNNConfig)
-       if f.name not in {g.name for g in fields(FPXGBConfig)} | {"lr"}},
-}
-DMPNNConfig.REPLACED = {f.name: "a molecules/fp-xgb setting; the D-MPNN does not use it" for f in fields(FPXGBConfig)
-                        if f.name not in {g.name for g in fields(MolConfig)}}
+FPXGBConfig.REPLACED = former_fields(FPXGBConfig, (DMPNNConfig,), "a molecules/dmpnn setting; the trees do not use it",
+                                     lr="the trees' learning rate is xgb_lr")
+DMPNNConfig.REPLACED = former_fields(DMPNNConfig, (FPXGBConfig,),
+                                     "a molecules/fp-xgb setting; the D-MPNN does not use it")

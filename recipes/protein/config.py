@@ -4,10 +4,11 @@ config made of the blocks it reads (``OnehotConfig``, ``FinetuneConfig``; esm-em
 position-mean declare theirs beside their train function)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
-from recipe_zoo.core.api import AnyInt, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Unit
+from recipe_zoo.core.api import (AnyInt, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Unit,
+                                 former_fields)
 from recipe_zoo.core.loop import LoopSettings
 
 FLIP_DEFAULT = "three_vs_rest"  # the FLIP GB1 split a run takes when split= is empty
@@ -86,10 +87,8 @@ class FinetuneConfig(ProteinConfig, HeadFields, ESMFields, Representation, LoopS
 def replaced(config: type) -> dict[str, str]:
     """The fields of the one config all protein recipes shared until each got its own: what a config file, a
     sweep's best.json or a saved run may still name, and why ``config`` has it no more."""
-    gone = {f.name for cls in (OnehotConfig, FinetuneConfig) for f in fields(cls)} | {"wt", "offset",
-                                                                                      "toks_per_batch"}
-    return {name: "another protein recipe's setting; this one does not use it"
-            for name in sorted(gone - {f.name for f in fields(config)})}
+    return former_fields(config, (OnehotConfig, FinetuneConfig, "wt", "offset", "toks_per_batch"),
+                         "another protein recipe's setting; this one does not use it")
 
 
 OnehotConfig.REPLACED = replaced(OnehotConfig)

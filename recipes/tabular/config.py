@@ -2,10 +2,11 @@
 ``XGBConfig`` for ``tabular/xgb`` and ``MLPConfig`` for ``tabular/mlp`` (which trains in the core loop)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
-from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit
+from recipe_zoo.core.api import (Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit,
+                                 former_fields)
 from recipe_zoo.core.loop import LoopSettings
 
 
@@ -57,11 +58,7 @@ class XGBConfig(TabularConfig):
 
 
 # Fields a config file, a sweep's best.json or a saved run may still name from when both recipes shared one config
-XGBConfig.REPLACED = {
-    "lr": "the trees' learning rate is xgb_lr",
-    "batch_size": "trees read every row; there is no batch",
-    **{f.name: "a tabular/mlp setting; the trees do not use it" for f in fields(MLPConfig)
-       if f.name not in {g.name for g in fields(XGBConfig)} | {"lr", "batch_size"}},
-}
-MLPConfig.REPLACED = {f.name: "a tabular/xgb setting; the MLP does not use it" for f in fields(XGBConfig)
-                      if f.name not in {g.name for g in fields(TabularConfig)}}
+XGBConfig.REPLACED = former_fields(XGBConfig, (MLPConfig,), "a tabular/mlp setting; the trees do not use it",
+                                   lr="the trees' learning rate is xgb_lr",
+                                   batch_size="trees read every row; there is no batch")
+MLPConfig.REPLACED = former_fields(MLPConfig, (XGBConfig,), "a tabular/xgb setting; the MLP does not use it")
