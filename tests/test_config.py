@@ -2,6 +2,7 @@ import dataclasses
 import re
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -145,23 +146,18 @@ def test_show_names_the_fields_of_the_benchmark_key():
 # ---------------------------------------------------------------------------------------------
 
 def _recipe_files(source: str) -> set:
-    """The file that registers a recipe and the zoo recipe modules it imports, transitively (its domain's data,
-    models, config; images.py)."""
-    import ast
-    from pathlib import Path
+    """The file that registers a recipe and the recipe modules it imports, transitively (its domain's data,
+    models, config; images.py), as tests/import_graph.py reads imports."""
+    import import_graph
+    from conftest import ROOT
 
-    from recipe_zoo.registry import _package_dir
-
-    root, seen, todo = _package_dir(), set(), [Path(source)]
+    roots, recipes = import_graph.package_roots(ROOT), ROOT / "recipes"
+    seen, todo = set(), [Path(source).resolve()]
     while todo:
         path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("recipe_zoo.recipes"):
-                folder = root.joinpath(*node.module.split(".")[2:])
-                todo += [folder.with_suffix(".py"), *(folder / f"{a.name}.py" for a in node.names)]
+        if path not in seen:
+            seen.add(path)
+            todo += [f for _, f in import_graph.imports(path, roots) if recipes in f.parents]
     return seen
 
 

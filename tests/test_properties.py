@@ -37,11 +37,6 @@ class Cfg:
     tag: str | None = None
 
 
-def _types(cls) -> dict[str, object]:
-    hints = typing.get_type_hints(cls, include_extras=True)
-    return {f.name: hints[f.name] for f in fields(cls)}
-
-
 def _recipe_configs():
     from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig
     from recipe_zoo.recipes.protein.config import FinetuneConfig, OnehotConfig
@@ -84,7 +79,7 @@ json_values = st.one_of(st.none(), st.booleans(), st.integers(-10**400, 10**400)
 
 def check_one(cls, key: str, value, source: str = "override"):
     """Apply ``key``=``value``: a typed value that round-trips through str(), or a ZooError naming the key."""
-    annotation = _types(cls)[key]
+    annotation = config.field_types(cls)[key]
     try:
         cfg = config.apply(cls(), {key: value}, source)
     except ZooError as exc:
