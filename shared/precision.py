@@ -16,10 +16,11 @@ def choose_device(preference: str = "auto") -> torch.device:
     ``cuda`` is this process's own GPU (cuda:LOCAL_RANK)."""
     from recipe_zoo.core.distributed import device_for_rank
 
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if preference == "auto":
         if torch.cuda.is_available():
             return device_for_rank(torch.device("cuda"))
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        if mps:
             return torch.device("mps")
         return torch.device("cpu")
     try:
@@ -31,7 +32,7 @@ def choose_device(preference: str = "auto") -> torch.device:
                        "cpu or auto")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ZooError(f"--device {preference}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+    if device.type == "mps" and not mps:
         raise ZooError(f"--device {preference}: MPS (Apple GPU) is not available here; use --device cpu or auto")
     if device.type not in ("cpu", "cuda", "mps"):
         raise ZooError(f"--device {preference}: the zoo trains on cpu, cuda or mps")

@@ -46,10 +46,12 @@ def code_state() -> tuple[str, bool]:
 
 
 def fingerprint() -> dict:
+    from recipe_zoo import board
     from recipe_zoo.core import envinfo
 
-    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)
-    env["commit"], env["dirty"] = code_state()
+    env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)  # a checkout's git state
+    if not board.in_checkout():  # an installed package: its version
+        env["commit"], env["dirty"] = code_state()
     return env
 
 
