@@ -72,6 +72,9 @@ class RecipeSpec:
     source: str = ""  # file that registered it
     scale_out: str = "torchrun: DDP"  # how it uses more devices; "single process: <why, and what to use>" if not
     hooks: dict = field(default_factory=dict)  # more entry points beside train, by name (e.g. "shape" for zoo plan)
+    predict: Callable | None = None  # predict(cfg, options, run: artifact.PredictRun) -> artifact.Predictions
+    predict_options: type | None = None  # the @dataclass of predict's options (artifact.PredictOptions or a subclass)
+    exports: dict = field(default_factory=dict)  # zoo export formats beyond safetensors: name -> fn(cfg, run, out)
 
     @property
     def distributed(self) -> bool:
@@ -83,16 +86,19 @@ REGISTRY: dict[str, RecipeSpec] = {}
 
 def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_better: bool = True,
            budget: str = "60s", summary: str = "", defaults: dict | None = None, scale_out: str = "torchrun: DDP",
-           hooks: dict | None = None):
+           hooks: dict | None = None, predict: Callable | None = None, predict_options: type | None = None,
+           exports: dict | None = None):
     """Register ``train`` under ``name`` (domain/variant; a user's own file may use a plain name);
-    stack several decorators for variants."""
+    stack several decorators for variants. ``predict``: the hook ``zoo predict`` calls on a finished run
+    (``recipe_zoo.core.artifact`` says what it is handed); ``exports``: ``zoo export`` formats beyond safetensors."""
 
     def register(train: Callable) -> Callable:
         source = sys.modules[train.__module__].__file__ if train.__module__ in sys.modules else ""
         REGISTRY[name] = RecipeSpec(name=name, train=train, config=config, benchmark=benchmark, metric=metric,
                                     higher_is_better=higher_is_better, budget=budget, summary=summary,
                                     defaults=dict(defaults or {}), source=str(source), scale_out=scale_out,
-                                    hooks=dict(hooks or {}))
+                                    hooks=dict(hooks or {}), predict=predict, predict_options=predict_options,
+                                    exports=dict(exports or {}))
         return train
 
     return register

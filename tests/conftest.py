@@ -212,3 +212,47 @@ def garble_digits_test(monkeypatch) -> None:
         return splits
 
     monkeypatch.setattr(images, "load_digits_splits", garbage)
+
+
+def roundtrip(run_dir: Path, tol: float = 1e-6, **options):
+    """``recipe_zoo.load(RUN_DIR).predict()`` on the run's own test split: every metric the run reported that
+    predict recomputes agrees within ``tol``, and the rows equal the run's ``predictions.csv``. Returns the
+    Predictions."""
+    import csv
+    import json
+    import math
+
+    from recipe_zoo import load
+
+    result = load(run_dir, device="cpu").predict(**options)
+    reported = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    shared = [k for k in result.metrics if k in reported]
+    assert shared, (sorted(result.metrics), sorted(reported))
+    for key in shared:
+        assert math.isclose(result.metrics[key], reported[key], rel_tol=0, abs_tol=tol), \
+            (key, result.metrics[key], reported[key])
+    saved = list(csv.DictReader(open(run_dir / "predictions.csv")))
+    assert len(saved) == len(result.rows)
+    for mine, theirs in zip(result.rows, saved):
+        for key, value in mine.items():
+            if isinstance(value, float):
+                assert math.isclose(value, float(theirs[key]), rel_tol=0, abs_tol=tol), (key, value, theirs[key])
+            else:
+                assert str(value if value is not None else "") == theirs[key], (key, value, theirs[key])
+    return result
+
+
+def predict_bad(capfd, run_dir: Path, *args: str, needles: tuple[str, ...] = ()) -> str:
+    """``zoo predict RUN_DIR ARGS`` in-process on bad input: exit 2 and one line naming ``needles``."""
+    from recipe_zoo.cli import main
+
+    capfd.readouterr()
+    code = main(["predict", str(run_dir), *args, "--device", "cpu"])
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and line.startswith("zoo: error: ")]
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1, err[-2000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]

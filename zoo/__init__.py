@@ -7,3 +7,10 @@
 
 Each layer imports only downward: recipes import the core, the application reaches recipes through the registry.
 """
+
+
+def load(run_dir, device: str = "auto"):
+    """A finished run, opened for use: ``recipe_zoo.load("runs/vision/resnet/...").predict(data="photos/")``."""
+    from recipe_zoo.predict import load as _load
+
+    return _load(run_dir, device)

@@ -120,6 +120,22 @@ def _parser() -> argparse.ArgumentParser:
                      help="also copy the recipe modules it imports (its domain's data, models) into NAME_parts/ "
                           "beside it, imports rewritten: only the core still comes from the zoo")
 
+    predict = sub.add_parser("predict", help="apply a finished run to new data: zoo predict RUN_DIR [data=NEW] "
+                                             "[key=value ...] [--out FILE]; no data= scores the run's test split again")
+    predict.add_argument("run_dir", type=Path)
+    predict.add_argument("overrides", nargs="*", metavar="key=value", help="data=PATH and the recipe's predict options "
+                                                                          "(zoo show RECIPE lists them)")
+    predict.add_argument("--out", type=Path, default=None,
+                         help="the CSV to write (default RUN_DIR/predict/<data>.csv); other files go to a folder "
+                              "beside it of the same name")
+    predict.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+
+    export = sub.add_parser("export", help="write a finished run's model in a format: zoo export RUN_DIR --format F")
+    export.add_argument("run_dir", type=Path)
+    export.add_argument("--format", required=True, help="safetensors (every recipe), or the recipe's own: onnx, "
+                                                        "timm, pretrained, xgboost-json (zoo show RECIPE)")
+    export.add_argument("--out", type=Path, default=None, help="folder to write (default RUN_DIR/export/FORMAT)")
+
     data = sub.add_parser("data", help="datasets: list, fetch")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     data_sub.add_parser("list", help="registered datasets and whether they are in the cache")
@@ -146,9 +162,10 @@ def _main(argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     args.argv = argv
     if extra:  # key=value pairs given after options
-        if args.command not in ("run", "bench", "doctor", "sweep", "plan") or any(e.startswith("-") or "=" not in e for e in extra):
+        takes_overrides = ("run", "doctor", "sweep", "plan", "predict")
+        if args.command not in (*takes_overrides, "bench") or any(e.startswith("-") or "=" not in e for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command in ("run", "doctor", "sweep", "plan"):
+        if args.command in takes_overrides:
             args.overrides = args.overrides + extra
         else:
             args.targets = args.targets + extra
@@ -216,6 +233,7 @@ def cmd_show(args) -> int:
         bounds = f" [{valid}]" if valid and (valid.low, valid.high) != (None, None) else ""
         print(f"{mark} {key:<{width}} = {values[key]!r:<14} # {comments.get(key, '')}{bounds}")
     print("\n* set by this variant; override any field with key=value\n")
+    _show_use(spec)
     from recipe_zoo import board
 
     all_rows = board.load_rows()
@@ -229,6 +247,25 @@ def cmd_show(args) -> int:
         print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
               f"{r['budget']}, {r['hardware']}{old}: rank {rank} of {len(table)}")
     return 0
+
+
+def _show_use(spec) -> None:
+    """What a finished run of the recipe can do: zoo predict's options and zoo export's formats."""
+    from recipe_zoo import config as config_mod
+
+    if spec.predict is None:
+        print("predict: none registered (the recipe's @recipe(..., predict=...))\n")
+        return
+    from recipe_zoo.core.artifact import PredictOptions
+
+    options = spec.predict_options or PredictOptions
+    comments = config_mod.field_comments(options)
+    values = dataclasses.asdict(options())
+    width = max(len(k) for k in values)
+    print("predict: zoo predict RUN_DIR [key=value ...] [--out FILE]; options:")
+    for key, value in values.items():
+        print(f"  {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
+    print(f"export:  zoo export RUN_DIR --format {'|'.join(['safetensors', *spec.exports])}\n")
 
 
 def _resolve_spec(target: str):
@@ -581,6 +618,20 @@ def cmd_new(args) -> int:
     return 0
 
 
+def cmd_predict(args) -> int:
+    from recipe_zoo import predict
+
+    _check_device(args.device)
+    return predict.cmd_predict(args)
+
+
+def cmd_export(args) -> int:
+    from recipe_zoo import predict
+
+    return predict.cmd_export(args)
+
+
 COMMANDS = {"list": cmd_list, "show": cmd_show, "run": cmd_run, "runs": cmd_runs, "bench": cmd_bench,
             "board": cmd_board, "compare": cmd_compare, "new": cmd_new, "data": cmd_data,
-            "doctor": cmd_doctor, "sweep": cmd_sweep, "plan": cmd_plan, "verify": cmd_verify}
+            "doctor": cmd_doctor, "sweep": cmd_sweep, "plan": cmd_plan, "verify": cmd_verify,
+            "predict": cmd_predict, "export": cmd_export}

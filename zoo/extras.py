@@ -40,3 +40,15 @@ def require(recipe: str) -> None:
         raise ZooError(f"{recipe} needs the {domain} extra ({', '.join(missing)} not installed): "
                        f"pip install 'recipe-zoo[{domain}]'")
 
+
+
+# zoo export formats that need the [export] extra -> its modules
+FORMAT_MODULES = {"onnx": ("onnx", "onnxruntime", "onnxscript")}
+
+
+def require_format(fmt: str) -> None:
+    """A one-line error naming the `pip install` when an export format's libraries are missing."""
+    missing = [m for m in FORMAT_MODULES.get(fmt, ()) if not installed(m)]
+    if missing:
+        raise ZooError(f"--format {fmt} needs the export extra ({', '.join(missing)} not installed): "
+                       "pip install 'recipe-zoo[export]'")

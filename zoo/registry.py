@@ -17,6 +17,8 @@ from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.errors import ZooError
 
 RECIPES_PACKAGE = "recipe_zoo.recipes"
+HOOK_KEYWORDS = ("hooks", "predict", "predict_options", "exports")  # @recipe keywords naming code beside train
+NOT_LITERAL = ("config", *HOOK_KEYWORDS)
 EARLIER_ROOTS = ("zoo", "shared", "recipes")  # import roots before recipe_zoo: a template written then names them
 
 
@@ -101,6 +103,6 @@ def static_list() -> list[dict]:
             for deco in node.decorator_list:
                 if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "recipe" and deco.args:
                     row = {"name": _literal(deco.args[0]), "module": module}
-                    row.update({kw.arg: _literal(kw.value) for kw in deco.keywords if kw.arg not in ("config", "hooks")})
+                    row.update({kw.arg: _literal(kw.value) for kw in deco.keywords if kw.arg not in NOT_LITERAL})
                     rows.append(row)
     return sorted(rows, key=lambda r: r["name"])

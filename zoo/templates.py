@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.registry import HOOK_KEYWORDS
 
 RECIPES = "recipe_zoo.recipes"
 
@@ -80,13 +81,16 @@ def render_template(spec, new_name: str, commit: str, vendor_package: str | None
         for i in range(other.lineno - 1, other.end_lineno):
             lines[i] = ""
     start, end = min(d.lineno for d in decos) - 1, max(d.end_lineno for d in decos)
-    hooks = next((kw.value for d in decos for kw in d.keywords if kw.arg == "hooks"), None)
+    own = next(d for d in decos if d.args and isinstance(d.args[0], ast.Constant) and d.args[0].value == spec.name)
+    # the keywords that name code (hooks, predict, predict_options, exports, **spread): carried over as written
+    code = "".join(f",\n        {kw.arg + '=' if kw.arg else '**'}{ast.unparse(kw.value)}" for kw in own.keywords
+                   if kw.arg is None or kw.arg in HOOK_KEYWORDS)
     decorator = (f"@recipe({new_name!r}, config={spec.config.__name__}, benchmark={spec.benchmark!r}, "
                  f"metric={spec.metric!r},\n        higher_is_better={spec.higher_is_better!r}, "
                  f"budget={spec.budget!r},\n        summary={('copy of ' + spec.name + ': ' + spec.summary)!r},\n"
                  f"        defaults={spec.defaults!r}"
                  + (f",\n        scale_out={spec.scale_out!r}" if spec.scale_out != "torchrun: DDP" else "")
-                 + (f",\n        hooks={ast.unparse(hooks)}" if hooks is not None else "") + ")\n")
+                 + code + ")\n")
     body = "".join(lines[:start]) + decorator + "".join(lines[end:])
     if vendor_package:
         body = rewrite_imports(body, vendor_package)

@@ -68,3 +68,22 @@ def mix(x: torch.Tensor, y: torch.Tensor, num_classes: int, cfg) -> tuple[torch.
     alphas = [a for a in (cfg.mixup, cfg.cutmix) if a > 0]
     k = int(torch.randint(len(choices), (1,)))
     return choices[k](alpha=alphas[k], num_classes=num_classes)(x, y)
+
+
+# =============================================================================================
+# Predictions, one row per image
+# =============================================================================================
+
+def test_names(data: ImageSplits) -> list[str]:
+    """The test images' names: their paths in the folder (in-memory datasets: their index)."""
+    return [k if isinstance(k, str) else str(i) for i, k in enumerate(data.keys.get("test", range(len(data.test_y))))]
+
+
+def prediction_rows(logits: torch.Tensor, names: list[str], classes: list[str], labels=None) -> list[dict]:
+    probs = logits.float().softmax(1).cpu()
+    rows = []
+    for i, name in enumerate(names):
+        row = {"file": name} | ({"label": classes[int(labels[i])]} if labels is not None else {})
+        rows.append(row | {"predicted": classes[int(probs[i].argmax())]}
+                    | {f"p_{c}": float(probs[i, k]) for k, c in enumerate(classes)})
+    return rows

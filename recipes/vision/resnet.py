@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import metrics, optim, schedule
-from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core import artifact, metrics, optim, schedule
+from recipe_zoo.core.artifact import PredictOptions
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Range, Share, Unit, recipe
-from recipe_zoo.recipes import images
-from recipe_zoo.recipes.vision.data import augment, mix, resolve_auto
-from recipe_zoo.recipes.vision.models import layer_groups
+from recipe_zoo.recipes import image_files, images
+from recipe_zoo.recipes.vision.data import augment, mix, prediction_rows, resolve_auto, test_names
+from recipe_zoo.recipes.vision.models import export_onnx, export_timm, layer_groups, load_model, save_model
 
 # =============================================================================================
 # Config
@@ -157,7 +157,8 @@ def _mirror(model: nn.Module, x: torch.Tensor, flip: bool) -> torch.Tensor:
     return 0.5 * (model(x).float() + model(x.flip(-1)).float()) if flip else model(x).float()
 
 
-def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024):
+def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024,
+            progress=None):
     """Logits averaged over test-time views: 1 adds the mirror image (when training flips), 2 also
     the image shifted by one pixel both ways (half the weight on the centred views)."""
     logits = []
@@ -172,14 +173,14 @@ def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: 
                        padded[..., 2:, 2:].contiguous(memory_format=layout))
             out = 0.5 * out + 0.25 * sum(_mirror(model, v, flip) for v in shifted)
         logits.append(out)
+        if progress is not None:
+            progress(i + len(x))
     return torch.cat(logits)
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
-             num_classes: int, prefix: str = "val_") -> dict:
-    """Accuracy, macro-F1 and loss of the TTA logits, named ``prefix + metric``; on test (``prefix="test_"``)
-    also the accuracy's 95% bootstrap interval over the images."""
-    logits = predict(model, x, normalize, tta, flip)
+def scores(logits: torch.Tensor, y: torch.Tensor, num_classes: int, prefix: str = "val_") -> dict:
+    """Accuracy, macro-F1 and loss of the logits, named ``prefix + metric``; on test (``prefix="test_"``) also the
+    accuracy's 95% bootstrap interval over the images."""
     y = y.to(logits.device)
     out = {f"{prefix}accuracy": metrics.accuracy(logits, y),
            f"{prefix}macro_f1": metrics.macro_f1(logits, y, num_classes),
@@ -191,25 +192,78 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta:
     return out
 
 
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
+             num_classes: int, prefix: str = "val_") -> dict:
+    """``scores`` of the TTA logits."""
+    return scores(predict(model, x, normalize, tta, flip), y, num_classes, prefix)
+
+
 @torch.no_grad()
-def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg: VisionConfig, device) -> dict:
+def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg: VisionConfig, device) -> tuple[dict, list]:
     """The test set, scored once after training on the model training ended with (as ``fit`` evaluates:
-    eval mode, the run's precision, the same TTA)."""
+    eval mode, the run's precision, the same TTA); also its rows for ``predictions.csv``."""
     model.eval()
     with autocast(device, resolve_precision(device, cfg.precision)):
-        return evaluate(model, data.test_x, data.test_y, normalize, cfg.tta, cfg.flip == "on", len(data.classes),
-                        prefix="test_")
+        logits = predict(model, data.test_x, normalize, cfg.tta, cfg.flip == "on")
+        test = scores(logits, data.test_y, len(data.classes), prefix="test_")
+    return test, prediction_rows(logits, test_names(data), data.classes, data.test_y)
+
+
+# =============================================================================================
+# The trained model: saved for use, and applied to new images (zoo predict)
+# =============================================================================================
+
+@dataclass
+class VisionPredictOptions(PredictOptions):
+    tta: Annotated[int, Range(-1, 2)] = -1  # test-time views (0 none, 1 + mirror, 2 + shifts); -1 = as the run
+
+
+@torch.no_grad()
+def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifact.Predictions:
+    """Class probabilities for a folder (flat, or class subfolders: then scored too) or one image; no data: the
+    run's own test split, rebuilt from its config and scored as the run scored it."""
+    card, device = run.card, choose_device(run.device)
+    pre, classes = card["preprocess"], card["classes"]
+    if opts.data:
+        files, labels, root = image_files.list_images(opts.data, classes, run.log)
+        x = image_files.read_images(files, pre["image_size"], pre["channels"], run.log)
+        names, y = image_files.item_names(files, root), torch.tensor(labels) if labels else None
+    else:
+        data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+        if data.test_x.shape[-1] != pre["image_size"]:  # a pretrained model's own resolution
+            images.resize_splits(data, pre["image_size"])
+        x, y, names = data.test_x.expand(-1, pre["channels"], -1, -1), data.test_y, test_names(data)
+    model = load_model(card, run.dir, device)
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
+    mean, std = (torch.tensor(pre[k]).view(1, -1, 1, 1).to(device) for k in ("mean", "std"))
+
+    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
+        x = x_uint8.to(device, non_blocking=True).float().div_(255)
+        return ((x - mean) / std).contiguous(memory_format=memory_format)
+
+    tta = card["evaluation"]["tta"] if opts.tta < 0 else opts.tta
+    with autocast(device, resolve_precision(device, cfg.precision)):
+        logits = predict(model, x, normalize, tta, card["evaluation"]["flip"], opts.batch_size or 1024,
+                         progress=lambda done: run.progress(done, len(x), "images"))
+        test = scores(logits, y, len(classes), prefix="test_") if y is not None else {}
+    return artifact.Predictions(rows=prediction_rows(logits, names, classes, y), metrics=test,
+                                arrays={"probabilities": logits.float().softmax(1).cpu().numpy()})
 
 
 # =============================================================================================
 # Training
 # =============================================================================================
 
+USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
+           exports={"onnx": export_onnx, "timm": export_timm})
+
+
 @recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
-        summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA")
+        summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA", **USE)
 @recipe("vision/finetune", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
         summary="two-stage transfer: train the new head on a frozen backbone, then unfreeze at 10x lower LR",
-        defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2})
+        defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2}, **USE)
 def train(cfg: VisionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
@@ -276,8 +330,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
                  update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
-    test = score_test(result.eval_model, data, normalize, cfg, device)  # once, after training
-    export_safetensors(result.eval_model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
+    test, rows = score_test(result.eval_model, data, normalize, cfg, device)  # once, after training
+    save_model(run, cfg, result.eval_model, head, data, mean, std, rows)
     return {**result.stats(), **result.metrics, **test}
 
 

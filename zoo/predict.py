@@ -1,0 +1,154 @@
+"""Using a trained run: ``zoo predict RUN_DIR [data=NEW] [key=value ...] [--out FILE]``, ``zoo export RUN_DIR
+--format F`` and the Python API ``recipe_zoo.load(RUN_DIR).predict(...)``.
+
+The run's ``model.json`` (``recipe_zoo.core.artifact``) says what the model is; the recipe's predict hook, found
+through the registry (or the run's own recipe file), does the domain's work. With no ``data=``, predict scores the
+run's own test split again: the metric it prints is the run's, recomputed from the saved model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+from recipe_zoo.core import artifact
+from recipe_zoo.core.errors import ZooError
+
+
+@dataclasses.dataclass
+class Model:
+    """A finished run, loaded for use: ``.predict(data=..., **options)`` and ``.export(format, out)``."""
+
+    dir: Path
+    spec: object  # the recipe's RecipeSpec
+    cfg: object  # the run's config, typed
+    card: dict  # its model.json
+    device: str = "auto"
+
+    def options(self, values: dict, source: str = "predict option"):
+        from recipe_zoo import config as config_mod
+
+        cls = self.spec.predict_options or artifact.PredictOptions
+        return config_mod.apply(cls(), values, source)
+
+    def predict(self, out: str | Path | None = None, *, log=None, options=None, **values) -> artifact.Predictions:
+        """Predictions on ``data=`` (default: the run's own test split), options as keywords (``tta=0``) or a typed
+        ``options``; the rows are also written to ``out`` when given (other files go beside it)."""
+        opts = options if options is not None else self.options(values)
+        out_path = Path(out) if out is not None else self.dir / "predict" / f"{_stem(opts.data)}.csv"
+        run = self.open(out_path, log)
+        result = self.spec.predict(self.cfg, opts, run)
+        if out is not None:
+            artifact.write_rows(out_path, result.rows)
+        return result
+
+    def open(self, out: Path, log=None) -> artifact.PredictRun:
+        from recipe_zoo import data as data_mod
+
+        saved = json.loads((self.dir / "config.json").read_text())
+        run = artifact.PredictRun(dir=self.dir, card=self.card, out=out, device=self.device,
+                                  seed=int(saved.get("seed", 0)), data_path=data_mod.locate,
+                                  is_dataset=lambda name: name in data_mod.DATASETS, spec=self.spec)
+        if log is not None:
+            run.log = log
+        return run
+
+
+def _stem(data: str) -> str:
+    return Path(data.rstrip("/")).stem or "data" if data else "test"
+
+
+def load(run_dir: str | Path, device: str = "auto") -> Model:
+    """Open a finished run for prediction: its card (format checked), recipe (through the registry, or the run's
+    own recipe file) and config."""
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import registry, runs
+
+    run_dir = Path(run_dir)
+    card = artifact.read_card(run_dir)
+    saved = runs.load_run_config(run_dir)
+    recipe_file = saved.get("recipe_file") or ""
+    if recipe_file:
+        if not Path(recipe_file).is_file():
+            raise ZooError(f"{run_dir}: trained from {recipe_file}, which is no longer there (its predict hook "
+                           "lives in that file)")
+        spec = next(s for s in registry.load_file(recipe_file) if s.name == saved["recipe"])
+    else:
+        spec = registry.get(saved["recipe"])
+    if spec.predict is None:
+        raise ZooError(f"{spec.name}: this recipe registers no predict hook (@recipe(..., predict=...))")
+    from recipe_zoo import extras
+
+    extras.require(spec.name)
+    cfg = config_mod.apply(spec.config(), saved["config"], str(run_dir / "config.json"))
+    return Model(dir=run_dir, spec=spec, cfg=cfg, card=card, device=device)
+
+
+# =============================================================================================
+# The commands
+# =============================================================================================
+
+def cmd_predict(args) -> int:
+    from recipe_zoo import config as config_mod
+
+    start = time.perf_counter()
+    model = load(args.run_dir, device=args.device)
+    opts = model.options(config_mod.parse_overrides(args.overrides))
+    out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts.data)}.csv"
+    result = model.predict(out, options=opts)
+    seconds = time.perf_counter() - start
+    where = f" and {len(result.files)} files in {out.with_suffix('')}/" if result.files else ""
+    dropped = f"; {result.dropped} could not be predicted (blank rows)" if result.dropped else ""
+    print(f"{len(result.rows)} predictions -> {out}{where}{dropped} ({seconds:.1f}s)")
+    if result.metrics:
+        run_metrics = _run_metrics(args.run_dir)
+        for key, value in result.metrics.items():
+            same = f"   (the run's: {run_metrics[key]:.6g})" if key in run_metrics else ""
+            print(f"{key}: {value:.6g}{same}")
+    return 0
+
+
+def _run_metrics(run_dir: Path) -> dict:
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()).get("metrics", {}) if path.is_file() else {}
+
+
+def export_formats(spec) -> list[str]:
+    return ["safetensors", *spec.exports]
+
+
+def export(model: Model, fmt: str, out: Path) -> list[Path]:
+    """``safetensors``: the card, the config and the weights files into ``out``; other formats: the recipe's."""
+    formats = export_formats(model.spec)
+    if fmt not in formats:
+        raise ZooError(f"--format {fmt}: {model.spec.name} exports {', '.join(formats)}")
+    if fmt == "safetensors":
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in [artifact.CARD, "config.json", *model.card["weights"], *model.card.get("files", [])]:
+            src = model.dir / name
+            dest = out / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dest, dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dest)
+            written.append(dest)
+        return written
+    from recipe_zoo import extras
+
+    extras.require_format(fmt)
+    run = model.open(out / "export.csv")
+    return list(model.spec.exports[fmt](model.cfg, run, out))
+
+
+def cmd_export(args) -> int:
+    model = load(args.run_dir, device="cpu")
+    out = Path(args.out) if args.out else args.run_dir / "export" / args.format
+    written = export(model, args.format, out)
+    print(f"{args.format}: {len(written)} files -> {out}/")
+    for path in written:
+        print(f"  {path}")
+    return 0
