@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import small_run_args, summary_block, zoo
-from recipe_zoo import registry, templates
+from conftest import roundtrip, small_run_args, summary_block, zoo
+from recipe_zoo import load, registry, templates
 from recipe_zoo.cli import main
 from recipe_zoo.core import api
 
@@ -18,14 +18,15 @@ ONE_PER_DOMAIN = {"contrastive/simclr", "llm/gpt", "medical/unet", "molecules/dm
                   "tabular/xgb", "vision/finetune"}
 
 
-def _value(argv: list, capsys) -> tuple[str, float]:
+def _value(argv: list, capsys) -> tuple[str, float, Path]:
     """``zoo run ARGV`` in-process (a subprocess per run would spend seconds importing torch again): the recipe
-    name and the full-precision metric from summary.json."""
+    name, the full-precision metric from summary.json and the run directory."""
     code = main(["run", *map(str, argv), "--budget", "2steps"])
     out = capsys.readouterr()
     assert code == 0, out.out[-3000:] + out.err[-3000:]
     block = summary_block(out.out)
-    return block["recipe"], json.loads((Path(block["run_dir"]) / "summary.json").read_text())["value"]
+    run_dir = Path(block["run_dir"])
+    return block["recipe"], json.loads((run_dir / "summary.json").read_text())["value"], run_dir
 
 
 def _moved(path, tmp_path):
@@ -67,9 +68,13 @@ def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor,
     monkeypatch.setattr(sys, "path", list(sys.path))  # nor the folder its run puts on the path
     for module in [m for m in sys.modules if m.split(".")[0] == "mytask_parts"]:  # an earlier test's copy
         monkeypatch.delitem(sys.modules, module)
-    recipe, original = _value([name, *args], capsys)
-    copied_recipe, copied = _value([moved, *args], capsys)
+    recipe, original, _ = _value([name, *args], capsys)
+    copied_recipe, copied, run_dir = _value([moved, *args], capsys)
     assert (recipe, copied_recipe) == (name, "mytask") and copied == original
+    model = load(run_dir, device="cpu")  # the copy's own predict hook, found through its file
+    assert model.spec.name == "mytask" and model.spec.predict is not None
+    if (run_dir / "predictions.csv").exists():
+        roundtrip(run_dir)
 
 
 def test_new_writes_a_file_once(tmp_path):

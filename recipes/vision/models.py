@@ -41,7 +41,8 @@ def save_model(run, cfg, model: nn.Module, head: str, data: images.ImageSplits, 
                                     "mean": mean.flatten().tolist(), "std": std.flatten().tolist(),
                                     "resize": "centre square, bilinear (antialiased)"},
                         evaluation={"tta": cfg.tta, "flip": cfg.flip == "on"},
-                        architecture={"model": cfg.model, "width": cfg.width, "head": head})
+                        architecture={"model": cfg.model, "width": cfg.width, "head": head,
+                                      "pretrained": bool(cfg.weights)})
     artifact.write_predictions(run.dir, rows)
 
 
@@ -50,9 +51,11 @@ def load_model(card: dict, folder: Path, device="cpu") -> nn.Module:
     from safetensors.torch import load_model as load_into
 
     arch, pre = card["architecture"], card["preprocess"]
-    model, _ = images.build_model(arch["model"], arch["width"], "", pre["channels"], len(card["classes"]),
-                                  pre["image_size"])
-    load_into(model, str(folder / "model.safetensors"))  # strict; tensors that safetensors de-duplicated, tied again
+    weights = folder / "model.safetensors"
+    # built as training built it: a fine-tuned model from pretrained weights (its own stem kept), else from scratch
+    model, _ = images.build_model(arch["model"], arch["width"], str(weights) if arch["pretrained"] else "",
+                                  pre["channels"], len(card["classes"]), pre["image_size"])
+    load_into(model, str(weights))  # strict; tensors that safetensors de-duplicated, tied again
     return model.to(device).eval()
 
 
