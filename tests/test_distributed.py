@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, summary_block, zoo
+from conftest import ROOT, roundtrip, summary_block, zoo
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo import results
 from recipe_zoo.cli import main
@@ -134,6 +134,7 @@ def test_two_processes_reproduce_one_vision(tmp_path):
     assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two]
     assert losses(rows_two) == pytest.approx(losses(rows_one), rel=1e-5)
     assert float(block["value"]) == pytest.approx(float(summary_block(one.stdout)["value"]), abs=0.02)
+    roundtrip(train_rows(tmp_path / "two", "vision/resnet")[0])  # a 2-process run is a model like any other
 
 
 def corpus(tmp_path):
