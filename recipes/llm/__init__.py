@@ -10,5 +10,7 @@ test); prompt/response JSONL by a hash of each example's content.
 - ``models.py``: the GPT (RoPE, QK-norm, ReLU^2 or SwiGLU, soft-capped logits) and the loader of a
   ``transformers`` causal LM;
 - ``gpt.py``: ``llm/gpt``, pretraining sized by the budget with the Muon+AdamW table;
-- ``lora.py``: ``llm/lora``, LoRA on a ``transformers`` model, on text or on prompt/response JSONL.
+- ``lora.py``: ``llm/lora``, LoRA on a ``transformers`` model, on text or on prompt/response JSONL;
+- ``infer.py``: what both use for ``zoo predict``: the options, prompts, text to score in chunks with progress,
+  and the rows of ``predictions.csv`` (scored windows or examples, generated samples).
 """

@@ -1,11 +1,11 @@
 """``llm/gpt``: a GPT pretrained from scratch on text, test bits per byte.
 
-Reads top to bottom: config, the depth the budget buys, the Muon + AdamW optimizer table, then
-pretraining (data, model, schedule, loop, evaluation on validation, the test scored once at the end) and
-samples. The tokenizer is trained on the training split and the metric counts the bytes each token spells,
-so runs with different tokenizers and vocabularies compare. The depth is sized by the budget (Chinchilla's 20
-tokens per parameter, or a few passes over a small corpus); Muon trains the hidden matrices, AdamW the
-embedding, head and scalars.
+Reads top to bottom: config, the depth the budget buys, the Muon + AdamW optimizer table, what is saved for
+use and ``zoo predict`` (prompts, or bits per byte of new text), then pretraining (data, model, schedule, loop,
+evaluation on validation, the test scored once at the end) and samples. The tokenizer is trained on the
+training split and the metric counts the bytes each token spells, so runs with different tokenizers and
+vocabularies compare. The depth is sized by the budget (Chinchilla's 20 tokens per parameter, or a few passes
+over a small corpus); Muon trains the hidden matrices, AdamW the embedding, head and scalars.
 """
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import distributed, metrics, optim, schedule
+from recipe_zoo.core import artifact, distributed, optim, schedule
 from recipe_zoo.core.api import Count, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, models
+from recipe_zoo.recipes.llm import data, infer, models
 
 # =============================================================================================
 # Config
@@ -121,6 +122,64 @@ def build_optimizer(cfg: GPTConfig, model: models.GPT) -> optim.MuonAdamW:
 
 
 # =============================================================================================
+# The trained model: saved for use, and applied to prompts and text (zoo predict)
+# =============================================================================================
+
+def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, precision: str, rows: list[dict]) -> None:
+    """The weights the test was scored with (its shape in the file and the card), the card and the test windows'
+    rows; the tokenizer is already saved."""
+    export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name,
+                                                                       "shape": json.dumps(dataclasses.asdict(shape))})
+    artifact.write_card(run.dir, recipe=run.spec.name, task="tokens", weights=["model.safetensors"],
+                        selected="ema" if cfg.ema_decay > 0 else "final", files=["tokenizer.json"],
+                        preprocess={"tokenizer": "tokenizer.json", "bos": data.BOS},
+                        evaluation={"metric": "test_bpb", "windows": cfg.seq_len, "batch": cfg.micro_batch,
+                                    "eval_bytes": cfg.eval_bytes, "precision": precision},
+                        shape=dataclasses.asdict(shape),
+                        sampling={"sample_tokens": cfg.sample_tokens, "temperature": cfg.temperature})
+    artifact.write_predictions(run.dir, rows)
+
+
+def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.Predictions:
+    """prompt=/prompts=: samples as ``write_samples`` draws them (the run's sample_tokens and temperature unless
+    given); data=TEXT: its bits per byte, each document from <|bos|>; neither: the run's test split scored again."""
+    from tokenizers import Tokenizer
+
+    prompts = infer.prompts_of(opts)
+    device = choose_device(run.device)
+    speed_switches(device)
+    precision = resolve_precision(device, cfg.precision)
+    tok = Tokenizer.from_file(str(run.path(run.card["preprocess"]["tokenizer"])))
+    model = models.GPT(models.GPTShape(**run.card["shape"]))
+    model.load_state_dict(artifact.load_tensors(run.path("model.safetensors")))
+    model.to(device).eval()
+    if prompts:
+        temperature = cfg.temperature if opts.temperature < 0 else opts.temperature
+        completions = []
+        with autocast(device, precision):
+            for i, prompt in enumerate(prompts):
+                g = torch.Generator().manual_seed(run.seed if opts.seed < 0 else opts.seed)
+                ids = [tok.token_to_id(data.BOS)] + tok.encode(prompt, add_special_tokens=False).ids
+                completions.append([tok.decode(model.generate(ids, opts.max_tokens or cfg.sample_tokens, temperature,
+                                                              g, opts.top_k)) for _ in range(opts.n)])
+                run.progress(i + 1, len(prompts), "prompts")
+        return artifact.Predictions(rows=infer.generation_rows(prompts, completions),
+                                    arrays={"completions": completions})
+    if opts.data:
+        docs = infer.read_documents(opts.data, run)[1]
+        text, prefix = "".join(docs), ""
+    else:
+        splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
+        docs = [data.eval_text(splits, cfg.eval_bytes)]
+        text, prefix = docs[0], "test_"
+    tokens = data.encode_docs(tok, docs)
+    scores, nats, n_bytes = score_test(model, tokens, data.token_bytes(tok)[tokens[1:].long()], cfg, device,
+                                       precision, opts.batch_size, run.progress, prefix)
+    return artifact.Predictions(rows=infer.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, text),
+                                metrics=scores, arrays={"nats": nats, "bytes": n_bytes})
+
+
+# =============================================================================================
 # Pretraining
 # =============================================================================================
 
@@ -134,7 +193,7 @@ def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
         scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
-        hooks={"shape": shape_of})
+        hooks={"shape": shape_of}, predict=predict_gpt, predict_options=infer.LMPredictOptions)
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
@@ -197,14 +256,16 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
 
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=update, settings=settings)
-    test = score_test(result.eval_model, tok, lengths, test_text, cfg, device, precision)
+    test_tokens = data.encode_docs(tok, [test_text])
+    test, nats, n_bytes = score_test(result.eval_model, test_tokens, lengths[test_tokens[1:].long()], cfg, device,
+                                     precision)
     run.log(f"test_bpb {test['test_bpb']:.4f} (95% interval {test['test_bpb_ci_low']:.4f}-"
             f"{test['test_bpb_ci_high']:.4f}) on the first {cfg.eval_bytes:,} test bytes; val_bpb "
             f"{result.metrics['val_bpb']:.4f}")
-    export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name,
-                                                                       "shape": json.dumps(dataclasses.asdict(shape))})
+    save_model(run, cfg, result.eval_model, shape, precision,
+               infer.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text))
     with autocast(device, precision):
-        write_samples(model, tok, cfg, run)
+        write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
     tokens = result.samples * cfg.seq_len
     tokens_per_s = tokens / max(result.train_seconds, 1e-9)
     peak = peak_flops(device)
@@ -222,18 +283,15 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     return stats
 
 
-def score_test(model: nn.Module, tok, lengths: torch.Tensor, text: str, cfg: GPTConfig, device, precision) \
-        -> dict[str, float]:
-    """Test bits per byte, once, after training: the windows' nats and bytes, and the bootstrap interval over
-    the windows. Every rank scores (FSDP forwards are collective); rank 0's numbers are the ones reported."""
-    tokens = data.encode_docs(tok, [text])
+def score_test(model: nn.Module, tokens: torch.Tensor, per_target: torch.Tensor, cfg: GPTConfig, device, precision,
+               batch: int = 0, progress=None, prefix: str = "test_") -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Test bits per byte, once, after training: the bootstrap interval over the windows, and each window's nats
+    and bytes. Every rank scores (FSDP forwards are collective); rank 0's numbers are the ones reported."""
     model.eval()
     with torch.no_grad(), autocast(device, precision):
-        nats, n_bytes = data.window_sums(model, tokens, cfg.seq_len, cfg.micro_batch, device,
-                                         lengths[tokens[1:].long()])
-    low, high = data.bpb_interval(nats, n_bytes)
-    bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
-    return distributed.broadcast_object({"test_bpb": bpb, "test_bpb_ci_low": low, "test_bpb_ci_high": high})
+        nats, n_bytes = infer.window_sums(model, tokens, cfg.seq_len, batch or cfg.micro_batch, device, per_target,
+                                          progress)
+    return distributed.broadcast_object(infer.bpb_metrics(nats, n_bytes, prefix)), nats, n_bytes
 
 
 def write_samples(model: models.GPT, tok, cfg: GPTConfig, run) -> None:

@@ -20,13 +20,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core import artifact, metrics, optim, schedule
 from recipe_zoo.core.api import Count, Fraction, NonNegative, Positive, Share, Unit, recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, models
+from recipe_zoo.recipes.llm import data, infer, models
 
 # =============================================================================================
 # Config
@@ -102,9 +102,124 @@ def lora_config(cfg: LoRAConfig):
                       target_modules=targets)
 
 
+def encode_text(tokenizer, start: int, docs: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each document as [start] + its tokens, in one stream, and the bytes each predicted token spells (0 for a
+    start token between documents)."""
+    ids, per_target = [], [torch.zeros(0, dtype=torch.float64)]
+    for i, doc in enumerate(docs):
+        body = tokenizer(doc, add_special_tokens=False).input_ids
+        ids += [start] + body
+        per_target += [torch.zeros(int(i > 0), dtype=torch.float64), bytes_per_token(tokenizer, doc, body)]
+    return torch.tensor(ids), torch.cat(per_target)
+
+
+def text_sums(model, tokens, per_target, cfg: LoRAConfig, device, batch: int = 0, progress=None):
+    """Each window's nats and bytes, as ``llm/gpt`` scores text."""
+    return infer.window_sums(lambda x: model(input_ids=x).logits, tokens, cfg.seq_len, batch or cfg.micro_batch,
+                             device, per_target, progress)
+
+
+def example_sums(model, examples: list, pad_id: int, eos: int | None, device, batch: int, progress=None):
+    """Each prompt/response example's nats over its response (the end token not counted) and response bytes."""
+    nats = []
+    for i in range(0, len(examples), batch):
+        nats.append(response_nats(model, data.pad_examples(examples[i:i + batch], pad_id), device, skip_token=eos)[0])
+        if progress is not None:
+            progress(min(i + batch, len(examples)), len(examples), "examples")
+    return torch.cat(nats).double().cpu().numpy(), np.array([e.response_bytes for e in examples], dtype=np.float64)
+
+
+# =============================================================================================
+# The trained model: saved for use, applied to prompts and text (zoo predict), exported
+# =============================================================================================
+
+SAMPLE_TOKENS, TEMPERATURE = 160, 0.8  # zoo predict prompt=...: llm/gpt's default sampling
+
+
+@dataclass
+class LoRAPredictOptions(infer.LMPredictOptions):
+    before: bool = False  # also score the base model, the adapter off (bpb_before; the run's test: test_bpb_before)
+
+
+def dtype_of(precision: str) -> torch.dtype:
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+def save_card(run, cfg: LoRAConfig, precision: str, start: int, rows: list[dict]) -> None:
+    jsonl = cfg.data.endswith(".jsonl")
+    artifact.write_card(run.dir, recipe=run.spec.name, task="tokens", weights=["adapter"] + ["merged"] * cfg.merge,
+                        selected=f"{'ema' if cfg.ema_decay > 0 else 'final'} adapter, on the base model {cfg.model}",
+                        preprocess={"tokenizer": "adapter", "start_token": start,
+                                    "text": "prompt/response JSONL" if jsonl else "documents after the start token"},
+                        evaluation={"metric": "test_bpb", "batch": cfg.micro_batch, "precision": precision,
+                                    "scored": "each held-out example's response bytes" if jsonl else
+                                    f"the first {cfg.eval_bytes} test bytes in windows of {cfg.seq_len} tokens"},
+                        base_model=cfg.model, dtype=str(dtype_of(precision)).removeprefix("torch."))
+    artifact.write_predictions(run.dir, rows)
+
+
+def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Predictions:
+    """prompt=/prompts=: continuations (``generate``); data=TEXT or .jsonl: bits per byte, as the run scores text
+    or responses; neither: the run's test split scored again. The base model with the saved adapter."""
+    prompts = infer.prompts_of(opts)
+    device = choose_device(run.device)
+    speed_switches(device)
+    precision = resolve_precision(device, cfg.precision)
+    model, tokenizer, start = models.load_trained_lora(cfg, run.dir, dtype_of(precision), run.log)
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
+    jsonl = opts.data.endswith(".jsonl") or (not opts.data and cfg.data.endswith(".jsonl"))
+    if prompts:
+        completions = []
+        for i, prompt in enumerate(prompts):  # as training began its sequences
+            ids = tokenizer(prompt).input_ids if cfg.data.endswith(".jsonl") else \
+                [start] + tokenizer(prompt, add_special_tokens=False).input_ids
+            with warnings.catch_warnings(), autocast(device, precision):
+                warnings.simplefilter("ignore")  # transformers' notices on generation settings
+                out = models.sample_hf(model, ids, opts.max_tokens or SAMPLE_TOKENS,
+                                       TEMPERATURE if opts.temperature < 0 else opts.temperature, opts.top_k,
+                                       run.seed if opts.seed < 0 else opts.seed, opts.n, pad_id)
+            completions.append([tokenizer.decode(c, skip_special_tokens=True) for c in out])
+            run.progress(i + 1, len(prompts), "prompts")
+        return artifact.Predictions(rows=infer.generation_rows(prompts, completions),
+                                    arrays={"completions": completions})
+    batch, prefix, dropped = opts.batch_size or cfg.micro_batch, "" if opts.data else "test_", []
+    if jsonl:
+        examples, dropped = infer.jsonl_examples(cfg, opts.data, run, tokenizer)
+
+        def score(m):
+            return example_sums(m, examples, pad_id, tokenizer.eos_token_id, device, batch, run.progress)
+
+        def rows(nats, n_bytes):
+            return sorted(infer.example_rows(examples, nats, n_bytes) + [{"line": n} for n in dropped],
+                          key=lambda r: r["line"])
+    else:
+        docs = infer.read_documents(opts.data, run)[1] if opts.data else \
+            [data.eval_text(data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run), cfg.eval_bytes)]
+        tokens, per_target = encode_text(tokenizer, start, docs)
+
+        def score(m):
+            return text_sums(m, tokens, per_target, cfg, device, batch, run.progress)
+
+        def rows(nats, n_bytes):
+            return infer.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, "".join(docs))
+    with torch.no_grad(), autocast(device, precision):
+        nats, n_bytes = score(model)
+        scores = infer.bpb_metrics(nats, n_bytes, prefix)
+        if opts.before:
+            if not hasattr(model, "disable_adapter"):
+                raise ZooError(f"before=true: needs the base model {cfg.model} (only the merged copy is here)")
+            with model.disable_adapter():
+                base_nats, base_bytes = score(model)
+            scores[f"{prefix}bpb_before"] = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
+    return artifact.Predictions(rows=rows(nats, n_bytes), metrics=scores, dropped=len(dropped),
+                                arrays={"nats": nats, "bytes": n_bytes})
+
+
 @recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="LoRA fine-tuning of a transformers causal LM (local folder or hub) on text or "
-                             "prompt/response JSONL; bits per byte before and after")
+                             "prompt/response JSONL; bits per byte before and after", predict=predict_lora,
+        predict_options=LoRAPredictOptions, exports={"pretrained": models.export_pretrained})
 def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     from peft import get_peft_model
 
@@ -146,14 +261,12 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
             nats, count = response_nats(model, batch, device)
             return nats.sum() / max(count, 1)
 
-        def sums(model, examples):
-            nats = torch.cat([response_nats(model, data.pad_examples(examples[i:i + cfg.micro_batch], pad_id), device,
-                                            skip_token=tokenizer.eos_token_id)[0]
-                              for i in range(0, len(examples), cfg.micro_batch)])
-            return nats.double().cpu().numpy(), np.array([e.response_bytes for e in examples], dtype=np.float64)
-
         def score(model, part):  # each example's nats and response bytes
-            return sums(model, val_examples if part == "validation" else parts.test)
+            return example_sums(model, val_examples if part == "validation" else parts.test, pad_id,
+                                tokenizer.eos_token_id, device, cfg.micro_batch)
+
+        def rows(nats, n_bytes):
+            return infer.example_rows(parts.test, nats, n_bytes)
     else:
         splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
         texts = {"validation": data.eval_text(splits, cfg.eval_bytes, "validation"),
@@ -164,11 +277,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
         train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
 
-        def encode(part):  # [start] + the scored text's tokens, and the bytes each token spells
-            body = tokenizer(texts[part], add_special_tokens=False).input_ids
-            return torch.tensor([start] + body), bytes_per_token(tokenizer, texts[part], body)
-
-        val_tokens, val_bytes = encode("validation")
+        val_tokens, val_bytes = encode_text(tokenizer, start, [texts["validation"]])
         batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
         run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores "
                 f"{len(texts['validation'].encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
@@ -180,9 +289,13 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
             return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
         def score(model, part):  # each window's nats and bytes
-            tokens, per_target = (val_tokens, val_bytes) if part == "validation" else encode("test")
-            return data.window_sums(lambda x: model(input_ids=x).logits, tokens, cfg.seq_len, cfg.micro_batch,
-                                    device, per_target)
+            tokens, per_target = (val_tokens, val_bytes) if part == "validation" else \
+                encode_text(tokenizer, start, [texts["test"]])
+            return text_sums(model, tokens, per_target, cfg, device)
+
+        def rows(nats, n_bytes):
+            n_targets = len(encode_text(tokenizer, start, [texts["test"]])[0]) - 1
+            return infer.window_rows(nats, n_bytes, cfg.seq_len, n_targets, texts["test"])
 
     def evaluate(model):
         nats, n_bytes = score(model, "validation")
@@ -211,12 +324,13 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     test_bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
     low, high = data.bpb_interval(nats, n_bytes)
     test_before = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
-    model.save_pretrained(str(run.dir / "adapter"))
+    tested.save_pretrained(str(run.dir / "adapter"))  # the adapter the test scored (the EMA's, with ema_decay)
     tokenizer.save_pretrained(str(run.dir / "adapter"))
     if cfg.merge:
-        merged = model.merge_and_unload()
+        merged = tested.merge_and_unload()
         merged.save_pretrained(str(run.dir / "merged"))
         tokenizer.save_pretrained(str(run.dir / "merged"))
+    save_card(run, cfg, precision, start, rows(nats, n_bytes))
     after = result.metrics["val_bpb"]
     run.report("val_bpb_before", f"{before:.4f}")
     run.report("test_bpb_before", f"{test_before:.4f}")

@@ -5,6 +5,7 @@ causal LM loaded from a local folder or the hub for LoRA.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,13 +162,16 @@ class GPT(nn.Module):
         return 6 * self.scaling_params() + 12 * s.depth * s.heads * s.head_dim * s.seq_len
 
     @torch.no_grad()
-    def generate(self, prompt: list[int], n_tokens: int, temperature: float, generator: torch.Generator) -> list[int]:
+    def generate(self, prompt: list[int], n_tokens: int, temperature: float, generator: torch.Generator,
+                 top_k: int = 0) -> list[int]:
         ids = torch.tensor([prompt], device=self.embed.weight.device)
         for _ in range(n_tokens):
             logits = self(ids[:, -self.shape.seq_len:])[0, -1]
             if temperature <= 0:
                 nxt = logits.argmax()[None]
             else:
+                if 0 < top_k < len(logits):  # only the k likeliest tokens may be drawn
+                    logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
                 probs = torch.softmax(logits / temperature, dim=-1)
                 nxt = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)
             ids = torch.cat([ids, nxt[None]], dim=1)
@@ -251,3 +255,62 @@ def load_causal_lm(cfg: LoRAConfig, dtype: torch.dtype, log=print):
         raise ZooError(f"model={cfg.model}: its tokenizer has neither a BOS nor an EOS token to start documents")
     log(f"{cfg.model}: {model.config.model_type}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
     return model, tokenizer, start
+
+
+def load_trained_lora(cfg: LoRAConfig, run_dir: Path, dtype: torch.dtype, log=print):
+    """A finished ``llm/lora`` run's model as it was scored: the base (``cfg.model``) with the saved adapter; when
+    the base is no longer there, the run's merged copy (``merge=true``) instead. (model, tokenizer, start)."""
+    import dataclasses
+
+    from peft import PeftModel
+
+    adapter = run_dir / "adapter"
+    try:
+        model, tokenizer, start = load_causal_lm(cfg, dtype, log)
+    except ZooError as exc:
+        merged = run_dir / "merged"
+        if not (merged / "config.json").is_file():
+            raise ZooError(f"{exc} (the base model of the adapter in {adapter}; a run with merge=true also keeps a "
+                           "merged copy)") from None
+        log(f"the base model is not there ({exc}): using the run's merged copy, {merged}")
+        model, tokenizer, start = load_causal_lm(dataclasses.replace(cfg, model=str(merged)), dtype, log)
+        return model.eval(), tokenizer, start
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # peft's notices on the base model's config
+        model = PeftModel.from_pretrained(model, str(adapter))
+    return model.eval(), tokenizer, start
+
+
+@torch.no_grad()
+def sample_hf(model, prompt: list[int], n_tokens: int, temperature: float, top_k: int, seed: int, n: int,
+              pad_id: int) -> list[list[int]]:
+    """``n`` continuations of ``prompt`` by ``transformers``' ``generate`` (greedy at temperature 0), the RNG seeded
+    with ``seed`` (the caller's RNG state is kept)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], device=device)
+    sampling = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=1.0) if temperature > 0 else \
+        dict(do_sample=False)
+    out = []
+    with torch.random.fork_rng(devices=[device] if device.type != "cpu" else [], device_type=device.type):
+        torch.manual_seed(seed)
+        for _ in range(n):
+            seq = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_tokens,
+                                 pad_token_id=pad_id, **sampling)
+            out.append(seq[0, len(prompt):].tolist())
+    return out
+
+
+def export_pretrained(cfg: LoRAConfig, run, out: Path) -> list[Path]:
+    """``zoo export --format pretrained`` of an ``llm/lora`` run: ``save_pretrained`` folders, each with the
+    tokenizer: ``adapter/`` (peft's ``PeftModel.from_pretrained(base, out/adapter)``) and ``merged/``
+    (``AutoModelForCausalLM.from_pretrained``; merged now when the run kept none)."""
+    import shutil
+
+    shutil.copytree(run.path("adapter"), out / "adapter", dirs_exist_ok=True)
+    if (run.dir / "merged" / "config.json").is_file():
+        shutil.copytree(run.dir / "merged", out / "merged", dirs_exist_ok=True)
+    else:
+        model, tokenizer, _ = load_trained_lora(cfg, run.dir, getattr(torch, run.card["dtype"]), run.log)
+        model.merge_and_unload().save_pretrained(str(out / "merged"))
+        tokenizer.save_pretrained(str(out / "merged"))
+    return [out / "adapter", out / "merged"]

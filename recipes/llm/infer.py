@@ -1,0 +1,147 @@
+"""Using a trained language model (``zoo predict``): the options both LLM recipes take, prompts to continue,
+text to score (a file, a folder of text files or a dataset), bits per byte in chunks with progress, and the
+rows of ``predictions.csv`` (one per scored window or example, or per generated sample).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import torch
+
+from recipe_zoo.core import metrics
+from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, Range
+from recipe_zoo.core.artifact import PredictOptions
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.llm import data
+
+
+@dataclass
+class LMPredictOptions(PredictOptions):
+    """data=TEXT (a file, a folder of .txt/.md files or a dataset name) is scored in bits per byte; prompt= or
+    prompts= generate text instead; neither: the run's own test split, scored as the run scored it."""
+
+    prompt: str = ""  # text to continue (generates instead of scoring)
+    prompts: str = ""  # a UTF-8 file of prompts to continue, one per line (blank lines skipped)
+    n: Count = 1  # samples per prompt
+    max_tokens: NonNegativeInt = 0  # tokens per sample; 0 = the recipe's (gpt: the run's sample_tokens; lora: 160)
+    temperature: Annotated[float, Range(-1)] = -1.0  # 0 = greedy; -1 = the recipe's (gpt: the run's; lora: 0.8)
+    top_k: NonNegativeInt = 0  # sample from the k likeliest tokens only (0 = all of them)
+    seed: AnyInt = -1  # the sampler's seed (each prompt starts from it); -1 = the run's seed
+
+
+def prompts_of(opts: LMPredictOptions) -> list[str]:
+    """The prompts to continue: ``prompt=``, then the lines of ``prompts=``; none means score text instead."""
+    found = [opts.prompt] if opts.prompt else []
+    if opts.prompts:
+        path = Path(opts.prompts).expanduser()
+        if not path.is_file():
+            raise ZooError(f"prompts={opts.prompts}: no such file (one prompt per line)")
+        found += [line for line in data.read_text(path).splitlines() if line.strip()]
+        if len(found) == bool(opts.prompt):
+            raise ZooError(f"{path}: no prompts (only blank lines)")
+    if found and opts.data:
+        raise ZooError(f"data={opts.data} and prompt(s)=: give text to score or prompts to continue, not both")
+    return found
+
+
+def read_documents(name: str, run) -> tuple[str, list[str]]:
+    """Text to score: one file (one document), a folder's .txt/.md files in sorted order (a document each), or
+    a registered dataset's text; UTF-8, one line naming the file otherwise."""
+    path = run.data_path(name) if run.is_dataset(name) and not Path(name).exists() else Path(name).expanduser()
+    if not path.exists():
+        raise ZooError(f"data={name}: no such file or folder (give a UTF-8 text file to score)")
+    if path.is_file():
+        return str(path), [data.read_text(path)]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in data.TEXT_SUFFIXES)
+    if not files:
+        raise ZooError(f"{path}: no .txt or .md files to score")
+    return str(path), [data.read_text(p) for p in files]
+
+
+def jsonl_examples(cfg, name: str, run, tokenizer) -> tuple[list[data.Example], list[int]]:
+    """``llm/lora``'s prompt/response examples to score: the run's test examples (``name`` empty), or every
+    example of the .jsonl file ``name`` that fits ``seq_len`` (the prompt cropped from the left, as held-out
+    examples are), and the lines of those that do not."""
+    if not name:
+        return data.split_examples(data.load_jsonl(Path(cfg.data).expanduser(), tokenizer), cfg.val_fraction,
+                                   cfg.test_fraction, cfg.seq_len, cfg.data, run.log).test, []
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ZooError(f"data={name}: no such file (a .jsonl of {{'prompt', 'response'}} lines)")
+    every = data.load_jsonl(path, tokenizer)
+    fitted = [data._fit(e, cfg.seq_len) for e in every]
+    dropped = [e.line for e, f in zip(every, fitted) if f is None]
+    if dropped:
+        run.log(f"{path}: {len(dropped)} examples have a response longer than seq_len={cfg.seq_len} tokens: not scored")
+    if len(dropped) == len(every):
+        raise ZooError(f"{path}: no example fits seq_len={cfg.seq_len} (every response is longer)")
+    return [f for f in fitted if f is not None], dropped
+
+
+def window_sums(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
+                bytes_per_target: torch.Tensor, progress=None) -> tuple[np.ndarray, np.ndarray]:
+    """``data.window_sums``, in chunks of whole batches of windows so a long text shows progress: each batch
+    holds the same windows as one call would, so the sums are the same. Without ``progress``: one call."""
+    if progress is None:
+        return data.window_sums(logits_fn, tokens, seq_len, batch_size, device, bytes_per_target)
+    n = len(tokens) - 1
+    total = math.ceil(n / seq_len)
+    chunk = batch_size * max(1, 64 // batch_size) * seq_len  # targets per chunk: whole batches of whole windows
+    nats, n_bytes = [], []
+    for a in range(0, n, chunk):
+        part = data.window_sums(logits_fn, tokens[a:a + chunk + 1], seq_len, batch_size, device,
+                                bytes_per_target[a:a + chunk])
+        nats.append(part[0])
+        n_bytes.append(part[1])
+        progress(min(total, math.ceil((a + chunk) / seq_len)), total, "windows")
+    return np.concatenate(nats), np.concatenate(n_bytes)
+
+
+def bpb_metrics(nats: np.ndarray, n_bytes: np.ndarray, prefix: str = "") -> dict[str, float]:
+    """Bits per byte of the scored items and its 95% bootstrap interval over them, as the recipes report it."""
+    low, high = data.bpb_interval(nats, n_bytes)
+    return {f"{prefix}bpb": metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum())),
+            f"{prefix}bpb_ci_low": low, f"{prefix}bpb_ci_high": high}
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _bpb(nats: float, n_bytes: float) -> float:
+    return metrics.bits_per_byte(float(nats), float(n_bytes)) if n_bytes > 0 else float("nan")
+
+
+def window_rows(nats: np.ndarray, n_bytes: np.ndarray, seq_len: int, n_targets: int, text: str) -> list[dict]:
+    """A row per scored window: where its targets start in the text's bytes, how many bytes and tokens (windows
+    are full but the last), its nats and bits per byte, and the text its targets spell (cut at bytes: a split
+    character shows as U+FFFD)."""
+    raw = text.encode()
+    rows, at = [], 0.0
+    for i, (nat, size) in enumerate(zip(nats, n_bytes)):
+        a, b = round(at), round(at + size)
+        rows.append({"window": i, "start_byte": a, "bytes": _number(size),
+                     "tokens": min(seq_len, n_targets - i * seq_len), "nats": float(nat), "bpb": _bpb(nat, size),
+                     "text": raw[a:b].decode("utf-8", errors="replace")})
+        at += size
+    return rows
+
+
+def example_rows(examples: list, nats: np.ndarray, n_bytes: np.ndarray) -> list[dict]:
+    """A row per scored prompt/response example: its line in the file, response bytes, nats and bits per byte."""
+    return [{"line": e.line, "bytes": _number(size), "nats": float(nat), "bpb": _bpb(nat, size)}
+            for e, nat, size in zip(examples, nats, n_bytes)]
+
+
+def generation_rows(prompts: list[str], completions: list[list[str]]) -> list[dict]:
+    """A row per sample (prompt, sample number, the generated continuation), each also printed."""
+    rows = []
+    for prompt, texts in zip(prompts, completions):
+        for k, text in enumerate(texts, 1):
+            rows.append({"prompt": prompt, "sample": k, "completion": text})
+            print(f"--- prompt {prompt!r}, sample {k}:\n{prompt}{text}", flush=True)
+    return rows
