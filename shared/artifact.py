@@ -78,7 +78,10 @@ def read_card(run_dir: str | os.PathLike) -> dict:
     if not run_dir.is_dir():
         raise ZooError(f"{run_dir}: no such run directory")
     if not path.is_file():
-        why = ("the run did not finish" if not (run_dir / "summary.json").is_file() else
+        summary = run_dir / "summary.json"
+        status = json.loads(summary.read_text()).get("status") if summary.is_file() else None
+        why = ("the run did not finish" if status is None else
+               f"the run ended {status} (zoo run --resume {run_dir} continues it)" if status != "ok" else
                "it was trained by a zoo before model cards (retrain it), or its recipe saves no model")
         raise ZooError(f"{path}: not found: {why}")
     try:

@@ -6,5 +6,7 @@
   classical baseline.
 - ``config.py``: ``MolConfig``, the settings both share, and each recipe's own (``DMPNNConfig``,
   ``FPXGBConfig``); ``data.py``: reading and standardising the molecules, atom/bond features, descriptors and
-  fingerprints (cached), splits and metrics; ``models.py``: the D-MPNN and its batches.
+  fingerprints (cached), splits and metrics; ``models.py``: the D-MPNN and its batches; ``inference.py``: what
+  both predict hooks share (the card's featuriser, a CSV of SMILES read with invalid rows kept blank and counted,
+  the run's own splits rebuilt and scored again).
 """

@@ -250,11 +250,19 @@ def cached(kind: str, table: MolTable, make):
     return value
 
 
-def rdkit_descriptors(mols: list) -> np.ndarray:
-    """RDKit's 2-D descriptors (about 210), non-finite values as NaN."""
+def descriptor_names() -> list[str]:
+    """This RDKit's 2-D descriptors, in its order (the list can change between RDKit releases)."""
     from rdkit.Chem import Descriptors
 
-    names = [n for n, _ in Descriptors.descList]
+    return [n for n, _ in Descriptors.descList]
+
+
+def rdkit_descriptors(mols: list, names: list[str] | None = None) -> np.ndarray:
+    """RDKit's 2-D descriptors (about 210; ``names``: those, in that order, as a trained model saw them),
+    non-finite values as NaN."""
+    from rdkit.Chem import Descriptors
+
+    names = names or descriptor_names()
     out = np.full((len(mols), len(names)), np.nan, dtype=np.float64)
     for i, mol in enumerate(mols):
         values = Descriptors.CalcMolDescriptors(mol, missingVal=float("nan"))

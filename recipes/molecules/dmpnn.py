@@ -2,7 +2,8 @@
 in plain torch. Targets standardised on the training rows, RDKit descriptors concatenated to the readout,
 AdamW with warmup and cosine decay through the core loop, a masked loss for multi-task gaps, the best
 validation checkpoint kept; k-fold and ensembles average the models' predictions. The test molecules are
-predicted only once a split's models are final, and scored once all are.
+predicted only once a split's models are final, and scored once all are; then each model's best validation
+weights (safetensors), each split's scalers and the featuriser's settings are kept for ``zoo predict``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import optim, schedule
+from recipe_zoo.core import artifact, distributed, optim, schedule
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
@@ -21,7 +22,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.molecules import data, models
+from recipe_zoo.recipes.molecules import data, inference, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.data import Graphs, MolTable
 
@@ -51,19 +52,30 @@ def standardizer(values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.nd
 # One model on one split: AdamW, warmup + cosine, the core loop, the best validation checkpoint
 # =============================================================================================
 
+def scale_descriptors(desc: np.ndarray, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.clip(np.nan_to_num((desc - mean) / std), -10, 10).astype(np.float32))
+
+
+def unscale(p: np.ndarray, task: str, scaler: dict) -> np.ndarray:
+    return p * scaler["target_std"] + scaler["target_mean"] if task == "regression" else p
+
+
 def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
                       val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str) -> tuple:
-    """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats), where
-    ``predict(rows)`` gives the restored model's predictions on the original scale."""
+    """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats, model, scaler),
+    where ``predict(rows)`` gives the restored model's predictions on the original scale and ``scaler`` holds the
+    training rows' target and descriptor statistics."""
     task = table.task
     y = table.y.copy()
     if task == "regression":
         y_mean, y_std = standardizer(y, train_idx)
         y = (y - y_mean) / y_std
+    scaler = {"target_mean": y_mean, "target_std": y_std} if task == "regression" else {}
     extra = None
     if desc is not None:
         d_mean, d_std = standardizer(desc, train_idx)
-        extra = torch.from_numpy(np.clip(np.nan_to_num((desc - d_mean) / d_std), -10, 10).astype(np.float32))
+        extra = scale_descriptors(desc, d_mean, d_std)
+        scaler.update(descriptor_mean=d_mean, descriptor_std=d_std)
     torch.manual_seed(member_seed)
     model = models.DMPNN(graphs.x.size(1), graphs.edge_attr.size(1), 0 if extra is None else extra.size(1),
                   y.shape[1], cfg).to(device)
@@ -77,11 +89,8 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     metric, higher = data.primary_metric(task)
     best = BestState(higher)
 
-    def unscale(p: np.ndarray) -> np.ndarray:
-        return p * y_std + y_mean if task == "regression" else p
-
     def evaluate(m: nn.Module) -> dict[str, float]:
-        pred = unscale(models.predict(m, graphs, val_idx, extra, device, task))
+        pred = unscale(models.predict(m, graphs, val_idx, extra, device, task), task, scaler)
         val = score_tasks(table.y[val_idx], pred, data.SCORE_TASK[task], data.METRIC_NAMES[task])
         value = val.get(metric, float("nan"))
         best.update(value, m)
@@ -98,7 +107,92 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
-    return lambda rows: unscale(models.predict(model, graphs, rows, extra, device, task)), stats
+    return lambda rows: unscale(models.predict(model, graphs, rows, extra, device, task), task, scaler), stats, model, \
+        scaler
+
+
+# =============================================================================================
+# What the run keeps (each model's best validation state, the scalers, the card), and predict
+# =============================================================================================
+
+SCALERS = "scalers.safetensors"
+
+
+def weights_name(k: int, member: int, splits: int, ensemble: int) -> str:
+    return f"model{f'-fold{k}' if splits > 1 else ''}{f'-member{member}' if ensemble > 1 else ''}.safetensors"
+
+
+def save_dmpnn(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, nets: list, scalers: list,
+               predicted: list) -> None:
+    """After scoring: each model's restored best validation weights, each split's scalers (float64 targets,
+    float32 descriptors, as computed), the card and the test molecules' predictions. A SimpleRun (tests,
+    notebooks) has no run directory of its own and keeps nothing."""
+    if run.spec is None:
+        return
+    names = [weights_name(k, m, len(nets), cfg.ensemble) for k in range(len(nets)) for m in range(cfg.ensemble)]
+    if distributed.is_main():
+        for name, net in zip(names, (net for members in nets for net in members)):
+            artifact.save_tensors(net.state_dict(), run.dir / name, metadata={"recipe": run.spec.name})
+        artifact.save_tensors({f"split{k}.{key}": torch.from_numpy(np.asarray(value))
+                               for k, scaler in enumerate(scalers) for key, value in scaler.items()}, run.dir / SCALERS)
+    count = f"ensemble of {cfg.ensemble} models" if cfg.ensemble > 1 else "one model"
+    selected = (f"best-val: {len(nets)} folds x {count} (new data: the mean of all {len(names)})" if len(nets) > 1
+                else f"best-val: {count}")
+    pre = inference.featuriser(cfg, table, atom_dim=graphs.x.size(1), bond_dim=graphs.edge_attr.size(1),
+                               extra_dim=0 if desc is None else desc.shape[1])
+    artifact.write_card(run.dir, recipe=run.spec.name, task=table.task, weights=names, selected=selected,
+                        preprocess=pre, files=[SCALERS], evaluation={"folds": len(nets), "ensemble": cfg.ensemble,
+                                                                     "batch_size": 256})
+    artifact.write_predictions(run.dir, inference.split_rows(table, pre["smiles"], predicted, pre))
+
+
+def load_nets(cfg: DMPNNConfig, run, device) -> list[list[nn.Module]]:
+    """The saved models, per split, in evaluation mode on ``device``."""
+    pre, card = run.card["preprocess"], run.card
+    per_split = card["evaluation"]["ensemble"]
+    nets = []
+    for i, name in enumerate(card["weights"]):
+        net = models.DMPNN(pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], len(pre["targets"]), cfg)
+        net.load_state_dict(artifact.load_tensors(run.path(name)))
+        if i % per_split == 0:
+            nets.append([])
+        nets[-1].append(net.to(device).eval())
+    return nets
+
+
+def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> artifact.Predictions:
+    """New molecules: every saved model's prediction, averaged per split's ensemble, then over splits. No data=:
+    each split's test (and validation) molecules by that split's models, scored as the run scored them."""
+    pre = inference.check_featuriser(run)
+    device = choose_device(run.device)
+    nets, task, batch = load_nets(cfg, run, device), pre["task"], opts.batch_size or 256
+    saved = artifact.load_tensors(run.path(SCALERS))
+    scalers = [{key.split(".", 1)[1]: value.numpy() for key, value in saved.items() if key.startswith(f"split{k}.")}
+               for k in range(len(nets))]
+
+    def ensemble(k: int, graphs: Graphs, desc, rows: np.ndarray) -> np.ndarray:
+        s = scalers[k]
+        extra = None if desc is None else scale_descriptors(desc, s["descriptor_mean"], s["descriptor_std"])
+        return np.mean([unscale(models.predict(net, graphs, rows, extra, device, task, batch), task, s)
+                        for net in nets[k]], axis=0)
+
+    if not opts.data:
+        table, splits = inference.own_table(cfg, run)
+        graphs = data.cached("graphs", table, lambda: data.featurize(table.mols))
+        desc = data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)) if pre["descriptors"] \
+            else None
+        predicted = [(val, ensemble(k, graphs, desc, val), test, ensemble(k, graphs, desc, test))
+                     for k, (_, val, test) in enumerate(splits)]
+        return inference.own_split(table, pre["smiles"], predicted, data.finish(run, table, predicted), pre)
+    inp = inference.read_molecules(opts, run, pre)
+
+    def some(mols: list) -> np.ndarray:
+        graphs = data.featurize(mols)
+        desc = data.rdkit_descriptors(mols, pre["descriptors"]) if pre["descriptors"] else None
+        rows = np.arange(len(mols))
+        return np.mean([ensemble(k, graphs, desc, rows) for k in range(len(nets))], axis=0)
+
+    return inference.new_rows(inp, inference.in_batches(inp.mols, batch, some, len(pre["targets"]), run), pre)
 
 
 # =============================================================================================
@@ -107,7 +201,8 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
 
 @recipe("molecules/dmpnn", config=DMPNNConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="directed message passing over bonds (chemprop's D-MPNN) in plain torch; random or "
-                              "scaffold splits, k-fold, ensembles; RMSE or ROC-AUC")
+                              "scaffold splits, k-fold, ensembles; RMSE or ROC-AUC",
+        predict=predict_dmpnn, predict_options=inference.MolPredictOptions)
 def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     table = data.load_for(cfg, run)
@@ -118,19 +213,24 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     splits = data.splits_for(cfg, table, run)
     data.inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
-    predicted, total_seconds, last = [], 0.0, {}
+    predicted, total_seconds, last, nets, scalers = [], 0.0, {}, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
         members = []
+        nets.append([])
         for member in range(cfg.ensemble):
             label = "" if k == 0 and member == 0 else f"fold {k} model {member}"
-            predict, stats = train_dmpnn_split(cfg, run, table, graphs, desc, train_idx, val_idx, per_model, device,
-                                               member_seed=run.seed * 1000 + member, label=label)
+            predict, stats, net, scaler = train_dmpnn_split(cfg, run, table, graphs, desc, train_idx, val_idx,
+                                                            per_model, device, member_seed=run.seed * 1000 + member,
+                                                            label=label)
             members.append(predict)
+            nets[k].append(net)
             total_seconds += stats["train_seconds"]
             last = stats
+        scalers.append(scaler)  # the split's training rows: the same for each of its members
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
         predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
                           test_idx, np.mean([p(test_idx) for p in members], axis=0)))
     metrics = data.finish(run, table, predicted)
+    save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted)
     return {**metrics, "train_seconds": total_seconds, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}

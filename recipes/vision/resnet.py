@@ -246,7 +246,8 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
     with autocast(device, resolve_precision(device, cfg.precision)):
         logits = predict(model, x, normalize, tta, card["evaluation"]["flip"], opts.batch_size or 1024,
                          progress=lambda done: run.progress(done, len(x), "images"))
-        test = scores(logits, y, len(classes), prefix="test_") if y is not None else {}
+        # the run's own test split: its test_ metrics again; a labelled folder: plain names (another data set)
+        test = scores(logits, y, len(classes), prefix="" if opts.data else "test_") if y is not None else {}
     return artifact.Predictions(rows=prediction_rows(logits, names, classes, y), metrics=test,
                                 arrays={"probabilities": logits.float().softmax(1).cpu().numpy()})
 
