@@ -179,7 +179,7 @@ class PredictRun:
     log: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True)
     spec: Any = None
     inspecting = False
-    _last_progress: float = 0.0
+    _progress_times: list = field(default_factory=list)  # (first call, last line) of progress()
 
     def __post_init__(self):
         if self.data_path is None:
@@ -202,12 +202,14 @@ class PredictRun:
         return path
 
     def progress(self, done: int, total: int, what: str) -> None:
-        """A progress line at most every 2 s (and at the end) for work over a few seconds."""
+        """A progress line every 2 s, and at the end of work that took longer: nothing for quick work."""
         now = time.monotonic()
-        if done >= total or now - self._last_progress >= 2.0:
-            if done < total or self._last_progress:
-                self.log(f"{what}: {done}/{total}")
-            self._last_progress = now
+        if not self._progress_times:
+            self._progress_times[:] = [now, now]
+        started, last = self._progress_times
+        if now - last >= 2.0 or (done >= total and now - started >= 2.0):
+            self.log(f"{what}: {done}/{total}")
+            self._progress_times[1] = now
 
     def record_split(self, parts) -> None:
         pass

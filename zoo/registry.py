@@ -92,17 +92,28 @@ def _literal(node: ast.AST):
         return None
 
 
+_PARSED: dict[Path, tuple[float, list[dict]]] = {}  # file -> (its mtime, its rows): parsed again when it changes
+
+
 def static_list() -> list[dict]:
     """Recipes as declared in the sources, without importing them (for ``zoo list``)."""
     rows = []
     for module, path in recipe_files():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for deco in node.decorator_list:
-                if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "recipe" and deco.args:
-                    row = {"name": _literal(deco.args[0]), "module": module}
-                    row.update({kw.arg: _literal(kw.value) for kw in deco.keywords if kw.arg not in NOT_LITERAL})
-                    rows.append(row)
+        mtime = path.stat().st_mtime
+        if _PARSED.get(path, (None,))[0] != mtime:
+            _PARSED[path] = (mtime, _declared(module, path))
+        rows += [dict(row) for row in _PARSED[path][1]]  # copies: a caller may add to its rows
     return sorted(rows, key=lambda r: r["name"])
+
+
+def _declared(module: str, path: Path) -> list[dict]:
+    rows = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "recipe" and deco.args:
+                row = {"name": _literal(deco.args[0]), "module": module}
+                row.update({kw.arg: _literal(kw.value) for kw in deco.keywords if kw.arg not in NOT_LITERAL})
+                rows.append(row)
+    return rows

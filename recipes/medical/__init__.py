@@ -9,6 +9,7 @@ Networks, transforms, losses, the sliding-window inferer and the metrics are MON
 - ``plan.py``: the self-configuring part: the dataset fingerprint, the plan from fingerprint, config,
   device and budget, its description, and the measured network cost it sizes patches by;
 - ``models.py``: the MONAI UNet / BasicUNet / SwinUNETR, class weights and the loss;
-- ``unet.py``: ``medical/unet`` and ``medical/swinunetr`` (config, sliding-window evaluation with
-  mirrored views, training).
+- ``inference.py``: sliding-window evaluation with mirrored views and the metrics, masks written back in
+  each input's geometry, what a run saves for use (model.json, predictions.csv) and ``zoo predict``'s work;
+- ``unet.py``: ``medical/unet`` and ``medical/swinunetr`` (config, predict options and hook, training).
 """

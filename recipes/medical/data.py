@@ -47,6 +47,7 @@ class SegData:
     symmetric_axes: tuple[int, ...] = ()
     modality: str = ""  # e.g. CT / MRI from dataset.json
     folds: int = 0  # folds=-1 (auto) means this: k-fold for too few cases to hold out a test set, else 0
+    values: list[int] | None = None  # the mask value of each class (predicted masks are written in them); None: 0..K-1
 
 
 def _stem(path: Path) -> str:
@@ -59,12 +60,15 @@ def _stem(path: Path) -> str:
 
 def read_image(path: Path):
     """(C, *spatial) float32 array and spacing, through MONAI's readers (NIfTI, PNG, TIFF, ...)."""
+    from monai.data import PILReader
     from monai.transforms import LoadImage
 
     if not path.is_file():
         raise ZooError(f"{path}: file not found")
+    # TIFF through PIL (MONAI picks no reader for it without ITK), axes as MONAI lays out a PNG
+    reader = PILReader() if path.suffix.lower() in (".tif", ".tiff") else None
     try:
-        image = LoadImage(image_only=True, ensure_channel_first=True)(str(path))
+        image = LoadImage(reader=reader, image_only=True, ensure_channel_first=True)(str(path))
     except Exception as exc:  # each reader raises its own error type for a corrupt file
         raise ZooError(f"{path}: cannot read image ({str(exc).splitlines()[0][:160]})") from None
     spacing = tuple(float(s) for s in image.pixdim)[:image.ndim - 1]
@@ -193,7 +197,7 @@ def load_isbi(root: Path, values: list[int] | None) -> SegData:
                                values or [255, 0], root)
     names = ["background", "membrane"] if values == [255, 0] else [f"value{v}" for v in values]
     # 30 slices: too few for a held-out test set, so 5 folds of 6 test slices, each with an inner validation
-    return SegData(cases, names, "isbi2012-membrane", (0, 1), folds=5)
+    return SegData(cases, names, "isbi2012-membrane", (0, 1), folds=5, values=values)
 
 
 MASK_DIRS, IMAGE_DIRS = ("masks", "labels", "label", "labelsTr"), ("images", "image", "imagesTr")
@@ -237,7 +241,7 @@ def load_msd(root: Path, values: list[int] | None) -> SegData:
     modality = meta.get("modality") or meta.get("channel_names") or {}
     modality = str(next(iter(modality.values()), "")) if isinstance(modality, dict) else str(modality)
     return SegData(cases, [by_value.get(v, f"value{v}") for v in values], root.name, (), modality,
-                   folds=folds_for(len(cases)))
+                   folds=folds_for(len(cases)), values=values)
 
 
 def load_folder(root: Path, values: list[int] | None) -> SegData:
@@ -258,7 +262,7 @@ def load_folder(root: Path, values: list[int] | None) -> SegData:
     cases, values = load_pairs([found[image_dir][s] for s in stems], [found[mask_dir][s] for s in stems], values,
                                root)
     names = ["background"] + [f"class{i}" for i in range(1, len(values))]
-    return SegData(cases, names, root.name, folds=folds_for(len(cases)))
+    return SegData(cases, names, root.name, folds=folds_for(len(cases)), values=values)
 
 
 def load_data(cfg: MedicalConfig, run) -> SegData:

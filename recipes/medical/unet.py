@@ -1,27 +1,28 @@
 """``medical/unet`` and ``medical/swinunetr``: self-configuring 2-D / 3-D segmentation on MONAI.
 
-Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan), sliding-window evaluation with
-mirrored test-time views, then training: the split (train / validation / test by a hash of each case's path,
+Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan), the predict hook (``zoo predict``;
+its work, and the sliding-window evaluation with mirrored test-time views it shares with training, are in
+``inference.py``), then training: the split (train / validation / test by a hash of each case's path,
 or k folds each with an inner validation where the cases are too few for a test set, as ISBI 2012's 30),
 per fold the plan from its training cases (the nnU-Net idea: derive the configuration from the data, here
 also from the compute budget), network and loss, training that evaluates on validation only, and the test
-cases scored once at the end. The two recipes share this train function; SwinUNETR trades the UNet's
+cases scored once at the end; then the model saved for use (``model.json``, ``predictions.csv`` and the test
+cases' masks in ``predictions/``). The two recipes share this train function; SwinUNETR trades the UNet's
 convolutions for a Swin transformer encoder.
 """
 from __future__ import annotations
 
 import functools
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core.artifact import Predictions, PredictOptions
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
@@ -29,8 +30,10 @@ from recipe_zoo.core.metrics import bootstrap, summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
-from recipe_zoo.recipes.medical.data import (Case, Fold, PatchBatches, SegData, augmentation, inspect_view,
-                                             load_data, parse_ints, preprocess, slices, split_cases)
+from recipe_zoo.recipes.medical import inference
+from recipe_zoo.recipes.medical.data import (Fold, PatchBatches, SegData, augmentation, inspect_view, load_data,
+                                             parse_ints, preprocess, slices, split_cases)
+from recipe_zoo.recipes.medical.inference import evaluate, mean_dice, score_cases, summarize
 from recipe_zoo.recipes.medical.models import build_loss, build_model, class_weights
 from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_plan, network_cost
 
@@ -85,84 +88,22 @@ class MedicalConfig(LoopSettings):
 
 
 # =============================================================================================
-# Evaluation: sliding windows over whole images, mirrored test-time views, MONAI metrics
+# Predict: the trained run on new images / volumes, or on its own test cases again (inference.py does the work)
 # =============================================================================================
 
-def predict(model: nn.Module, case: Case, plan: dict, overlap: float, mirror_axes: tuple[int, ...],
-            device: torch.device) -> torch.Tensor:
-    """Class probabilities (K, *spatial) for one whole case."""
-    import itertools
-
-    from monai.inferers import sliding_window_inference
-
-    x = case.image.unsqueeze(0).to(device)  # (1, C, *spatial)
-    axis = plan["slice_axis"]
-    if axis is not None:  # 2-D network on a volume: its slices become the batch
-        x = x.movedim(axis + 2, 0)[:, 0]  # (S, C, a, b)
-
-    def window(t: torch.Tensor) -> torch.Tensor:
-        return sliding_window_inference(t, plan["patch"], plan["batch_size"], model, overlap=overlap,
-                                        mode="gaussian").float().softmax(1)
-
-    views = [()] + [c for r in range(1, len(mirror_axes) + 1) for c in itertools.combinations(mirror_axes, r)]
-    probs = 0
-    for flip in views:
-        dims = [a + 2 for a in flip]
-        probs = probs + (window(x.flip(dims)).flip(dims) if flip else window(x))
-    probs = probs / len(views)  # (B, K, ...)
-    return probs.movedim(0, axis + 1) if axis is not None else probs[0]  # slices back in place: (K, *spatial)
+@dataclass
+class MedicalPredictOptions(PredictOptions):
+    labels: str = ""  # masks to score against: a file, or a folder matched by name; '' = data's masks/ folder if any
+    fold: Annotated[int, Range(-1)] = -1  # k-fold runs, new data: -1 = mean of every fold model's softmax, k = fold k
+    tta: Annotated[int, Range(-1, 1)] = -1  # mirrored views: 1 on, 0 off, -1 = as the run evaluated
+    overlap: Annotated[float, Range(-1, 1, high_open=True)] = -1.0  # sliding-window overlap; -1 = the run's
 
 
-def score_cases(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
-                overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False) -> dict[str, np.ndarray]:
-    """Per case and class, (n_cases, K): ``dice`` and ``iou`` (NaN for a class absent from the truth), and
-    ``hd95`` (foreground classes only) when asked."""
-    from monai.metrics import DiceMetric, HausdorffDistanceMetric, MeanIoU
-
-    k = len(classes)
-    dice, iou = DiceMetric(include_background=True, reduction="none"), MeanIoU(include_background=True,
-                                                                               reduction="none")
-    distance = HausdorffDistanceMetric(include_background=False, percentile=95, reduction="none")
-    for case in cases:
-        probs = predict(model, case, plan, overlap, mirror_axes, device).cpu()
-        pred = F.one_hot(probs.argmax(0), k).movedim(-1, 0)[None]
-        truth = F.one_hot(case.label[0].long(), k).movedim(-1, 0)[None]
-        dice(pred, truth)
-        iou(pred, truth)
-        if hd95:
-            distance(pred, truth, spacing=plan["spacing"])
-    scores = {"dice": dice.get_buffer().numpy(), "iou": iou.get_buffer().numpy()}
-    if hd95:
-        scores["hd95"] = distance.get_buffer().numpy()
-    return scores
-
-
-def summarize(scores: dict[str, np.ndarray], classes: list[str]) -> dict[str, float]:
-    """Each class's mean over cases; ``dice`` = mean over foreground classes, ``miou`` = mean IoU over all
-    classes (background included, the semantic-segmentation convention)."""
-    with warnings.catch_warnings():  # a class absent from every case: NaN, left out of the means
-        warnings.simplefilter("ignore", RuntimeWarning)
-        per_dice, per_iou = np.nanmean(scores["dice"], 0), np.nanmean(scores["iou"], 0)
-        out = {"dice": float(np.nanmean(per_dice[1:])), "miou": float(np.nanmean(per_iou))}
-        out.update({f"dice_{name}": float(v) for name, v in zip(classes[1:], per_dice[1:])})
-        out.update({f"iou_{name}": float(v) for name, v in zip(classes, per_iou)})
-        if "hd95" in scores:
-            out["hd95"] = float(np.nanmean(np.nanmean(scores["hd95"], 0)))
-    return out
-
-
-def mean_dice(dice: np.ndarray, items: np.ndarray) -> float:
-    """``dice`` of the cases ``items`` (a bootstrap draw): the mean over foreground classes of their means."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmean(np.nanmean(dice[items], 0)[1:]))
-
-
-def evaluate(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
-             overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False) -> dict[str, float]:
-    """Per-class Dice and IoU on whole cases (mean over cases), ``dice`` and ``miou`` (see ``summarize``)."""
-    return summarize(score_cases(model, cases, plan, classes, device, overlap=overlap, mirror_axes=mirror_axes,
-                                 hd95=hd95), classes)
+def segment(cfg: MedicalConfig, opts: MedicalPredictOptions, run) -> Predictions:
+    """``zoo predict``: masks for new images or volumes (``data=`` a file or folder; PNG for 2-D images, NIfTI
+    with the input's geometry for volumes), or with no data the run's own test cases scored again (its metrics).
+    Both go through the run's evaluation: its plan's grid, sliding windows, mirrored views, fold models."""
+    return inference.predict_new(cfg, opts, run) if opts.data else inference.predict_test(cfg, opts, run)
 
 
 # =============================================================================================
@@ -188,10 +129,11 @@ def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dim
 
 
 def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, tag: str, device: torch.device,
-               measure) -> tuple[dict, dict, dict]:
+               measure) -> tuple[dict, dict, dict, tuple[dict, inference.MaskWriter]]:
     """One fold: the plan from its training cases, training that evaluates on its validation cases, then its
     validation and (only now) its test cases scored with the model training ends with. Returns the validation
-    and test scores per case (``score_cases``) and the training stats."""
+    and test scores per case (``score_cases``), the training stats, and what inference needs (the weights' file,
+    plan and fingerprint) with the test cases' masks (written to ``predictions/``)."""
     in_channels, spatial_dims = fold.train[0].image.shape[0], fold.train[0].image.ndim - 1
     fp = fingerprint(data, fold.train)
     # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
@@ -236,16 +178,18 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     score = functools.partial(score_cases, final_model, plan=plan, classes=data.classes, device=device,
                               overlap=cfg.overlap, mirror_axes=tuple(plan["flip_axes"]) if cfg.tta else (),
                               hd95=cfg.hd95)
+    masks = inference.MaskWriter(run.dir / "predictions", data.values or list(range(len(data.classes))), fold.test)
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
         val_scores = score(val_cases)
-        test_scores = score([preprocess(c, plan, fp) for c in fold.test])  # the test cases, once, at the end
+        test_scores = score([preprocess(c, plan, fp) for c in fold.test], each=masks)  # once, at the end
     views = ", mirrored views" if cfg.tta and plan["flip_axes"] else ""
     for part, scores in (("validation", val_scores), ("test", test_scores)):
         run.log(f"{tag}{part} (whole cases, sliding windows{views}): "
                 + " ".join(f"{k}={v:.4f}" for k, v in summarize(scores, data.classes).items()))
-    export_safetensors(final_model, run.dir / ("model.safetensors" if index == 0 else f"model-fold{index}.safetensors"),
+    export_safetensors(final_model, run.dir / inference.weights_name(index),
                        metadata={"recipe": run.spec.name, "plan": json.dumps(plan), "fold": str(index)})
-    return val_scores, test_scores, result.stats()
+    saved = {"weights": inference.weights_name(index), "plan": plan, "fingerprint": fp}
+    return val_scores, test_scores, result.stats(), (saved, masks)
 
 
 def record_split(run, data: SegData, folds: list[Fold]) -> None:
@@ -265,10 +209,12 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
 
 
 @recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
-        summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU")
+        summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU",
+        predict=segment, predict_options=MedicalPredictOptions)
 @recipe("medical/swinunetr", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="the same pipeline on MONAI SwinUNETR (3-D volumes, or 2-D), AdamW 1e-3",
-        defaults={"model": "swinunetr", "lr": 1e-3, "weight_decay": 1e-2})
+        defaults={"model": "swinunetr", "lr": 1e-3, "weight_decay": 1e-2}, predict=segment,
+        predict_options=MedicalPredictOptions)
 def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
@@ -280,11 +226,14 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
     measure = network_cost(cfg, data.cases[0].image.shape[0], len(data.classes))
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
-    per_fold, pooled, stats = [], [], []
+    per_fold, pooled, stats, models, rows = [], [], [], [], []
     for k, fold in enumerate(folds):
         part = run if len(folds) == 1 else run.part(budget, main=k == 0)
         tag = f"fold {k}: " if len(folds) > 1 else ""
-        val_scores, test_scores, fold_stats = train_fold(cfg, part, data, fold, k, tag, device, measure)
+        val_scores, test_scores, fold_stats, (saved, masks) = train_fold(cfg, part, data, fold, k, tag, device,
+                                                                         measure)
+        models.append(saved)
+        rows += masks.rows(test_scores["dice"], data.classes, k if len(folds) > 1 else None)
         val, test = summarize(val_scores, data.classes), summarize(test_scores, data.classes)
         per_fold.append({**{f"test_{m}": v for m, v in test.items()}, "val_dice": val["dice"], "val_miou": val["miou"]})
         pooled.append(test_scores["dice"])
@@ -292,6 +241,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     metrics = summarize_folds(per_fold, run.log)
     dice = np.concatenate(pooled)  # every case tested once: the interval is over all test cases
     low, high = bootstrap(functools.partial(mean_dice, dice), len(dice))
+    inference.save_card(run, cfg, data, models, rows, device)
     totals = {k: sum(s[k] for s in stats) for k in ("train_seconds", "steps", "epochs")}
     return {**stats[0], **totals, "peak_mem_mb": max(s["peak_mem_mb"] for s in stats), **metrics,
             "test_dice_ci_low": low, "test_dice_ci_high": high}
