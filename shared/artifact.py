@@ -214,6 +214,9 @@ class PredictRun:
     def record_split(self, parts) -> None:
         pass
 
+    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
+        raise ZooError(f"{dest}: not here, and predict does not download ({url}); place the file there")
+
     def report(self, key: str, value) -> None:
         pass
 

@@ -290,7 +290,9 @@ def test_lora_trains_adapters_and_head_only(variant_fasta, tiny_esm, tmp_path):
     adapter = load_file(f"{run_dir}/adapter/adapter_model.safetensors")
     assert adapter and all("lora_" in k for k in adapter)
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # B starts at zero: it trained
-    assert set(torch.load(f"{run_dir}/head.pt", weights_only=True)) >= {"head.net.1.weight", "head.net.4.weight"}
+    from safetensors.torch import load_file
+
+    assert set(load_file(f"{run_dir}/head.safetensors")) >= {"head.net.1.weight", "head.net.4.weight"}
 
 
 def test_layer_decay_groups():

@@ -55,6 +55,8 @@ class ProteinData:
     keys: list | None = None  # each item's split key: its sequence (an NPZ row: its embedding's bytes)
     positions: list[tuple[int, ...]] | None = None  # the mutated positions of each item, where the data says them
     skipped: int = 0
+    ids: list[str] | None = None  # each item's name for predictions.csv: its FASTA header, or its CSV mutant
+    reference: str | None = None  # the consensus the positions were read against (variant sequences, no mutant column)
 
 
 def check_sequence(seq: str, where: str, cfg: ProteinConfig) -> str:
@@ -151,8 +153,9 @@ def need_columns(name: str, columns: list[str], wanted: list[str], hint: str) ->
 
 
 def load_fasta(cfg: ProteinConfig, path: Path) -> ProteinData:
-    seqs, labels, where = [], [], []
+    seqs, labels, where, ids = [], [], [], []
     for header, seq, line in read_fasta(path):
+        ids.append(header)
         fields = header.split("|")
         w = f"{path} record {header.split()[0] if header else '?'!r} (line {line})"
         try:
@@ -163,7 +166,7 @@ def load_fasta(cfg: ProteinConfig, path: Path) -> ProteinData:
         seqs.append(check_sequence(seq, w, cfg))
         where.append(w)
     y, task, classes = parse_labels(labels, where, cfg.task)
-    return ProteinData(str(path), y, task, seqs=seqs, classes=classes)
+    return ProteinData(str(path), y, task, seqs=seqs, classes=classes, ids=ids)
 
 
 def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_target: str = "target") -> ProteinData:
@@ -178,6 +181,7 @@ def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_ta
     data = ProteinData(name, y, task, seqs=seqs, classes=classes)
     if cfg.mutant in columns:  # H24C or H24C:A50G: the positions split=positions and protein/position-mean use
         data.positions = [mutation_positions(r[cfg.mutant] or "", w) for r, w in zip(rows, where)]
+        data.ids = [r[cfg.mutant] or "" for r in rows]
     if "set" in columns:  # FLIP's layout: set = train | test, validation = True marks part of train
         sets = [(r["set"] or "").strip().lower() for r in rows]
         odd = next((i for i, s in enumerate(sets) if s not in ("train", "test")), None)
@@ -401,14 +405,15 @@ def blosum62() -> np.ndarray:
     return np.array([row.split() for row in _BLOSUM62.strip().splitlines()], dtype=np.float32) / 4
 
 
-def encode(seqs: list[str], kind: str) -> np.ndarray:
+def encode(seqs: list[str], kind: str, length: int = 0) -> np.ndarray:
     """(n, length x 21) one-hot (letters beyond the 20 share a column) or (n, length x 20) BLOSUM62;
-    positions are compared as given (variants of one protein), shorter sequences padded with zeros."""
-    length = max(len(s) for s in seqs)
+    positions are compared as given (variants of one protein), shorter sequences padded with zeros. ``length``:
+    the training's (predict), residues past it dropped: in training those columns were all padding, so unused."""
+    length = length or max(len(s) for s in seqs)
     lookup = {a: i for i, a in enumerate(AMINO)}
     idx = np.full((len(seqs), length), -1, dtype=np.int64)
     for i, s in enumerate(seqs):
-        idx[i, :len(s)] = [lookup.get(a, 20) for a in s]
+        idx[i, :min(len(s), length)] = [lookup.get(a, 20) for a in s[:length]]
     table = np.concatenate([np.eye(21, dtype=np.float32) if kind == "onehot" else blosum62(),
                             np.zeros((1, 21 if kind == "onehot" else 20), dtype=np.float32)])
     return table[idx].reshape(len(seqs), -1)  # index -1 picks the zero row: padding

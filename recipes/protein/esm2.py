@@ -70,6 +70,8 @@ def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
         path = Path(torch.hub.get_dir()) / "checkpoints" / f"{cfg.esm_model}.pt"
         if not path.is_file():
             try:
+                if not hasattr(run, "fetch"):  # zoo predict's run does not download
+                    raise ZooError("not downloaded when predicting")
                 run.fetch(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
             except ZooError as exc:
                 reason = str(exc).rsplit(": ", 1)[-1]
@@ -85,9 +87,12 @@ def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
 # =============================================================================================
 
 def weights_digest(model: nn.Module) -> str:
-    """A content hash of the weights: the embedding cache key, whatever the file is called."""
+    """A content hash of the weights: the embedding cache key, whatever the file is called. Without the contact
+    head: fair-esm files lack its regression weights, so each load draws them at random, and nothing here uses it."""
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
+        if name.startswith("contact_head."):
+            continue
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]
@@ -128,11 +133,20 @@ def features_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features" / "esm"
 
 
+def check_digest(model: nn.Module, card_esm: dict, what: str) -> None:
+    """Predict on the ESM-2 weights the run used: a file of the same name with other weights is one line."""
+    digest = weights_digest(model)
+    if digest != card_esm["digest"]:
+        raise ZooError(f"{what}: not the ESM-2 weights this run was trained with (weights digest {digest}, the run's "
+                       f"{card_esm['digest']}); pass esm_weights=PATH.pt of the run's model")
+
+
 @torch.inference_mode()
 def embed(model: nn.Module, alphabet, seqs: list[str], layer: int, pool: str, device, precision: str,
-          toks_per_batch: int, log) -> np.ndarray:
+          toks_per_batch: int, log, progress=None) -> np.ndarray:
     """(n, width) pooled embeddings, cached on disk per (weights, layer, pool, precision) and sequence:
-    a sequence embedded once is never embedded again by the same model, in any dataset."""
+    a sequence embedded once is never embedded again by the same model, in any dataset. ``progress(done,
+    total)``: called after each forward pass."""
     folder = features_root() / f"{weights_digest(model)}-layer{layer}-{pool}-{precision}"
     keys = [hashlib.sha1(s.encode()).hexdigest() for s in seqs]
     found: dict[str, np.ndarray] = {}
@@ -154,6 +168,8 @@ def embed(model: nn.Module, alphabet, seqs: list[str], layer: int, pool: str, de
                 rep = model(tokens, repr_layers=[layer])["representations"][layer]
             new_emb.append(pool_tokens(rep.float(), tokens, alphabet, pool).cpu().numpy())
             new_keys += [hashlib.sha1(s.encode()).hexdigest() for s in batch]
+            if progress is not None:
+                progress(len(new_keys), len(todo))
         emb = np.concatenate(new_emb).astype(np.float32)
         found.update(zip(new_keys, emb))
         folder.mkdir(parents=True, exist_ok=True)
@@ -168,15 +184,15 @@ def embed(model: nn.Module, alphabet, seqs: list[str], layer: int, pool: str, de
     return np.stack([found[k] for k in keys])
 
 
-
 # =============================================================================================
 # Zero-shot: masked marginals
 # =============================================================================================
 
 @torch.inference_mode()
 def masked_marginals(model: nn.Module, alphabet, wt: str, positions: list[int], device, precision: str,
-                     toks_per_batch: int) -> dict[int, torch.Tensor]:
-    """Position -> log-probabilities over the alphabet with that position masked (Meier et al. 2021)."""
+                     toks_per_batch: int, progress=None) -> dict[int, torch.Tensor]:
+    """Position -> log-probabilities over the alphabet with that position masked (Meier et al. 2021).
+    ``progress(done, total)``: called after each forward pass."""
     model.eval().to(device)
     base = tokenize(alphabet, [wt])[0]
     per_batch = max(1, toks_per_batch // len(base))
@@ -191,5 +207,7 @@ def masked_marginals(model: nn.Module, alphabet, wt: str, positions: list[int], 
             logits = model(tokens.to(device))["logits"].float().cpu()
         logp = torch.log_softmax(logits[rows, cols], dim=-1)
         out.update(zip(chunk, logp))
+        if progress is not None:
+            progress(len(out), len(positions))
     return out
 

@@ -269,20 +269,28 @@ def head_loss(pred: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
     return F.mse_loss(pred.squeeze(1), y) if task == "regression" else F.cross_entropy(pred, y)
 
 
+def target_scaling(data: ProteinData) -> tuple[float, float]:
+    """(mean, std) of the training targets the networks regress on standardised; (0, 1) for classes."""
+    train = data.split[0]
+    return (float(data.y[train].mean()), float(data.y[train].std()) or 1.0) if data.task == "regression" \
+        else (0.0, 1.0)
+
+
+def unscaled(p: np.ndarray, mean: float, std: float, task: str) -> np.ndarray:
+    return p * std + mean if task == "regression" else p
+
+
 def train_supervised(cfg: HeadFields, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
                      optimizer: torch.optim.Optimizer, device, predict_fn) -> tuple[nn.Module, dict, np.ndarray]:
     """The core loop on (inputs, targets) rows, scored on validation only; returns the model at its best validation
     state, the loop's stats (with ``best_val_<metric>``) and the test rows' predictions as a thunk (for the end)."""
     train, val, test = data.split
-    mean, std = (float(data.y[train].mean()), float(data.y[train].std()) or 1.0) if data.task == "regression" \
-        else (0.0, 1.0)
+    mean, std = target_scaling(data)
     y = torch.from_numpy((data.y - mean) / std).float() if data.task == "regression" else torch.from_numpy(data.y)
     batches = TensorBatches((inputs[train], y[train]), batch, seed=run.seed)
     metric, higher = primary_metric(data.task)
     best = BestState(higher)
-
-    def unscale(p: np.ndarray) -> np.ndarray:
-        return p * std + mean if data.task == "regression" else p
+    unscale = functools.partial(unscaled, mean=mean, std=std, task=data.task)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         val_metrics = score(data.y[val], unscale(predict_fn(m, inputs[val])), *SCORING[data.task])
@@ -311,23 +319,42 @@ def predict_rows(model: nn.Module, x: torch.Tensor, device, batch: int = 1024) -
     return torch.cat(out).numpy()
 
 
+@dataclass
+class MLPFit:
+    """The MLP head at its best validation state; predicts rows from their raw features, as it was scored."""
+    feats: Features
+    model: MLPHead
+    mean: float
+    std: float
+    task: str
+    device: torch.device
+    head = "mlp"
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return unscaled(predict_rows(self.model, self.feats(X).float(), self.device), self.mean, self.std, self.task)
+
+
 def train_mlp_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool):
-    """The MLP through the core loop on ``run``'s budget: (loop stats, test predictions as a thunk, description)."""
+    """The MLP through the core loop on ``run``'s budget: (loop stats, the fitted head, description)."""
     device = choose_device(run.device)
-    inputs = Features.fit(X[data.split[0]], scale)(X).float()
+    feats = Features.fit(X[data.split[0]], scale)
+    inputs = feats(X).float()
     torch.manual_seed(run.seed)
     out = 1 if data.task == "regression" else len(data.classes)
     model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
-    _, stats, predict_test = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
-                                              functools.partial(predict_rows, device=device))
-    return stats, predict_test, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
+    model, stats, _ = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
+                                       functools.partial(predict_rows, device=device))
+    fitted = MLPFit(feats, model, *target_scaling(data), data.task, device)
+    return stats, fitted, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
 
 
-def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool) -> dict[str, float]:
+def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray,
+             scale: bool) -> tuple[dict[str, float], ClosedForm | MLPFit, np.ndarray]:
     """Fit the configured head on features ``X`` (head=auto: ridge, kernel ridge and the MLP, the best on
-    validation kept), then score it on test once. Under a seconds budget the closed-form grid gets the budget
-    (head=auto: half, the MLP the rest) and shrinks to fit; ``train_seconds`` counts all fitting and selection."""
+    validation kept), then score it on test once: (metrics, the head kept, its test predictions). Under a seconds
+    budget the closed-form grid gets the budget (head=auto: half, the MLP the rest) and shrinks to fit;
+    ``train_seconds`` counts all fitting and selection."""
     train, _, test = data.split
     metric = primary_metric(data.task)[0]
     seconds = run.budget.amount if run.budget.kind == "seconds" else None
@@ -347,23 +374,23 @@ def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool
         hp += f", on {best['rows']} training rows" if best.get("rows", len(train)) < len(train) else ""
         run.log(f"closed form: {best['head']} ({hp}) has the best validation {metric}, {best['val'][metric]:.4f}, "
                 f"of {len(candidates)} candidates")
-        options.append((best["val"][metric], f"{best['head']} ({hp}, fitted on train)",
-                        functools.partial(chosen.predict, X[test])))
+        options.append((best["val"][metric], f"{best['head']} ({hp}, fitted on train)", chosen))
     stats: dict = {}
     if cfg.head in ("auto", "mlp"):
         part = run
         if seconds is not None and closed_seconds > 0:
             part = run.part(Budget("seconds", max(seconds - closed_seconds, 0.05 * seconds)), main=True)
             run.log(f"mlp head: the {part.budget.amount:.1f}s the closed form left of the {seconds:g}s budget")
-        stats, predict_test, what = train_mlp_head(cfg, part, data, X, scale)
-        options.append((stats[f"best_val_{metric}"], f"{what}, the best validation state", predict_test))
-    value, what, predict = max(options, key=lambda o: o[0])
+        stats, fitted, what = train_mlp_head(cfg, part, data, X, scale)
+        options.append((stats[f"best_val_{metric}"], f"{what}, the best validation state", fitted))
+    value, what, head = max(options, key=lambda o: o[0])
     if len(options) > 1:
         run.log(f"head=auto keeps {what.split(' (')[0]}: validation {metric} {value:.4f} against "
                 f"{min(options, key=lambda o: o[0])[0]:.4f}")
     run.report("head", f"{what}; validation {metric} {value:.4f}")
     chose_mlp = what.startswith("mlp")
-    return {**final_metrics(data, value, predict()),  # the test rows, scored once
+    test_pred = head.predict(X[test])  # the test rows, scored once
+    return {**final_metrics(data, value, test_pred),
             "train_seconds": closed_seconds + stats.get("train_seconds", 0.0),
             "params_M": stats.get("params_M") if chose_mlp else None,
-            "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}
+            "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}, head, test_pred

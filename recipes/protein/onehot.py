@@ -8,12 +8,20 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.protein.config import OnehotConfig
 from recipe_zoo.recipes.protein.data import encode, finish, load_data, show_split
 from recipe_zoo.recipes.protein.models import fit_head
+from recipe_zoo.recipes.protein.saved import SequenceOptions, predict_fixed, save_fixed_head
+
+
+def predict_onehot(cfg: OnehotConfig, opts: SequenceOptions, run):
+    """Sequences (FASTA, or a CSV column) encoded as in training, at the training's length, then the saved head."""
+    length = run.card["preprocess"]["length"]
+    return predict_fixed(cfg, opts, run, lambda seqs, emb: encode(seqs, cfg.encoding, length))
 
 
 @recipe("protein/onehot", config=OnehotConfig, benchmark="p62593", metric="test_spearman", higher_is_better=True,
         budget="1m", summary="one-hot or BLOSUM62 per position + ridge / RBF kernel ridge (chosen on validation) "
                              "or an MLP: the no-pretraining floor; Spearman",
-        scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device")
+        scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device",
+        predict=predict_onehot, predict_options=SequenceOptions)
 def train_onehot(cfg: OnehotConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:
@@ -22,5 +30,8 @@ def train_onehot(cfg: OnehotConfig, run) -> dict[str, float]:
     X = encode(data.seqs, cfg.encoding)
     run.report("features", f"{X.shape[1]} ({cfg.encoding}, {X.shape[1] // (21 if cfg.encoding == 'onehot' else 20)}"
                            " positions)")
-    return finish(fit_head(cfg, run, data, X, scale=False), data)
+    metrics, head, test_pred = fit_head(cfg, run, data, X, scale=False)
+    save_fixed_head(run, data, head, test_pred, recipe="protein/onehot",
+                    preprocess={"encoding": cfg.encoding, "length": max(len(s) for s in data.seqs), "scale": False})
+    return finish(metrics, data)
 

@@ -92,5 +92,6 @@ def positions_of(data: ProteinData) -> list[tuple[int, ...]]:
                        "sequences of one length")
     letters = np.array([list(s) for s in data.seqs])
     consensus = np.array([Counter(col.tolist()).most_common(1)[0][0] for col in letters.T])  # ties: first seen
+    data.reference = "".join(consensus.tolist())
     data.positions = [tuple(int(p) + 1 for p in np.where(row != consensus)[0]) for row in letters]
     return data.positions
