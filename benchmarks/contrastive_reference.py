@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 from recipe_zoo.data import locate
 from recipe_zoo.recipes import images
-from recipe_zoo.recipes.contrastive import models, simclr
+from recipe_zoo.recipes.contrastive import evaluation, models, simclr
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
         backbone, _ = models.build_backbone(cfg, channels, size)
         if isinstance(backbone, images.ZooNet):
             backbone.init_whitening(normalize(splits.train_x[:5000]))
-        values.append(simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg))
+        values.append(evaluation.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg))
     if values:
         print(json.dumps({"figure": "floor: random weights", "data": args.data, "model": f"{args.model} w{args.width}",
                           **{k: [v[k] for v in values] for k in values[0]},
@@ -59,7 +59,7 @@ def main() -> None:
         run_cfg = dataclasses.replace(cfg, model=config["model"], width=int(config["width"]))
         backbone, _ = models.build_backbone(run_cfg, channels, size)
         images._load_own_weights(backbone, str(run_dir), run_cfg.model)
-        result = simclr.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg)
+        result = evaluation.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg)
         summary = json.loads((run_dir / "summary.json").read_text())
         print(json.dumps({"figure": "supervised backbone", "run": str(run_dir), "recipe": summary.get("recipe"),
                           "model": f"{run_cfg.model} w{run_cfg.width}",

@@ -14,7 +14,7 @@ from PIL import Image
 
 import conftest
 from recipe_zoo.recipes import images
-from recipe_zoo.recipes.contrastive import data, models, simclr
+from recipe_zoo.recipes.contrastive import data, evaluation, models, simclr
 from recipe_zoo.core.errors import ZooError
 
 run_ok = functools.partial(conftest.run_ok, budget="12steps")
@@ -72,19 +72,19 @@ def test_knn_votes_are_weighted_by_similarity():
     labels = torch.tensor([0, 1, 1])
     query = torch.tensor([[1.0, 0.2]])
     sims = F.normalize(query, dim=1) @ F.normalize(bank, dim=1).T
-    scores = simclr.knn_scores(bank, labels, query, k=3, temperature=0.1, num_classes=2)
+    scores = evaluation.knn_scores(bank, labels, query, k=3, temperature=0.1, num_classes=2)
     expected = torch.tensor([[math.exp(sims[0, 0] / 0.1), math.exp(sims[0, 1] / 0.1) + math.exp(sims[0, 2] / 0.1)]])
     assert torch.allclose(scores, expected, rtol=1e-5)
     assert scores.argmax().item() == 0  # one close neighbour outvotes two far ones at a low temperature
-    assert simclr.knn_scores(bank, labels, query, k=3, temperature=100.0, num_classes=2).argmax().item() == 1
-    assert simclr.knn_scores(bank, labels, query, k=1, temperature=100.0, num_classes=2)[0, 1] == 0  # only k vote
+    assert evaluation.knn_scores(bank, labels, query, k=3, temperature=100.0, num_classes=2).argmax().item() == 1
+    assert evaluation.knn_scores(bank, labels, query, k=1, temperature=100.0, num_classes=2)[0, 1] == 0  # only k vote
 
 
 def test_linear_probe_separates_separable_features():
     g = torch.Generator().manual_seed(0)
     y = torch.arange(60) % 3
     f = torch.randn(60, 5, generator=g) + 4 * F.one_hot(y, 5).float()
-    proba = simclr.linear_probe(f[:45], y[:45], f[45:])
+    proba = evaluation.linear_probe(f[:45], y[:45], f[45:])
     assert proba.shape == (15, 3) and torch.equal(proba.argmax(1), y[45:])
 
 

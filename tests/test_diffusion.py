@@ -15,7 +15,7 @@ from PIL import Image
 
 import conftest
 from recipe_zoo.recipes.diffusion import data as diffusion_data
-from recipe_zoo.recipes.diffusion import ddpm, models
+from recipe_zoo.recipes.diffusion import ddpm, models, sampling
 from recipe_zoo.recipes.diffusion.data import to_model_range
 from recipe_zoo.core.errors import ZooError
 
@@ -59,9 +59,9 @@ def test_guidance_mixes_conditional_and_unconditional():
             return SimpleNamespace(sample=x * 0 + class_labels.view(-1, 1, 1, 1).float())
 
     x, labels, null = torch.zeros(3, 1, 2, 2), torch.tensor([1, 2, 3]), 10
-    out = ddpm.guided(ByLabel(), x, torch.zeros(3), labels, null, guidance=2.0)  # a time per image
+    out = sampling.guided(ByLabel(), x, torch.zeros(3), labels, null, guidance=2.0)  # a time per image
     assert torch.allclose(out[:, 0, 0, 0], 10 + 2.0 * (labels.float() - 10))  # uncond + g (cond - uncond)
-    assert torch.equal(ddpm.guided(ByLabel(), x, torch.zeros(3), labels, null, 1.0)[:, 0, 0, 0], labels.float())
+    assert torch.equal(sampling.guided(ByLabel(), x, torch.zeros(3), labels, null, 1.0)[:, 0, 0, 0], labels.float())
     dropped = ddpm.drop_labels(torch.zeros(20000, dtype=torch.long), null, 0.1, torch.Generator().manual_seed(0))
     assert 0.09 < (dropped == null).float().mean() < 0.11 and set(dropped.tolist()) == {0, null}
 

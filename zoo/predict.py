@@ -37,7 +37,7 @@ class Model:
         """Predictions on ``data=`` (default: the run's own test split), options as keywords (``tta=0``) or a typed
         ``options``; the rows are also written to ``out`` when given (other files go beside it)."""
         opts = options if options is not None else self.options(values)
-        out_path = Path(out) if out is not None else self.dir / "predict" / f"{_stem(opts)}.csv"
+        out_path = Path(out) if out is not None else self.dir / "predict" / f"{_stem(opts, self.card)}.csv"
         run = self.open(out_path, log)
         result = self.spec.predict(self.cfg, opts, run)
         if out is not None:
@@ -56,8 +56,11 @@ class Model:
         return run
 
 
-def _stem(opts) -> str:
-    """The default output's name: the data's (or a prompts file's), ``prompt``, else ``test`` (the run's own)."""
+def _stem(opts, card: dict) -> str:
+    """The default output's name: the data's (or a prompts file's), ``prompt``, ``samples`` (a generator's), else
+    ``test`` (the run's own split)."""
+    if card.get("task") == "generation":
+        return "samples"
     if opts.data:
         return Path(opts.data.rstrip("/")).stem or "data"
     prompts = getattr(opts, "prompts", "")
@@ -100,7 +103,7 @@ def cmd_predict(args) -> int:
     start = time.perf_counter()
     model = load(args.run_dir, device=args.device)
     opts = model.options(config_mod.parse_overrides(args.overrides))
-    out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts)}.csv"
+    out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts, model.card)}.csv"
     result = model.predict(out, options=opts)
     seconds = time.perf_counter() - start
     where = f" and {len(result.files)} files in {out.with_suffix('')}/" if result.files else ""

@@ -133,3 +133,38 @@ def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Ten
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         return augment(x), augment(x)
+
+
+# =============================================================================================
+# Inference: the input scaling training used, and the evaluation splits rebuilt from the config
+# =============================================================================================
+
+def normalizer(mean: torch.Tensor, std: torch.Tensor, device, memory_format):
+    """uint8 (N, C, H, W) batches -> the backbone's input: /255, then per-channel (x - mean) / std (the
+    pretraining images' statistics), in the run's memory format. Returns (normalize, standardize): the latter
+    for [0, 1] floats (the augmented views)."""
+    mean, std = (t.view(1, -1, 1, 1).to(device) for t in (mean, std))
+
+    def standardize(x01: torch.Tensor) -> torch.Tensor:
+        return ((x01 - mean) / std).contiguous(memory_format=memory_format)
+
+    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
+        return standardize(x_uint8.to(device, non_blocking=True).float().div_(255))
+
+    return normalize, standardize
+
+
+def eval_splits(cfg, run) -> images.ImageSplits:
+    """The labelled splits a run scored, loaded as training loaded them (at the pretraining images' size)."""
+    data = load_data(cfg, run)
+    splits = data.eval
+    if splits.train_x.shape[-1] != data.pretrain_x.shape[-1]:
+        images.resize_splits(splits, data.pretrain_x.shape[-1])
+    return splits
+
+
+def item_name(key) -> str:
+    """An item's key as split.csv writes it: a path as it is, an in-memory image as the start of its sha256."""
+    import hashlib
+
+    return hashlib.sha256(key).hexdigest()[:16] if isinstance(key, bytes) else str(key)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
+from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes import images
 
 # =============================================================================================
@@ -64,3 +67,41 @@ def update_target(model: SSLModel, momentum: float) -> None:
             t.lerp_(online[name], 1 - momentum)
         else:
             t.copy_(online[name])
+
+
+def load_backbone(card: dict, path, device="cpu") -> nn.Module:
+    """A run's backbone (``model.safetensors``) as its card describes it, built as training built it, the weights
+    loaded strictly, in eval mode and the run's memory format."""
+    from safetensors.torch import load_model
+
+    arch, pre = card["architecture"], card["preprocess"]
+    backbone, _ = build_backbone(SimpleNamespace(model=arch["model"], width=arch["width"]), pre["channels"],
+                                 pre["image_size"])
+    try:
+        load_model(backbone, str(path))
+    except (RuntimeError, OSError) as exc:  # another shape, missing keys, a damaged file
+        raise ZooError(f"{path}: does not fit the {arch['model']} backbone model.json describes "
+                       f"({str(exc).splitlines()[0][:160]})") from None
+    memory_format = torch.channels_last if arch["channels_last"] else torch.contiguous_format
+    return backbone.to(device=device, memory_format=memory_format).eval()
+
+
+def export_timm(cfg, run, out: Path) -> list[Path]:
+    """A timm backbone as a timm model folder (``timm.models.save_for_hf``: ``model.safetensors`` and a
+    ``config.json`` with the input statistics; no classifier, so it gives the embeddings):
+    ``timm.create_model("local-dir:FOLDER", pretrained=True)`` loads it."""
+    import timm.models
+
+    arch, pre = run.card["architecture"], run.card["preprocess"]
+    if arch["model"] in images.OWN_MODELS:
+        raise ZooError(f"--format timm: {arch['model']} is the zoo's own network, not a timm model; export safetensors")
+    model = load_backbone(run.card, run.path("model.safetensors")).to(memory_format=torch.contiguous_format)
+    if isinstance(getattr(model, "maxpool", None), nn.Identity) and pre["image_size"] <= 64:
+        raise ZooError(f"--format timm: this {arch['model']} has the zoo's small-image stem (3x3, no max-pool) that "
+                       "timm's architecture lacks; export safetensors")
+    size = [pre["channels"], pre["image_size"], pre["image_size"]]
+    timm.models.save_for_hf(model, str(out), safe_serialization=True,
+                            model_args={"in_chans": pre["channels"]},
+                            data_config={"input_size": size, "mean": pre["mean"], "std": pre["std"],
+                                         "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"})
+    return [out / "model.safetensors", out / "config.json"]

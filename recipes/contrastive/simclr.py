@@ -1,11 +1,13 @@
 """Self-supervised image representations: SimCLR (``contrastive/simclr``) and BYOL (``contrastive/byol``).
 
-Reads top to bottom: config, losses, frozen-feature evaluation (kNN and a linear probe), optimizer,
-training; the data and its two-view augmentation are in ``recipe_zoo.recipes.contrastive.data``, the
-networks in ``recipe_zoo.recipes.contrastive.models``. Labels are only ever used for evaluation. What a run
+Reads top to bottom: config, losses, optimizer, predict (``zoo predict``: images to embeddings), training;
+the data and its two-view augmentation are in ``recipe_zoo.recipes.contrastive.data``, the networks in
+``recipe_zoo.recipes.contrastive.models``, the frozen-feature evaluation (kNN and a linear probe) in
+``recipe_zoo.recipes.contrastive.evaluation``. Labels are only ever used for evaluation. What a run
 keeps is the backbone: the projection head (and BYOL's predictor and target network) are discarded,
 and ``model.safetensors`` holds the backbone in the layout ``vision/resnet weights=RUN_DIR`` loads
-for fine-tuning.
+for fine-tuning; ``model.json`` says how inputs are scaled, and ``embeddings.npy`` holds the test images'
+embeddings (the rows of ``predictions.csv``), what ``zoo predict RUN_DIR`` recomputes.
 """
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import functools
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from recipe_zoo.core import metrics, optim, schedule
+from recipe_zoo.core import artifact, distributed, optim, schedule
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.distributed import unwrap
 from recipe_zoo.core.loop import LoopSettings, fit
@@ -26,8 +28,12 @@ from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes import images
-from recipe_zoo.recipes.contrastive.data import build_augment, describe_augment, load_data, resolve_auto, two_views
-from recipe_zoo.recipes.contrastive.models import SSLModel, build_backbone, byol_momentum, mlp, update_target
+from recipe_zoo.recipes.image_files import item_names, list_images, read_images
+from recipe_zoo.recipes.contrastive.data import (build_augment, describe_augment, eval_splits, load_data, normalizer,
+                                                 resolve_auto, two_views)
+from recipe_zoo.recipes.contrastive.evaluation import extract_features, knn_rows, score_features
+from recipe_zoo.recipes.contrastive.models import (SSLModel, build_backbone, byol_momentum, export_timm, load_backbone,
+                                                   mlp, update_target)
 
 
 # =============================================================================================
@@ -122,73 +128,6 @@ def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 # =============================================================================================
-# Evaluation on frozen features
-# =============================================================================================
-
-@torch.no_grad()
-def extract_features(backbone: nn.Module, x_uint8: torch.Tensor, normalize, batch: int = 512) -> torch.Tensor:
-    was_training = backbone.training
-    backbone.eval()
-    feats = torch.cat([backbone(normalize(x_uint8[i:i + batch])).float().cpu() for i in range(0, len(x_uint8), batch)])
-    backbone.train(was_training)
-    return feats
-
-
-def knn_scores(bank: torch.Tensor, bank_y: torch.Tensor, queries: torch.Tensor, k: int, temperature: float,
-               num_classes: int, chunk: int = 1024) -> torch.Tensor:
-    """Class scores from the k most cosine-similar bank features, each voting exp(similarity / T)
-    (the weighted kNN of Wu et al. 2018, the usual SSL monitor)."""
-    bank = F.normalize(bank.float(), dim=1)
-    queries = F.normalize(queries.float(), dim=1)
-    k = min(k, len(bank))
-    out = []
-    for i in range(0, len(queries), chunk):
-        sim, idx = (queries[i:i + chunk] @ bank.T).topk(k, dim=1)
-        votes = torch.zeros(len(sim), num_classes, dtype=sim.dtype)
-        out.append(votes.scatter_add_(1, bank_y[idx], (sim / temperature).exp()))
-    return torch.cat(out)
-
-
-def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, c: float = 1.0) -> torch.Tensor:
-    """Multinomial logistic regression on standardised frozen features; returns test class probabilities."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000))
-    probe.fit(train_f.numpy(), train_y.numpy())
-    proba = torch.from_numpy(probe.predict_proba(test_f.numpy()))
-    full = torch.zeros(len(test_f), int(train_y.max()) + 1, dtype=proba.dtype)  # classes absent from train score 0
-    full[:, torch.from_numpy(probe.classes_)] = proba
-    return full
-
-
-def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: images.ImageSplits, cfg: ContrastiveConfig,
-                   part: str) -> dict[str, float]:
-    """kNN of the ``part`` queries ("val" while training: kNN only; "test" once at the end: kNN with its 95%
-    bootstrap interval, and the linear probe) against the bank, the training images (validation excluded)."""
-    num_classes, y = len(splits.classes), getattr(splits, f"{part}_y")
-    scores = knn_scores(bank, splits.train_y, queries, cfg.knn_k, cfg.knn_temperature, num_classes)
-    out = {f"{part}_knn_accuracy": metrics.accuracy(scores, y),
-           f"{part}_knn_macro_f1": metrics.macro_f1(scores, y, num_classes)}
-    if part == "test":
-        correct = (scores.argmax(1) == y).numpy()
-        low, high = metrics.bootstrap(lambda idx: correct[idx].mean(), len(correct))
-        proba = linear_probe(bank, splits.train_y, queries, cfg.probe_c)
-        out |= {"test_knn_accuracy_ci_low": low, "test_knn_accuracy_ci_high": high,
-                "test_linear_accuracy": metrics.accuracy(proba, y),
-                "test_linear_macro_f1": metrics.macro_f1(proba, y, num_classes)}
-    return out
-
-
-def evaluate_features(backbone: nn.Module, splits: images.ImageSplits, normalize, cfg: ContrastiveConfig,
-                      part: str = "test") -> dict[str, float]:
-    """Frozen features scored as a run scores them: the training images as the bank, ``part``'s as queries."""
-    bank = extract_features(backbone, splits.train_x, normalize)
-    return score_features(bank, extract_features(backbone, getattr(splits, f"{part}_x"), normalize), splits, cfg, part)
-
-
-# =============================================================================================
 # Optimizer
 # =============================================================================================
 
@@ -213,13 +152,56 @@ def build_optimizer(cfg: ContrastiveConfig, model: SSLModel) -> torch.optim.Opti
 
 
 # =============================================================================================
+# Predict: images to embeddings; with no data, the run's test split embedded and scored again
+# =============================================================================================
+
+@dataclass
+class EmbedOptions(artifact.PredictOptions):
+    normalize: bool = False  # unit-length embeddings (what the kNN compares); false = the backbone's features
+
+
+def embed(cfg: ContrastiveConfig, opts: EmbedOptions, run) -> artifact.Predictions:
+    """``data=`` images (a folder, read recursively, or a file) -> (N, dim) float32 ``embeddings.npy`` in the folder
+    beside the CSV, the CSV its index (file, row). No data: the run's test queries (rows as its predictions.csv,
+    embeddings as its embeddings.npy) and its test metrics, recomputed against the training images' bank as the run
+    scored them."""
+    pre, device = run.card["preprocess"], choose_device(run.device)
+    if opts.data:  # the files first: a wrong path or channel count fails before the model loads
+        files, _, root = list_images(opts.data, log=run.log)
+        x = read_images(files, pre["image_size"], pre["channels"], run.log)
+    else:
+        splits = eval_splits(cfg, run)
+    backbone = load_backbone(run.card, run.path("model.safetensors"), device)
+    memory_format = torch.channels_last if run.card["architecture"]["channels_last"] else torch.contiguous_format
+    scale, _ = normalizer(torch.tensor(pre["mean"]), torch.tensor(pre["std"]), device, memory_format)
+    features = functools.partial(extract_features, backbone, normalize=scale, batch=opts.batch_size or 512,
+                                 progress=run.progress)
+    metrics_out = {}
+    with autocast(device, resolve_precision(device, cfg.precision)):  # the run's evaluation precision
+        if opts.data:
+            queries = features(x)
+            rows = [{"file": name, "row": i} for i, name in enumerate(item_names(files, root))]
+        else:
+            bank, queries = features(splits.train_x), features(splits.test_x)
+            metrics_out = score_features(bank, queries, splits, cfg, "test")
+            rows = knn_rows(bank, queries, splits, cfg)
+    if opts.normalize:
+        queries = F.normalize(queries, dim=1)
+    path = run.files_dir / "embeddings.npy"
+    np.save(path, queries.numpy())
+    return artifact.Predictions(rows=rows, metrics=metrics_out, files=[path], arrays={"embeddings": queries.numpy()})
+
+
+# =============================================================================================
 # Training
 # =============================================================================================
 
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
-        budget="60s", summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe")
+        budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
+        summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe")
 @recipe("contrastive/byol", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
-        budget="60s", summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
+        budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
+        summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
         defaults={"method": "byol"})
 def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     method = cfg.method
@@ -245,7 +227,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
     augment = build_augment(cfg, channels, size).to(device)
     # per-channel statistics of the pretraining images (the rule for from-scratch models)
-    mean, std = (t.view(1, -1, 1, 1).to(device) for t in images.input_stats(data.pretrain_x))
+    mean, std = images.input_stats(data.pretrain_x)
     run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
             f"evaluation: a bank of {len(splits.train_y)} labelled images, {len(splits.val_y)} validation / "
             f"{len(splits.test_y)} test queries, {len(splits.classes)} classes; {cfg.model} backbone "
@@ -255,11 +237,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
                              f"on standardised frozen features: {len(splits.train_y)} labelled / {len(splits.val_y)} "
                              f"validation / {len(splits.test_y)} test images")
 
-    def standardize(x01: torch.Tensor) -> torch.Tensor:
-        return ((x01 - mean) / std).contiguous(memory_format=memory_format)
-
-    def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
-        return standardize(x_uint8.to(device, non_blocking=True).float().div_(255))
+    normalize, standardize = normalizer(mean, std, device, memory_format)
 
     if isinstance(backbone, images.ZooNet):
         backbone.init_whitening(normalize(data.pretrain_x[:5000]))
@@ -306,9 +284,23 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     trained = result.eval_model.backbone
     with autocast(device, resolve_precision(device, cfg.precision)):
         features = bank["last"] if "last" in bank else extract_features(trained, splits.train_x, normalize)
-        final = score_features(features, extract_features(trained, splits.test_x, normalize), splits, cfg, "test")
+        queries = extract_features(trained, splits.test_x, normalize)
+        final = score_features(features, queries, splits, cfg, "test")
     run.log(f"frozen features on test: kNN accuracy {final['test_knn_accuracy']:.4f}, "
             f"linear probe {final['test_linear_accuracy']:.4f}")
     export_safetensors(result.eval_model.backbone, run.dir / "model.safetensors",
                        metadata={"recipe": run.spec.name, "model": cfg.model, "width": str(cfg.width)})
+    # what predict needs (the scaling, the architecture) and what it must reproduce (the test queries' embeddings)
+    artifact.write_card(run.dir, recipe=run.spec.name, task="embedding", weights=["model.safetensors"],
+                        selected="ema" if cfg.ema_decay > 0 else "final", classes=splits.classes,
+                        architecture={"model": cfg.model, "width": cfg.width, "feature_dim": dim,
+                                      "channels_last": cfg.channels_last},
+                        preprocess={"image_size": size, "channels": channels, "mean": mean.tolist(),
+                                    "std": std.tolist(), "resize": "centre square, bilinear (antialiased)",
+                                    "scale": "x / 255, then (x - mean) / std per channel"},
+                        evaluation={"knn_k": cfg.knn_k, "knn_temperature": cfg.knn_temperature, "probe_c": cfg.probe_c,
+                                    "bank": f"the {len(splits.train_y)} training images of {splits.name}"})
+    artifact.write_predictions(run.dir, knn_rows(features, queries, splits, cfg))
+    if distributed.is_main():
+        np.save(run.dir / "embeddings.npy", queries.numpy())
     return {**result.stats(), **result.metrics, **final, "feature_dim": dim}

@@ -1,9 +1,11 @@
 """Diffusion: DDPM (``diffusion/ddpm``) and flow matching (``diffusion/flow``), unconditional or
 class-conditional with classifier-free guidance (``-cfg`` variants), scored by an honestly named FID.
 
-Reads top to bottom: config, optimizer, the two objectives and their samplers, evaluation (FID),
-training. The data is in ``recipe_zoo.recipes.diffusion.data`` (images live in memory as uint8 tensors),
-the U-Net and the FID feature networks in ``recipe_zoo.recipes.diffusion.models``.
+Reads top to bottom: config, optimizer, the two objectives, predict (``zoo predict``: images from the saved
+EMA U-Net) and export (diffusers folders), training. The data is in ``recipe_zoo.recipes.diffusion.data``
+(images live in memory as uint8 tensors), the U-Net and the FID feature networks in
+``recipe_zoo.recipes.diffusion.models``, the samplers (DDIM, Euler/Heun on the flow ODE) in
+``recipe_zoo.recipes.diffusion.sampling``.
 
 FID is the Frechet distance between Gaussian fits of features of generated and of held-out real
 images (``recipe_zoo.core.metrics.frechet_distance``): validation images for every evaluation while training,
@@ -17,23 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core import artifact, distributed, optim, schedule
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
-from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, to_model_range
+from recipe_zoo.core.api import (Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit,
+                                 recipe)
+from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, to_model_range, to_uint8
 from recipe_zoo.recipes.diffusion.models import (InceptionFeatures, build_unet, choose_width, feature_net, fid,
-                                                 fids_on_test)
+                                                 fids_on_test, load_unet, unet_config)
+from recipe_zoo.recipes.diffusion.sampling import (network_evaluations, noise_scheduler, predict_labels,
+                                                   resolve_sampler, sample, save_grid, save_pretrained, write_images)
 
 # =============================================================================================
 # Config
@@ -96,16 +102,8 @@ def build_optimizer(cfg: DiffusionConfig, model: nn.Module) -> torch.optim.Optim
 
 
 # =============================================================================================
-# Objectives and samplers
+# Objectives (the samplers are in sampling.py)
 # =============================================================================================
-
-def noise_scheduler(cfg: DiffusionConfig):
-    from diffusers import DDPMScheduler
-
-    return DDPMScheduler(num_train_timesteps=cfg.timesteps,
-                         beta_schedule="squaredcos_cap_v2" if cfg.noise_schedule == "cosine" else "linear",
-                         prediction_type="epsilon" if cfg.prediction == "epsilon" else "v_prediction")
-
 
 def drop_labels(labels: torch.Tensor, null: int, p: float, g: torch.Generator | None = None) -> torch.Tensor:
     """Classifier-free guidance training: a fraction ``p`` of the labels become the null class."""
@@ -135,79 +133,47 @@ def flow_loss(model, x0: torch.Tensor, labels, cfg: DiffusionConfig) -> torch.Te
     return F.mse_loss(pred.float(), (noise - x0).float())
 
 
-def guided(model, x: torch.Tensor, t, labels, null: int, guidance: float) -> torch.Tensor:
-    """The network's output; with labels, uncond + guidance x (cond - uncond) in one batched pass."""
-    if labels is None:
-        return model(x, t, class_labels=None).sample
-    if guidance == 1.0:
-        return model(x, t, class_labels=labels).sample
-    t2 = torch.cat([t, t]) if torch.is_tensor(t) and t.ndim else t
-    both = model(torch.cat([x, x]), t2, class_labels=torch.cat([labels, torch.full_like(labels, null)])).sample
-    cond, uncond = both.chunk(2)
-    return uncond + guidance * (cond - uncond)
+# =============================================================================================
+# Predict and export: images from the saved EMA U-Net (model.json says how the run sampled)
+# =============================================================================================
+
+@dataclass
+class GenerateOptions(artifact.PredictOptions):
+    data: str = ""  # not read: the images come from noise (n, label, seed say which)
+    n: Count = 64  # images to generate
+    label: str = ""  # -cfg runs: a class name (else an index) for every image; '' = the classes in turn
+    steps: NonNegativeInt = 0  # sampler steps; 0 = the run's (sample_steps)
+    guidance: Auto = -1.0  # -cfg runs: classifier-free guidance scale; -1 = the run's
+    seed: Annotated[int, Range(-1)] = -1  # noise seed; -1 = the run's. The same seed and batch give the same images
 
 
-def resolve_sampler(cfg: DiffusionConfig) -> tuple[str, int]:
-    sampler = cfg.sampler if cfg.sampler != "auto" else ("ddim" if cfg.method == "ddpm" else "heun")
-    if (sampler == "ddim") != (cfg.method == "ddpm"):
-        raise ZooError(f"sampler={sampler}: method={cfg.method} samples with "
-                       f"{'ddim' if cfg.method == 'ddpm' else 'euler or heun'}")
-    steps = cfg.sample_steps or (25 if sampler == "heun" else 50)
-    if steps < 1:
-        raise ZooError(f"sample_steps={cfg.sample_steps}: must be at least 1")
-    return sampler, steps
+def generate(cfg: DiffusionConfig, opts: GenerateOptions, run) -> artifact.Predictions:
+    """``n`` images sampled as the run's evaluation sampled (its sampler, steps, guidance, precision):
+    ``NNNNN.png`` and ``grid.png`` in ``run.files_dir``, a row per image (file; -cfg runs: its class)."""
+    card = run.card
+    if opts.data:
+        raise ZooError(f"data={opts.data}: {card['recipe']} generates from noise and reads no data (n=, label=, seed=)")
+    if opts.guidance >= 0 and not cfg.conditional:
+        raise ZooError(f"guidance={opts.guidance:g}: {card['recipe']} is unconditional (no guidance to set)")
+    classes, pre = card["classes"], card["preprocess"]
+    labels = predict_labels(opts.label, classes, opts.n, card["recipe"])
+    cfg = dataclasses.replace(cfg, sample_steps=opts.steps or cfg.sample_steps, sample_batch=opts.batch_size or
+                              cfg.sample_batch, guidance=cfg.guidance if opts.guidance < 0 else opts.guidance)
+    device = choose_device(run.device)
+    model = load_unet(card, run.path("model.safetensors"), device)
+    with autocast(device, resolve_precision(device, cfg.precision)):
+        images = sample(model, cfg, opts.n, (pre["channels"], pre["image_size"], pre["image_size"]), labels,
+                        len(classes or []), device, run.seed if opts.seed < 0 else opts.seed, progress=run.progress)
+    rows, files = write_images(images, labels, classes, run.files_dir)
+    arrays = {"images": to_uint8(images).numpy(), **({"labels": labels.numpy()} if labels is not None else {})}
+    return artifact.Predictions(rows=rows, files=files, arrays=arrays)
 
 
-def network_evaluations(sampler: str, steps: int) -> int:
-    return 2 * steps - 1 if sampler == "heun" else steps
+def export_pretrained(cfg: DiffusionConfig, run, out: Path) -> list[Path]:
+    """diffusers folders (``sampling.save_pretrained``) of the EMA U-Net, and model.json beside them."""
+    written = save_pretrained(load_unet(run.card, run.path("model.safetensors"), "cpu"), cfg, out)
+    return [*written, Path(shutil.copy2(run.path(artifact.CARD), out / artifact.CARD))]
 
-
-@torch.no_grad()
-def sample(model, cfg: DiffusionConfig, n: int, shape: tuple, labels: torch.Tensor | None, null: int,
-           device, seed: int) -> torch.Tensor:
-    """``n`` images in [-1, 1] from the EMA model, seeded (the noise is drawn on the CPU, so a seed
-    gives the same starting noise on any device)."""
-    sampler, steps = resolve_sampler(cfg)
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(0, n, cfg.sample_batch):
-        m = min(cfg.sample_batch, n - i)
-        x = torch.randn(m, *shape, generator=g).to(device)
-        lab = labels[i:i + m].to(device) if labels is not None else None
-        if sampler == "ddim":
-            x = _ddim(model, x, lab, null, cfg, steps, g)
-        else:
-            x = _flow_ode(model, x, lab, null, cfg, steps, heun=sampler == "heun")
-        out.append(x.float().clamp(-1, 1).cpu())
-    return torch.cat(out)
-
-
-def _ddim(model, x, labels, null, cfg, steps, g):
-    from diffusers import DDIMScheduler
-
-    ddim = DDIMScheduler.from_config(noise_scheduler(cfg).config, timestep_spacing="trailing")
-    ddim.set_timesteps(steps)
-    for t in ddim.timesteps:
-        out = guided(model, x, t.to(x.device).expand(len(x)), labels, null, cfg.guidance)
-        x = ddim.step(out.float(), t, x, eta=cfg.eta, generator=g if x.device.type == "cpu" else None).prev_sample
-    return x
-
-
-def _flow_ode(model, x, labels, null, cfg, steps, heun: bool):
-    """Integrate dx/dt = v from t = 1 (noise) to t = 0 (data) with Euler or Heun steps."""
-    ts = torch.linspace(1.0, 0.0, steps + 1, device=x.device)
-
-    def velocity(x, t):
-        return guided(model, x, (t * 1000).expand(len(x)), labels, null, cfg.guidance).float()
-
-    for t, t_next in zip(ts[:-1], ts[1:]):
-        v = velocity(x, t)
-        x_euler = x + (t_next - t) * v
-        if heun and t_next > 0:  # the last step stays Euler (the velocity at t = 0 is not needed)
-            x = x + (t_next - t) * 0.5 * (v + velocity(x_euler, t_next))
-        else:
-            x = x_euler
-    return x
 
 
 # =============================================================================================
@@ -215,18 +181,22 @@ def _flow_ode(model, x, labels, null, cfg, steps, heun: bool):
 # =============================================================================================
 
 @recipe("diffusion/ddpm", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
-        higher_is_better=False,
+        higher_is_better=False, predict=generate, predict_options=GenerateOptions,
+        exports={"pretrained": export_pretrained},
         summary="DDPM: cosine schedule, v target (or eps), diffusers U-Net sized for the budget, EMA, DDIM sampling")
 @recipe("diffusion/flow", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
-        higher_is_better=False,
+        higher_is_better=False, predict=generate, predict_options=GenerateOptions,
+        exports={"pretrained": export_pretrained},
         summary="flow matching: straight noise-to-data paths, velocity target, EMA, Heun (or Euler) sampling",
         defaults={"method": "flow"})
 @recipe("diffusion/ddpm-cfg", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
-        higher_is_better=False,
+        higher_is_better=False, predict=generate, predict_options=GenerateOptions,
+        exports={"pretrained": export_pretrained},
         summary="class-conditional DDPM: 10% label dropout, classifier-free guidance 1.5 at sampling",
         defaults={"conditional": True})
 @recipe("diffusion/flow-cfg", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
-        higher_is_better=False,
+        higher_is_better=False, predict=generate, predict_options=GenerateOptions,
+        exports={"pretrained": export_pretrained},
         summary="class-conditional flow matching: 10% label dropout, classifier-free guidance 1.5",
         defaults={"method": "flow", "conditional": True})
 def train(cfg: DiffusionConfig, run) -> dict[str, float]:
@@ -323,31 +293,16 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     save_grid(ema_model, cfg, data, (channels, size, size), null, device, run)
     export_safetensors(ema_model, run.dir / "model.safetensors",
                        metadata={"recipe": run.spec.name, "unet_config": str(dict(model.config))})
+    artifact.write_card(run.dir, recipe=run.spec.name, task="generation", weights=["model.safetensors"],
+                        selected="ema" if cfg.ema_decay > 0 else "final", unet=unet_config(model),
+                        classes=data.classes if cfg.conditional else None,
+                        preprocess={"image_size": size, "channels": channels, "range": "[-1, 1]: uint8 / 127.5 - 1"},
+                        evaluation={"method": cfg.method, "sampler": sampler, "steps": steps, "eta": cfg.eta,
+                                    "guidance": cfg.guidance if cfg.conditional else None,
+                                    "null_class": null if cfg.conditional else None, "seed": run.seed})
     nfe = network_evaluations(sampler, steps)
     run.report("sampling", f"{sampler}, {steps} steps, {nfe} network evaluations per image"
                + (f", guidance {cfg.guidance}" if cfg.conditional else ""))
     run.report("fid_samples", f"{cfg.n_samples} generated vs {n_real} real (validation while training, test at "
                               "the end)")
     return {**result.stats(), **result.metrics, **test, **floors, "fid_zoo_net_accuracy": net_acc, "sample_nfe": nfe}
-
-
-def save_grid(model, cfg: DiffusionConfig, data, shape, null: int, device, run) -> None:
-    """samples.png: ``grid`` images (conditional runs: a row per class)."""
-    from torchvision.utils import save_image
-
-    if cfg.grid <= 0:
-        return
-    if cfg.conditional:
-        per_class = max(1, cfg.grid // len(data.classes))
-        labels = torch.arange(len(data.classes)).repeat_interleave(per_class)
-        nrow = per_class
-    else:
-        labels, nrow = None, max(1, int(math.sqrt(cfg.grid)))
-    n = len(labels) if labels is not None else cfg.grid
-    was_training = model.training
-    model.eval()
-    images = sample(model, dataclasses.replace(cfg, sample_batch=max(2, n)), n, shape, labels, null, device,
-                    seed=run.seed + 1)
-    model.train(was_training)
-    save_image((images + 1) / 2, run.dir / "samples.png", nrow=nrow, padding=1)
-    run.log(f"samples: {run.dir / 'samples.png'}")

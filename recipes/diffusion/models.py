@@ -223,3 +223,26 @@ class InceptionFeatures:
             x = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
             out.append(self.net(x.to(self.device))[0].double().cpu())
         return torch.cat(out).numpy()
+
+
+# =============================================================================================
+# The saved U-Net: its config for model.json, and the model back from it
+# =============================================================================================
+
+def unet_config(model) -> dict:
+    """UNet2DModel's constructor arguments (``UNet2DModel.from_config`` rebuilds it)."""
+    return {k: v for k, v in dict(model.config).items() if not k.startswith("_")}
+
+
+def load_unet(card: dict, path: Path, device) -> nn.Module:
+    """The run's U-Net (``model.json``'s ``unet`` config) with its saved weights, in eval mode."""
+    from diffusers import UNet2DModel
+    from safetensors.torch import load_model
+
+    model = UNet2DModel.from_config(card["unet"])
+    try:
+        load_model(model, str(path))
+    except (RuntimeError, OSError) as exc:  # another shape, missing keys, a damaged file
+        raise ZooError(f"{path}: does not fit the U-Net model.json describes ({str(exc).splitlines()[0][:160]})"
+                       ) from None
+    return model.to(device).eval()
