@@ -5,7 +5,8 @@
 - ``mlp.py``: ``tabular/mlp``, an MLP (or a small FT-Transformer) through the core loop.
 - ``config.py``: ``TabularConfig``, the settings both share, and each recipe's own (``XGBConfig``,
   ``MLPConfig``); ``data.py``: reading the table and its bad inputs, engineered features, metrics and the loop over
-  splits; ``split.py``: the splits; ``models.py``: the networks and their input.
+  splits; ``split.py``: the splits; ``models.py``: the networks and their input; ``inference.py``: what a run saves
+  for ``zoo predict`` (``preprocess.json``, ``predictions.csv``, the card) and the predict driver both share.
 
 Three parts: test (the dataset's test file or a ``split_seed`` split), validation (a carve-out of the rest by a
 hash of each row's content: the same rows for every seed) and train. Every choice reads validation; the test rows

@@ -41,6 +41,7 @@ class Table:
     notes: list[str]
     keys: list[bytes]  # each row's content key (all its cells, target included): its side of the validation carve
     rows: np.ndarray  # each row's number in the table as read (before rows without a target were dropped)
+    target: str = ""  # the target column's name
 
 
 def columns_list(text: str) -> list[str]:
@@ -68,6 +69,16 @@ def read_frame(cfg: TabularConfig, run):
     path = Path(cfg.data).expanduser()
     if not path.is_file():
         raise ZooError(f"{cfg.data}: no such file, and not a dataset name (see `zoo data list`)")
+    frame = read_file(path)
+    if not cfg.target:
+        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(frame)})")
+    return frame, cfg.target, None, str(path)
+
+
+def read_file(path: Path):
+    """A .csv, .tsv or .parquet file as a frame; its bad forms are one line naming it."""
+    import pandas as pd
+
     try:
         if path.suffix.lower() == ".parquet":
             frame = pd.read_parquet(path)
@@ -84,9 +95,7 @@ def read_frame(cfg: TabularConfig, run):
         raise ZooError(f"{path}: cannot read the table ({first[:200]})") from None
     if frame.empty:
         raise ZooError(f"{path}: no rows")
-    if not cfg.target:
-        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(frame)})")
-    return frame, cfg.target, None, str(path)
+    return frame
 
 
 def load_table(cfg: TabularConfig, run) -> Table:
@@ -120,7 +129,7 @@ def load_table(cfg: TabularConfig, run) -> Table:
     frame = frame.drop(columns=columns_list(cfg.drop))
     X = prepare_columns(frame, set(columns_list(cfg.categorical)), name, notes)
     y, task, classes = encode_target(y_raw, cfg.task, name)
-    return Table(name, X, y, task, classes, test_rows, notes, keys, rows)
+    return Table(name, X, y, task, classes, test_rows, notes, keys, rows, target)
 
 
 def row_keys(frame) -> list[bytes]:
@@ -251,7 +260,11 @@ def engineered(X, notes: list[str] | None = None, rows: np.ndarray | None = None
     """Ratios between count-like columns (non-negative whole numbers with a long right tail: rooms, people,
     households; judged on ``rows``, the training rows, when given) and coordinates rotated by 15-75 degrees
     (trees split on one axis at a time)."""
-    X = X.copy()
+    return add_features(X, engineering_plan(X, rows), notes)
+
+
+def engineering_plan(X, rows: np.ndarray | None = None) -> dict:
+    """The columns ``engineered`` adds, chosen on ``rows``: {"ratios": [[a, b], ...], "coordinates": [lat, lon]}."""
     numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
     counts = []
     for c in numeric:
@@ -262,19 +275,24 @@ def engineered(X, notes: list[str] | None = None, rows: np.ndarray | None = None
                 and np.percentile(v, 99) / np.median(v) >= 3:
             counts.append(c)
     counts = counts[:6]
-    added = []
-    for i, a in enumerate(counts):
-        for b in counts[i + 1:]:
-            X[f"{a}/{b}"] = (X[a] / X[b].where(X[b] != 0)).astype(np.float32)
-            added.append(f"{a}/{b}")
     lower = {c.lower(): c for c in numeric}
-    for lat, lon in COORDINATES:
-        if lat in lower and lon in lower:
-            for deg in (15, 30, 45, 60, 75):
-                t = math.radians(deg)
-                X[f"rot{deg}"] = (math.cos(t) * X[lower[lat]] + math.sin(t) * X[lower[lon]]).astype(np.float32)
-            added.append("rotated coordinates")
-            break
+    coordinates = next(([lower[lat], lower[lon]] for lat, lon in COORDINATES if lat in lower and lon in lower), None)
+    return {"ratios": [[a, b] for i, a in enumerate(counts) for b in counts[i + 1:]], "coordinates": coordinates}
+
+
+def add_features(X, plan: dict, notes: list[str] | None = None):
+    """``X`` with the planned ratio and rotated-coordinate columns (``engineering_plan``)."""
+    X = X.copy()
+    added = []
+    for a, b in plan["ratios"]:
+        X[f"{a}/{b}"] = (X[a] / X[b].where(X[b] != 0)).astype(np.float32)
+        added.append(f"{a}/{b}")
+    if plan["coordinates"]:
+        lat, lon = plan["coordinates"]
+        for deg in (15, 30, 45, 60, 75):
+            t = math.radians(deg)
+            X[f"rot{deg}"] = (math.cos(t) * X[lat] + math.sin(t) * X[lon]).astype(np.float32)
+        added.append("rotated coordinates")
     if notes is not None and added:
         notes.append(f"features added: {', '.join(added)}")
     return X
@@ -285,37 +303,74 @@ def impute_unseen_missing(X, train: np.ndarray, log=None):
     a missing value they never saw (XGBoost sends it down an arbitrary branch) and the network gets no
     flag for it; each such value is predicted from the row's complete columns by a ridge regression
     fitted on the training rows (on log1p scale when the columns are non-negative, as counts are)."""
+    return impute(X, imputation_plan(X, train), log)
+
+
+RIDGE_COLUMNS = 64  # a ridge costs rows x columns^2; past this many, only for the columns training fills
+
+
+def imputation_plan(X, train: np.ndarray) -> dict:
+    """For each numeric column complete in the training rows: the ridge regression (on the other complete
+    columns) that fills it where it is missing, as JSON-ready lists; new data is filled by the same plan. On wide
+    tables (over ``RIDGE_COLUMNS``) a column the table has complete gets its training median only."""
     from sklearn.linear_model import Ridge
 
     numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
     complete = [c for c in numeric if not X[c].iloc[train].isna().any()]
+    if not complete:
+        return {}
+    block = X[complete].to_numpy(np.float64)
+    positive = bool(np.nanmin(block) >= 0)  # log1p scale when every complete column is non-negative, as counts are
+    block = np.log1p(block) if positive else block
+    plan = {}
+    for j, c in enumerate(complete):
+        others = [o for o in complete if o != c]
+        plan[c] = {"others": others, "positive": positive, "median": float(np.nanmedian(block[train, j]))}
+        if others and (len(complete) <= RIDGE_COLUMNS or X[c].isna().any()):
+            values = np.concatenate([np.delete(block, j, axis=1), block[:, j:j + 1]], axis=1)
+            model = Ridge(alpha=1.0).fit(values[train, :-1], values[train, -1])
+            plan[c].update(coef=model.coef_.tolist(), intercept=float(model.intercept_))
+    return plan
+
+
+def impute(X, plan: dict, log=None):
+    """``X`` with the planned columns filled where missing (``imputation_plan``): the ridge's value where the row's
+    other columns are present, else the training median. Returns ``X`` itself when nothing is missing."""
     out = None
-    for c in complete:
+    for c, entry in plan.items():
         missing = X[c].isna().to_numpy()
         if not missing.any():
             continue
-        others = [o for o in complete if o != c]
-        values = X[others + [c]].to_numpy(np.float64)
-        positive = bool(np.nanmin(values) >= 0)
-        values = np.log1p(values) if positive else values
+        values = X[entry["others"] + [c]].to_numpy(np.float64)
+        values = np.log1p(values) if entry["positive"] else values
         usable = missing & ~np.isnan(values[:, :-1]).any(axis=1)
         out = X.copy() if out is None else out
-        filled = np.full(missing.sum(), np.nanmedian(values[train, -1]))
-        if others and usable.any():
-            model = Ridge(alpha=1.0).fit(values[train, :-1], values[train, -1])
-            filled[usable[missing]] = model.predict(values[usable, :-1])
-        out.loc[missing, c] = (np.expm1(filled) if positive else filled).astype(np.float32)
+        filled = np.full(missing.sum(), entry["median"])
+        if "coef" in entry and usable.any():  # as sklearn's Ridge.predict computes it
+            filled[usable[missing]] = values[usable, :-1] @ np.asarray(entry["coef"]) + entry["intercept"]
+        out.loc[missing, c] = (np.expm1(filled) if entry["positive"] else filled).astype(np.float32)
         if log:
             log(f"column {c!r}: {int(missing.sum())} values missing outside the training rows and none inside: "
-                f"filled by a ridge regression on {len(others)} complete columns")
+                f"filled by a ridge regression on {len(entry['others'])} complete columns")
     return X if out is None else out
 
 
 def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run):
-    """The model's view of the table for one split: unseen-missing values filled, engineered columns added; both
-    fitted on ``train`` (training and validation rows), never on the test rows' values."""
-    X = impute_unseen_missing(table.X, train, run.log)
-    return engineered(X, table.notes, train) if cfg.features == "auto" else X
+    """The model's view of the table for one split, and its plan (what ``apply_features`` repeats on new rows):
+    unseen-missing values filled, engineered columns added; both fitted on ``train`` (training and validation
+    rows), never on the test rows' values."""
+    plan = {"impute": imputation_plan(table.X, train), "engineer": None}
+    X = impute(table.X, plan["impute"], run.log)
+    if cfg.features == "auto":
+        plan["engineer"] = engineering_plan(X, train)
+        X = add_features(X, plan["engineer"], table.notes)
+    return X, plan
+
+
+def apply_features(X, plan: dict, log=None):
+    """A split's saved feature plan (``features_for``) on rows typed as the table's (``inference.conform``)."""
+    X = impute(X, plan["impute"], log)
+    return add_features(X, plan["engineer"]) if plan["engineer"] is not None else X
 
 
 # =============================================================================================
@@ -371,16 +426,24 @@ def use_log(table: Table, idx: np.ndarray, cfg: TabularConfig) -> list[bool]:
 # The loop over splits both recipes share
 # =============================================================================================
 
-def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, dict, float]:
+def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, list, float, list]:
     """``fit_one(k, X, train, val) -> (predict, stats)`` on each split, where ``predict(rows)`` gives the final
-    model's predictions; fit_one never sees the test rows. Once every split is fitted: the validation and test
-    metrics (mean ± std over folds), the primary metric's 95% bootstrap interval over the test rows (of all folds,
-    pooled), the last split's stats and the training seconds in all."""
-    fitted, stats, total = [], {}, 0.0
-    for k, (X, train, val, test) in enumerate(views):
-        predict, stats = fit_one(k, X, train, val)
-        total += stats["train_seconds"]
+    model's predictions; fit_one never sees the test rows. Once every split is fitted: the metrics
+    (``score_splits``), each split's stats, the training seconds in all and each split's test predictions."""
+    fitted, stats, total = [], [], 0.0
+    for k, (X, train, val, test, _) in enumerate(views):
+        predict, split_stats = fit_one(k, X, train, val)
+        total += split_stats["train_seconds"]
+        stats.append(split_stats)
         fitted.append((predict, val, test))
+    metrics, test_preds = score_splits(run.log, table, fitted)
+    return metrics, stats, total, test_preds
+
+
+def score_splits(log, table: Table, fitted: list) -> tuple[dict, list]:
+    """The validation and test metrics of (predict, validation rows, test rows) per split (mean ± std over folds),
+    the primary metric's 95% bootstrap interval over the test rows (of all folds, pooled), and each split's test
+    predictions. Training calls it once every model is final; ``zoo predict`` again with the saved models."""
     results, pooled_y, pooled_pred = [], [], []
     for predict, val, test in fitted:  # the test rows are read here, and only here
         val_pred, test_pred = predict(val), predict(test)
@@ -388,12 +451,12 @@ def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, dict, fl
                         **{f"val_{m}": v for m, v in scores(table, val, val_pred).items()}})
         pooled_y.append(table.y[test])
         pooled_pred.append(test_pred)
-    metrics = summarize_folds(results, run.log)
+    metrics = summarize_folds(results, log)
     metric = primary_metric(table.task)[0]
     low, high = bootstrap(item_statistic(np.concatenate(pooled_y), np.concatenate(pooled_pred), table.task),
                           sum(len(y) for y in pooled_y))
     metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
-    return metrics, stats, total
+    return metrics, pooled_pred
 
 
 def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
@@ -409,13 +472,16 @@ def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
 
 def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
     """The table, its splits (recorded in ``split.csv``) and each split's features (engineering adds columns the log
-    reports): a list of (features, training rows, validation rows, test rows)."""
+    reports): a list of (features, training rows, validation rows, test rows, feature plan)."""
     table = load_table(cfg, run)
     metric, higher = primary_metric(table.task)
     run.set_metric(f"test_{metric}", higher)
     splits = splits_for(cfg, table)
     record_split(run, cfg, table, splits)
-    views = [(features_for(cfg, table, np.concatenate([fit, val]), run), fit, val, test) for fit, val, test in splits]
+    views = []
+    for fit, val, test in splits:
+        X, plan = features_for(cfg, table, np.concatenate([fit, val]), run)
+        views.append((X, fit, val, test, plan))
     for note in dict.fromkeys(table.notes):
         run.log(f"{table.name}: {note}")
     X = views[0][0]
@@ -432,7 +498,7 @@ def inspect_split(run, table: Table, views: list, loop: bool) -> None:
     equal exactly when the table's rows are."""
     if not run.inspecting:
         return
-    X, train, val, _ = views[0]
+    X, train, val, *_ = views[0]
     num = X.select_dtypes("number")
     shown = X.fillna(num.median()).join(num.isna().loc[:, num.isna().any()].add_suffix(" missing"))
     run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[val], table.y[val]),

@@ -1,22 +1,24 @@
 """``tabular/mlp``: a neural network for large tables through the core loop. An MLP over standardised numbers
 and categorical embeddings (or ``model=ft-transformer``), trained with AdamW on a cosine schedule; the best
-validation state is kept (early stopping) and scores the test rows once training ends.
+validation state is kept (early stopping) and scores the test rows once training ends; it is saved as
+safetensors (one per fold), predicts new tables (``zoo predict``) and exports to ONNX.
 """
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import optim, schedule
+from recipe_zoo.core import artifact, optim, schedule
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.tabular import data, models
+from recipe_zoo.recipes.tabular import data, inference, models
 from recipe_zoo.recipes.tabular.config import MLPConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -29,34 +31,25 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     """Train on ``fit_rows``, evaluate on ``val`` (the best validation state is kept) and return (predict, stats):
     ``predict(rows)`` gives the restored best model's predictions."""
     device = choose_device(run.device)
-    enc = models.encode_for_nn(X, fit_rows, cfg.quantile, run.seed)
+    encoding = models.fit_encoding(X, fit_rows, cfg.quantile, run.seed)
+    enc = models.encode(X, encoding)
     log = data.use_log(table, fit_rows, cfg)[-1]  # the network takes the log when the target is positive and skewed
     metric, higher = data.primary_metric(table.task)
+    scale = {"task": table.task, "log": log}
     if table.task == "regression":
         t = np.log1p(table.y) if log else table.y
-        mean, std = float(t[fit_rows].mean()), float(t[fit_rows].std()) or 1.0
-        target = torch.from_numpy((t - mean) / std).float()
+        scale.update(mean=float(t[fit_rows].mean()), std=float(t[fit_rows].std()) or 1.0)
+        target = torch.from_numpy((t - scale["mean"]) / scale["std"]).float()
         out = 1
     else:
         target = torch.tensor(table.y)  # a copy: zoo doctor hands in a read-only array
         out = 1 if table.task == "binary" else len(table.classes)
-
-    def to_pred(raw: np.ndarray) -> np.ndarray:
-        if table.task == "regression":
-            v = raw[:, 0] * std + mean
-            return np.expm1(v) if log else v
-        if table.task == "binary":
-            return 1 / (1 + np.exp(-raw[:, 0]))
-        e = np.exp(raw - raw.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+    to_pred = functools.partial(to_prediction, scale=scale)
 
     torch.manual_seed(run.seed)
-    if cfg.model == "mlp":
-        model = models.TabularMLP(enc.num.size(1), enc.cardinalities, out, cfg.hidden, cfg.layers, cfg.dropout)
-    else:
-        model = models.FTTransformer(enc.num.size(1), enc.cardinalities, out, max(8, cfg.hidden // 4), cfg.layers,
-                                     cfg.dropout)
-    model = model.to(device)
+    spec = {"model": cfg.model, "n_num": enc.num.size(1), "cards": enc.cardinalities, "out": out,
+            "hidden": cfg.hidden, "layers": cfg.layers, "dropout": cfg.dropout}
+    model = models.network(spec).to(device)
     weights = data.sample_weights(table, np.arange(len(table.y)), cfg)
     w = torch.from_numpy(weights).float() if weights is not None else torch.ones(len(table.y))
     rows = torch.as_tensor(fit_rows)
@@ -88,7 +81,83 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
     stats["log_target"] = log
+    stats["model"], stats["saved"] = model, {"network": spec, "encoding": encoding, "target": scale}
     return lambda rows: to_pred(models.nn_predict(model, enc, rows, device)), stats
+
+
+def to_prediction(raw: np.ndarray, scale: dict) -> np.ndarray:
+    """The network's outputs as predictions: values (standardised, maybe log1p, undone), P(class 1), or softmax."""
+    if scale["task"] == "regression":
+        v = raw[:, 0] * scale["std"] + scale["mean"]
+        return np.expm1(v) if scale["log"] else v
+    if scale["task"] == "binary":
+        return 1 / (1 + np.exp(-raw[:, 0]))
+    e = np.exp(raw - raw.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# =============================================================================================
+# The recipe
+# =============================================================================================
+
+# =============================================================================================
+# Predict and export: the saved best-validation networks on new rows
+# =============================================================================================
+
+ONNX_OPSET = 18  # torch.onnx.export(dynamo=True): the torch.export-based exporter; 18 is its torchlib opset
+
+
+def load_network(run, split: dict, device) -> nn.Module:
+    model = models.network(split["network"])
+    model.load_state_dict(artifact.load_tensors(run.path(split["weights"])))
+    return model.to(device).eval()
+
+
+def predict_mlp(cfg: MLPConfig, opts: inference.TabularPredictOptions, run) -> artifact.Predictions:
+    """Rows through the split's saved encoding, then its network in batches of ``batch_size`` (4096, the batch
+    training scored with, by default)."""
+    device = choose_device(run.device)
+    batch = opts.batch_size or 4096
+
+    def load_split(k: int, split: dict):
+        model = load_network(run, split, device)
+
+        def apply(X, rows: np.ndarray) -> np.ndarray:
+            enc, out = models.encode(X, split["encoding"]), []
+            for i in range(0, len(rows), batch):
+                out.append(models.nn_predict(model, enc, rows[i:i + batch], device, batch))
+                if len(rows) > batch:  # several batches: worth a progress line
+                    run.progress(min(i + batch, len(rows)), len(rows), "rows")
+            return to_prediction(np.concatenate(out), split["target"])
+
+        return apply
+
+    return inference.predict(cfg, opts, run, load_split)
+
+
+def export_onnx(cfg: MLPConfig, run, out: Path) -> list[Path]:
+    """Each saved network as ONNX (torch.onnx.export, dynamo=True, opset 18): inputs ``num`` (float32, rows x
+    encoded numbers) and ``cat`` (int64, rows x categorical indices), output ``output`` (logits, or the standardised
+    target); the encoding and target scaling that feed and read it are in ``preprocess.json``, copied beside."""
+    import json
+    import shutil
+    import warnings
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split in json.loads(run.path(inference.PREPROCESS).read_text())["splits"]:
+        model, spec = load_network(run, split, "cpu"), split["network"]
+        example = (torch.zeros(2, spec["n_num"]), torch.zeros(2, len(spec["cards"]), dtype=torch.long))
+        rows = torch.export.Dim("rows")
+        path = out / f"{Path(split['weights']).stem}.onnx"
+        with warnings.catch_warnings():  # that num and cat share the rows axis is what is meant
+            warnings.filterwarnings("ignore", message=".*The axis name")
+            torch.onnx.export(model, example, str(path), dynamo=True, opset_version=ONNX_OPSET, external_data=False,
+                              input_names=["num", "cat"], output_names=["output"],
+                              dynamic_shapes=({0: rows}, {0: rows}), verbose=False)
+        written.append(path)
+    written.append(Path(shutil.copy2(run.path(inference.PREPROCESS), out / inference.PREPROCESS)))
+    return written
 
 
 # =============================================================================================
@@ -98,18 +167,28 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
 @recipe("tabular/mlp", config=MLPConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="an MLP (or model=ft-transformer) over standardised numbers and categorical embeddings through "
-                "the core loop; for large tables")
+                "the core loop; for large tables",
+        predict=predict_mlp, predict_options=inference.TabularPredictOptions, exports={"onnx": export_onnx})
 def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     from recipe_zoo.core.budget import Budget
+    from recipe_zoo.core.distributed import is_main
 
     table, views = data.prepare(cfg, run)
     data.inspect_split(run, table, views, loop=True)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
-    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
+    metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
         cfg, run, table, X, train, val, budget, f"fold {k}" if k else ""))
+    stats = per_split[-1]
     metric = data.primary_metric(table.task)[0]
     run.report("network", f"{cfg.model}, {'quantile' if cfg.quantile else 'z-score'} numbers"
                           f"{', log target' if stats['log_target'] else ''}; best validation {metric} "
                           f"{stats[f'best_val_{metric}']:.4f}")
+    weights = ["model.safetensors"] if len(views) == 1 else [f"model_fold{k}.safetensors" for k in range(len(views))]
+    if is_main():
+        for name, split in zip(weights, per_split):
+            artifact.save_tensors(split["model"].state_dict(), run.dir / name)
+    saved = [{"weights": w, **s["saved"]} for w, s in zip(weights, per_split)]
+    inference.save(run, cfg, table, views, test_preds, saved, recipe="tabular/mlp", weights=weights,
+                   selected="best-validation state", log_target=[s["log_target"] for s in per_split])
     return {**metrics, "train_seconds": total, "params_M": stats["params_M"],
             "peak_mem_mb": stats["peak_mem_mb"], "mfu_percent": stats.get("mfu_percent"), "rows": len(table.y)}

@@ -24,38 +24,79 @@ class Encoded:
 def encode_for_nn(X, fit_rows: np.ndarray, quantile: bool, seed: int) -> Encoded:
     """Numbers: NaN -> training median plus a missing flag, then z-score (or a normal quantile transform)
     fitted on the training rows. Categories: index + 1 over the training rows' categories, 0 for the rest."""
+    return encode(X, fit_encoding(X, fit_rows, quantile, seed))
+
+
+def fit_encoding(X, fit_rows: np.ndarray, quantile: bool, seed: int) -> dict:
+    """What ``encode`` needs, fitted on ``fit_rows``, as JSON-ready lists (the run saves it)."""
     numeric = [c for c in X.columns if str(X[c].dtype) != "category"]
     categorical = [c for c in X.columns if str(X[c].dtype) == "category"]
-    cols = []
+    state: dict = {"numeric": numeric, "categories": {}}
     if numeric:
         values = X[numeric].to_numpy(np.float64)
         missing = np.isnan(values)
         median = np.nan_to_num(np.nanmedian(values[fit_rows], axis=0))
         values = np.where(missing, median, values)
+        state.update(median=median.tolist(), flags=missing[fit_rows].any(axis=0).tolist())
         if quantile:
             from sklearn.preprocessing import QuantileTransformer
 
             qt = QuantileTransformer(n_quantiles=min(1000, len(fit_rows)), output_distribution="normal",
                                      subsample=10**9, random_state=seed).fit(values[fit_rows])
-            values = qt.transform(values)
+            state["quantile"] = {"quantiles": qt.quantiles_.tolist(), "references": qt.references_.tolist()}
         else:
-            mean, std = values[fit_rows].mean(axis=0), values[fit_rows].std(axis=0)
-            values = (values - mean) / np.where(std > 1e-12, std, 1.0)
-        cols.append(np.clip(values, -10, 10))
-        flags = missing[:, missing[fit_rows].any(axis=0)]
-        if flags.size:
-            cols.append(flags.astype(np.float64))
-    num = torch.from_numpy(np.concatenate(cols, axis=1) if cols else np.zeros((len(X), 0))).float()
-    cat_cols, cards = [], []
+            state.update(mean=values[fit_rows].mean(axis=0).tolist(), std=values[fit_rows].std(axis=0).tolist())
     for c in categorical:
         codes = X[c].cat.codes.to_numpy().astype(np.int64)  # -1 = missing
         seen = np.unique(codes[fit_rows][codes[fit_rows] >= 0])
-        lookup = np.zeros(len(X[c].cat.categories) + 1, dtype=np.int64)
-        lookup[seen] = np.arange(1, len(seen) + 1)
+        state["categories"][c] = [str(X[c].cat.categories[i]) for i in seen]  # index i + 1 in the embedding
+    return state
+
+
+def quantile_transformer(state: dict):
+    """The fitted normal quantile transform, rebuilt from its saved quantiles (sklearn's own ``transform``)."""
+    from sklearn.preprocessing import QuantileTransformer
+
+    qt = QuantileTransformer(n_quantiles=len(state["references"]), output_distribution="normal", subsample=10**9)
+    qt.quantiles_, qt.references_ = np.asarray(state["quantiles"]), np.asarray(state["references"])
+    qt.n_quantiles_, qt.n_features_in_ = len(qt.references_), qt.quantiles_.shape[1]
+    return qt
+
+
+def encode(X, state: dict) -> Encoded:
+    """``X``'s rows as the network takes them (``fit_encoding``); a category outside the training rows' is 0."""
+    cols = []
+    if state["numeric"]:
+        values = X[state["numeric"]].to_numpy(np.float64)
+        missing = np.isnan(values)
+        values = np.where(missing, np.asarray(state["median"]), values)
+        if "quantile" in state:
+            values = quantile_transformer(state["quantile"]).transform(values)
+        else:
+            std = np.asarray(state["std"])
+            values = (values - np.asarray(state["mean"])) / np.where(std > 1e-12, std, 1.0)
+        cols.append(np.clip(values, -10, 10))
+        flagged = np.asarray(state["flags"], dtype=bool)
+        if flagged.any():
+            cols.append(missing[:, flagged].astype(np.float64))
+    num = torch.from_numpy(np.concatenate(cols, axis=1) if cols else np.zeros((len(X), 0))).float()
+    cat_cols, cards = [], []
+    for c, seen in state["categories"].items():
+        index = {name: i + 1 for i, name in enumerate(seen)}
+        lookup = np.array([index.get(str(v), 0) for v in X[c].cat.categories] + [0], dtype=np.int64)
+        codes = X[c].cat.codes.to_numpy().astype(np.int64)  # -1 = missing
         cat_cols.append(np.where(codes >= 0, lookup[codes], 0))
         cards.append(len(seen) + 1)
     cat = torch.from_numpy(np.stack(cat_cols, axis=1) if cat_cols else np.zeros((len(X), 0), dtype=np.int64))
     return Encoded(num, cat, cards)
+
+
+def network(spec: dict) -> nn.Module:
+    """The network a run describes: {"model", "n_num", "cards", "out", "hidden", "layers", "dropout"}."""
+    if spec["model"] == "mlp":
+        return TabularMLP(spec["n_num"], spec["cards"], spec["out"], spec["hidden"], spec["layers"], spec["dropout"])
+    return FTTransformer(spec["n_num"], spec["cards"], spec["out"], max(8, spec["hidden"] // 4), spec["layers"],
+                         spec["dropout"])
 
 
 def embedding_dim(cardinality: int) -> int:
@@ -98,7 +139,7 @@ class FTTransformer(nn.Module):
     def forward(self, num: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         tokens = [num.unsqueeze(-1) * self.num_weight + self.num_bias]
         tokens += [emb(cat[:, i]).unsqueeze(1) for i, emb in enumerate(self.embeddings)]
-        x = torch.cat([self.cls.expand(len(num), -1, -1)] + tokens, dim=1)
+        x = torch.cat([self.cls.expand(num.size(0), -1, -1)] + tokens, dim=1)  # not len(): export keeps rows dynamic
         return self.head(self.norm(self.encoder(x)[:, 0]))
 
 

@@ -1,22 +1,25 @@
 """``tabular/xgb``: gradient-boosted trees done right. XGBoost hist with native categoricals; depth (and a log
 target) chosen on the validation rows at a quick learning rate, then ``bagging`` models trained on folds of the
 training rows (validation left out), each early-stopped on its own fold, and their predictions averaged;
-mean-gain importances saved with the run. Trees are the strong default on tables (Grinsztajn et al. 2022).
+mean-gain importances saved with the run, and every booster as XGBoost JSON (``zoo predict``, ``zoo export --format
+xgboost-json``). Trees are the strong default on tables (Grinsztajn et al. 2022).
 """
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from recipe_zoo.core import artifact
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import data
+from recipe_zoo.recipes.tabular import data, inference
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -139,15 +142,68 @@ def save_importances(models: list, run) -> None:
 
 
 # =============================================================================================
+# Predict and export: the saved boosters (XGBoost JSON) on new rows
+# =============================================================================================
+
+def load_models(run, split: dict, task: str) -> list:
+    """A split's saved models, as the scikit-learn wrappers training used (their JSON keeps best_iteration)."""
+    import xgboost as xgb
+
+    models = []
+    for name in split["models"]:
+        m = xgb.XGBRegressor() if task == "regression" else xgb.XGBClassifier()
+        m.load_model(run.path(name))
+        models.append(m)
+    return models
+
+
+def predict_xgb(cfg: XGBConfig, opts: inference.TabularPredictOptions, run) -> artifact.Predictions:
+    """Rows through the split's saved features, then the mean of its bagged models (``xgb_predict``, as training
+    scored), ``batch_size`` rows at a time (default: 65536)."""
+    batch = opts.batch_size or 65536
+
+    task = run.card["preprocess"]["table_task"]
+
+    def load_split(k: int, split: dict):
+        models = load_models(run, split, task)
+
+        def apply(X, rows: np.ndarray) -> np.ndarray:
+            out = []
+            for i in range(0, len(rows), batch):
+                part = X.iloc[rows[i:i + batch]]
+                out.append(np.mean([xgb_predict(m, part, task, split["log_target"]) for m in models], axis=0))
+                if len(rows) > batch:  # several batches: worth a progress line
+                    run.progress(min(i + batch, len(rows)), len(rows), "rows")
+            return np.concatenate(out)
+
+        return apply
+
+    return inference.predict(cfg, opts, run, load_split)
+
+
+def export_json(cfg: XGBConfig, run, out: Path) -> list[Path]:
+    """Every booster as XGBoost JSON (``xgboost.Booster().load_model``; each keeps ``best_iteration``: predict with
+    ``iteration_range=(0, best_iteration + 1)``), and ``preprocess.json``: the columns, each split's features, which
+    files are its bagged models (averaged) and whether they predict log1p(target)."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = [*run.card["weights"], inference.PREPROCESS]
+    return [Path(shutil.copy2(run.path(name), out / name)) for name in names]
+
+
+# =============================================================================================
 # The recipe
 # =============================================================================================
+
 
 @recipe("tabular/xgb", config=XGBConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="XGBoost hist with native categoricals, depth and log target chosen on validation, bagged over "
                 "folds with early stopping; importances saved",
         scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
-                  "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters")
+                  "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters",
+        predict=predict_xgb, predict_options=inference.TabularPredictOptions, exports={"xgboost-json": export_json})
 def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
     table, views = data.prepare(cfg, run)
     data.inspect_split(run, table, views, loop=False)
@@ -155,10 +211,31 @@ def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
         raise ZooError("tabular/xgb takes a time budget (--budget 1m) or a cap on boosting rounds (--budget 500steps)")
     seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
     rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
-    metrics, stats, total = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
+    metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
         cfg, run, table, X, train, val, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
+    stats = per_split[-1]
     save_importances(stats["models"], run)
+    save_models(run, cfg, table, views, per_split, test_preds)
     run.report("trees", f"depth {stats['depth']}{', log target' if stats['log_target'] else ''}, "
                         f"{max(1, cfg.bagging)} x {stats['rounds']:.0f} rounds (mean), xgboost's own threads "
                         f"({os.cpu_count()})")
     return {**metrics, "train_seconds": total, "rows": len(table.y), "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}
+
+
+def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_preds: list) -> None:
+    """Every split's bagged models as XGBoost JSON, with the card and the preprocessing (``inference.save``)."""
+    from recipe_zoo.core.distributed import is_main
+
+    splits = []
+    for k, stats in enumerate(per_split):
+        fold = f"fold{k}_" if len(per_split) > 1 else ""
+        splits.append({"models": [f"xgb_{fold}model{i}.json" for i in range(len(stats["models"]))],
+                       "log_target": stats["log_target"], "depth": stats["depth"]})
+        for name, m in zip(splits[-1]["models"], stats["models"]):
+            if is_main():
+                m.save_model(run.dir / name)
+    k = len(per_split[0]["models"])
+    inference.save(run, cfg, table, views, test_preds, splits, recipe="tabular/xgb",
+                   weights=[n for s in splits for n in s["models"]],
+                   selected=f"ensemble of {k} bagged models (mean)" if k > 1 else "one model (early-stopped on "
+                   "validation)", log_target=[s["log_target"] for s in per_split])
