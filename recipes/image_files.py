@@ -36,12 +36,14 @@ def list_images(data: str, classes: list[str] | None = None, log=print) -> tuple
     return images, labels, root
 
 
-def read_images(paths: list[Path], size: int, channels: int, log=print) -> torch.Tensor:
+def read_images(paths: list[Path], size: int, channels: int, log=print, progress=None) -> torch.Tensor:
     """(N, channels, size, size) uint8. A greyscale file for a colour model is repeated to three channels (as
-    training did); a colour file for a greyscale model is an error naming it."""
+    training did); a colour file for a greyscale model is an error naming it. ``progress(done, total, what)``."""
     out = []
     grey = 0
-    for path in paths:
+    for i, path in enumerate(paths):
+        if progress is not None:
+            progress(i + 1, len(paths), "decoded")
         image = decode_image(path, size)
         if image.shape[-1] != channels:
             if channels == 1:

@@ -187,6 +187,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
         assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in got_rows] == \
             [{k: v for k, v in r.items() if k != "train_seconds"} for r in ref_rows]
     assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["ok"]
+    roundtrip(run_dir)  # resumed under 2 processes (FSDP: gathered weights), it predicts its test split again
 
 
 @pytest.mark.slow

@@ -390,11 +390,14 @@ TINY = ["target=y"]
     ("molecules/fp-xgb", "t.csv", GOOD, [*TINY, "n_estimator=5"],
      ["unknown key 'n_estimator'", "did you mean 'n_estimators'"], "3steps"),
     ("molecules/dmpnn", "t.csv", GOOD, [*TINY, "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", _alcohols(y=lambda n: int(n == 2)), TINY,
+     ["t.csv", "target 'y' has one class only among the 23 training molecules"], "3steps"),
+    ("molecules/fp-xgb", "t.csv", _alcohols(y=lambda n: int(n == 1)), TINY, ["test_roc_auc is undefined"], "3steps"),
     ("molecules/fp-xgb", "t.csv", GOOD, TINY, ["budget '0s'", "positive"], "0s"),
     ("molecules/dmpnn", "t.csv", GOOD, TINY, ["budget '-5'"], "-5"),
 ], ids=["missing-file", "empty-0-bytes", "header-only", "no-smiles-column", "no-target-column", "text-target",
         "nan-target", "invalid-smiles-dmpnn", "invalid-smiles-fp-xgb", "non-utf8", "typo-key-dmpnn",
-        "typo-key-fp-xgb", "ill-typed-value", "budget-0s", "budget-negative"])
+        "typo-key-fp-xgb", "ill-typed-value", "one-class-train", "one-class-test", "budget-0s", "budget-negative"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
     path = write_file(tmp_path / name, content)
     small = {"molecules/dmpnn": ["hidden=16", "ffn_hidden=16"], "molecules/fp-xgb": ["n_estimators=20", "bits=64"]}

@@ -168,7 +168,7 @@ def embed(cfg: ContrastiveConfig, opts: EmbedOptions, run) -> artifact.Predictio
     pre, device = run.card["preprocess"], choose_device(run.device)
     if opts.data:  # the files first: a wrong path or channel count fails before the model loads
         files, _, root = list_images(opts.data, log=run.log)
-        x = read_images(files, pre["image_size"], pre["channels"], run.log)
+        x = read_images(files, pre["image_size"], pre["channels"], run.log, run.progress)
     else:
         splits = eval_splits(cfg, run)
     backbone = load_backbone(run.card, run.path("model.safetensors"), device)

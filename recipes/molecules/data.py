@@ -416,6 +416,9 @@ def finish(run, table: MolTable, predicted: list) -> dict[str, float]:
         run.log(f"split {k}: " + ", ".join(f"{m.replace('_', ' ', 1)} {v:.4f}" for m, v in scores.items()))
     metrics = summarize_folds(results, run.log)
     metric = primary_metric(table.task)[0]
+    if not np.isfinite(metrics.get(f"test_{metric}", np.nan)):  # e.g. ROC-AUC of test molecules of one class
+        raise ZooError(f"{table.name}: test_{metric} is undefined on these test molecules (one class only?); "
+                       "use another split or more data")
     y = np.concatenate([table.y[test] for _, _, test, _ in predicted])
     pred = np.concatenate([test_pred for *_, test_pred in predicted])
     low, high = bootstrap(item_statistic(y, pred, table.task), len(y))

@@ -18,6 +18,7 @@ import torch
 from recipe_zoo.core import artifact, distributed
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
+from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.recipes.molecules import data, inference
 from recipe_zoo.recipes.molecules.config import FPXGBConfig
@@ -146,6 +147,9 @@ def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
         models = []
         for t in range(table.y.shape[1]):
             tr, va = train_idx[~np.isnan(table.y[train_idx, t])], val_idx[~np.isnan(table.y[val_idx, t])]
+            if table.task == "classification" and len(np.unique(table.y[tr, t])) < 2:  # XGBoost would raise
+                raise ZooError(f"data={cfg.data}: target {table.targets[t]!r} has one class only among the "
+                               f"{len(tr)} training molecules of split {k}; use fewer folds or another split")
             params = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
                           subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
                           early_stopping_rounds=cfg.early_stopping, random_state=run.seed, n_jobs=os.cpu_count(),

@@ -226,7 +226,7 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
     pre, classes = card["preprocess"], card["classes"]
     if opts.data:
         files, labels, root = image_files.list_images(opts.data, classes, run.log)
-        x = image_files.read_images(files, pre["image_size"], pre["channels"], run.log)
+        x = image_files.read_images(files, pre["image_size"], pre["channels"], run.log, run.progress)
         names, y = image_files.item_names(files, root), torch.tensor(labels) if labels else None
     else:
         data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
