@@ -264,7 +264,7 @@ def _show_use(spec) -> None:
     width = max(len(k) for k in values)
     print("predict: zoo predict RUN_DIR [key=value ...] [--out FILE]; options:")
     for key, value in values.items():
-        print(f"  {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
+        print(f"    {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
     print(f"export:  zoo export RUN_DIR --format {'|'.join(['safetensors', *spec.exports])}\n")
 
 

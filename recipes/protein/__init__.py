@@ -16,5 +16,6 @@ What they share: ``config.py`` (the configs, in blocks), ``data.py`` (FASTA/CSV/
 mutations, the registered datasets, the final test scoring with its bootstrap interval), ``split.py`` (train /
 validation / test chosen by a hash of each sequence, or of each position with split=positions), ``models.py`` (the
 heads on fixed features and the supervised fit through the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached
-embeddings, masked marginals).
+embeddings, masked marginals), ``saved.py`` (a head kept as safetensors and its card, read back for predict) and
+``predictions.py`` (the test rows and new sequences for predict).
 """

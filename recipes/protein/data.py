@@ -459,3 +459,24 @@ def mutant_sequence(wt: str, variant: list[tuple[int, str, str]]) -> str:
     for i, _, mt in variant:
         seq[i] = mt
     return "".join(seq)
+
+
+# =============================================================================================
+# Files given to predict
+# =============================================================================================
+
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas")
+
+
+def recipe_name(run, default: str) -> str:
+    """The name the run was trained under (a `zoo new` copy has its own), else the recipe's."""
+    return getattr(getattr(run, "spec", None), "name", None) or default
+
+
+def data_file(text: str, run, what: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file() and run.is_dataset(text):
+        path = run.data_path(text)
+    if not path.is_file():
+        raise ZooError(f"data={text}: no such file ({what})")
+    return path

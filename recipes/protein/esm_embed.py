@@ -15,7 +15,8 @@ from recipe_zoo.recipes.protein.config import ESMFields, HeadFields, ProteinConf
 from recipe_zoo.recipes.protein.data import finish, load_data, show_split
 from recipe_zoo.recipes.protein.esm2 import check_digest, embed, load_esm, resolve_layer, weights_digest
 from recipe_zoo.recipes.protein.models import fit_head
-from recipe_zoo.recipes.protein.saved import SequenceOptions, predict_fixed, save_fixed_head
+from recipe_zoo.recipes.protein.predictions import SequenceOptions
+from recipe_zoo.recipes.protein.saved import predict_fixed, save_fixed_head
 
 
 @dataclass

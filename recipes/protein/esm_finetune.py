@@ -18,11 +18,11 @@ from recipe_zoo.core.distributed import is_main
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import FinetuneConfig
-from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, primary_metric, show_split
+from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, primary_metric, recipe_name, show_split
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, pool_tokens, resolve_layer, tokenize, weights_digest
 from recipe_zoo.recipes.protein.models import MLPHead, target_scaling, train_supervised, unscaled
-from recipe_zoo.recipes.protein.saved import (SequenceOptions, prediction_columns, read_new, recipe_name,
-                                              split_metrics, split_rows)
+from recipe_zoo.recipes.protein.predictions import (SequenceOptions, prediction_columns, read_new, split_metrics,
+                                                    split_rows)
 
 # =============================================================================================
 # Model: ESM-2 + a head on pooled residues; LoRA (peft) or every weight

@@ -24,11 +24,10 @@ from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import bootstrap, score
 from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
-from recipe_zoo.recipes.protein.data import (DATASETS, SCORING, check_sequence, metric_statistic, mutant_sequence,
-                                             need_columns, parse_labels, parse_mutations, read_csv_rows,
-                                             read_fasta, read_wild_type)
+from recipe_zoo.recipes.protein.data import (DATASETS, FASTA_SUFFIXES, SCORING, check_sequence, data_file,
+                                             metric_statistic, mutant_sequence, need_columns, parse_labels,
+                                             parse_mutations, read_csv_rows, read_fasta, read_wild_type, recipe_name)
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, masked_marginals, weights_digest
-from recipe_zoo.recipes.protein.saved import FASTA_SUFFIXES, data_file, recipe_name
 
 
 @dataclass

@@ -8,7 +8,8 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.protein.config import OnehotConfig
 from recipe_zoo.recipes.protein.data import encode, finish, load_data, show_split
 from recipe_zoo.recipes.protein.models import fit_head
-from recipe_zoo.recipes.protein.saved import SequenceOptions, predict_fixed, save_fixed_head
+from recipe_zoo.recipes.protein.predictions import SequenceOptions
+from recipe_zoo.recipes.protein.saved import predict_fixed, save_fixed_head
 
 
 def predict_onehot(cfg: OnehotConfig, opts: SequenceOptions, run):

@@ -32,9 +32,9 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import spearman
 from recipe_zoo.recipes.protein.config import ProteinConfig, replaced
-from recipe_zoo.recipes.protein.data import (AMINO, EXTRA, final_metrics, finish, load_data, read_csv_rows,
-                                             show_split)
-from recipe_zoo.recipes.protein.saved import data_file, read_new, recipe_name, split_rows
+from recipe_zoo.recipes.protein.data import (AMINO, EXTRA, data_file, final_metrics, finish, load_data, read_csv_rows,
+                                             recipe_name, show_split)
+from recipe_zoo.recipes.protein.predictions import read_new, split_rows
 from recipe_zoo.recipes.protein.split import mutation_positions, positions_of
 
 MEANS_FILE = "position_means.json"
