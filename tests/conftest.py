@@ -256,3 +256,27 @@ def predict_bad(capfd, run_dir: Path, *args: str, needles: tuple[str, ...] = ())
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def train_in_process(out: Path, recipe: str, *args, budget: str, cache: Path | None = None) -> Path:
+    """``zoo run RECIPE ARGS --budget B`` in this process on the CPU, one thread, runs under ``out/runs``: the run
+    directory. Caches, data and board folders go under ``out`` (``cache``: a cache shared between modules), as a
+    module-scoped fixture's run outlives each test's environment."""
+    import torch
+
+    from recipe_zoo.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for key, folder in (("XDG_CACHE_HOME", cache or out / "cache"), ("ZOO_DATA", out / "data"),
+                                ("ZOO_BOARD_DIR", out / "board")):
+                env.setenv(key, str(folder))
+            code = main(["run", recipe, *map(str, args), "--budget", budget, "--out", str(out / "runs"),
+                         "--device", "cpu"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    (run_dir,) = (out / "runs" / recipe).iterdir()
+    return run_dir

@@ -8,24 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import predict_bad, roundtrip
+from conftest import predict_bad, roundtrip, train_in_process
 
 
 def _train(out, recipe, *args, budget="5steps"):
-    from recipe_zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pytest.MonkeyPatch.context() as mp:  # module fixtures run outside conftest's per-test isolation
-            mp.setenv("XDG_CACHE_HOME", str(out / "cache"))
-            mp.setenv("ZOO_BOARD_DIR", str(out / "board"))
-            assert main(["run", recipe, "width=8", "proj_hidden=32", *args, "--budget", budget, "--out",
-                         str(out / "runs"), "--device", "cpu"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    (run_dir,) = (out / "runs" / recipe).iterdir()
-    return run_dir
+    return train_in_process(out, recipe, "width=8", "proj_hidden=32", *args, budget=budget)
 
 
 def _folder(root, classes=("cat", "dog", "owl"), n=6, size=12):

@@ -8,26 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import predict_bad
+from conftest import predict_bad, train_in_process
 
 TINY = ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4"]
 
 
 def _train(out, recipe, *args, budget="3steps", cache=None):
-    from recipe_zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pytest.MonkeyPatch.context() as mp:  # module fixtures run outside conftest's per-test isolation
-            mp.setenv("XDG_CACHE_HOME", str(cache or out / "cache"))  # the fid_zoo classifier's cache
-            mp.setenv("ZOO_BOARD_DIR", str(out / "board"))
-            assert main(["run", recipe, *TINY, *args, "--budget", budget, "--out", str(out / "runs"),
-                         "--device", "cpu"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    (run_dir,) = (out / "runs" / recipe).iterdir()
-    return run_dir
+    return train_in_process(out, recipe, *TINY, *args, budget=budget, cache=cache)  # cache: the fid_zoo classifier
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import predict_bad, roundtrip
+from conftest import predict_bad, roundtrip, train_in_process
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.medical.data import read_image
 from test_medical import nifti, png_folder
@@ -28,11 +28,7 @@ def _one_thread():
 
 
 def _train(out: Path, *args: str, recipe: str = "medical/unet", budget: str = "3steps") -> Path:
-    from recipe_zoo.cli import main
-
-    assert main(["run", recipe, *TINY, *args, "--budget", budget, "--out", str(out), "--device", "cpu"]) == 0
-    (run_dir,) = (out / recipe).iterdir()
-    return run_dir
+    return train_in_process(out, recipe, *TINY, *args, budget=budget)
 
 
 def _cubes(root: Path, n: int = 4, spacing=(1.0, 1.0, 5.0)) -> Path:
@@ -58,7 +54,7 @@ def cells(tmp_path_factory):
     """24 PNG slices with masks 0/255: one train/validation/test split (4 test slices), mirrored views on."""
     tmp = tmp_path_factory.mktemp("cells")
     root = png_folder(tmp / "cells", n=24)
-    return root, _train(tmp / "runs", f"data={root}", "patch=32,32", "flip_axes=0,1")
+    return root, _train(tmp, f"data={root}", "patch=32,32", "flip_axes=0,1")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +62,7 @@ def cubes(tmp_path_factory):
     """4 NIfTI volumes: 2 folds (one model each), a 2-D plan across the thick slices, CT normalisation."""
     tmp = tmp_path_factory.mktemp("cubes")
     root = _cubes(tmp / "Task01_Cubes")
-    return root, _train(tmp / "runs", f"data={root}", "folds=2", "patch=16,16", "tta=false")
+    return root, _train(tmp, f"data={root}", "folds=2", "patch=16,16", "tta=false")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -256,6 +252,6 @@ def test_export_safetensors_predicts_the_same(cubes, tmp_path):
     ("medical/swinunetr", ["patch=64,64", "tta=false", "test_fraction=0.05"]),
     ("medical/unet", ["data=synthetic-3d", "patch=32,32,32", "tta=false", "test_fraction=0.05"])])
 def test_swinunetr_and_3d_round_trip(recipe, args, tmp_path):
-    run_dir = _train(tmp_path / "runs", *args, recipe=recipe, budget="2steps")
+    run_dir = _train(tmp_path, *args, recipe=recipe, budget="2steps")
     result = roundtrip(run_dir)
     assert len(result.rows) == 2 and result.files[0].name.endswith(".png" if "patch=64,64" in args else ".nii.gz")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import predict_bad, roundtrip
+from conftest import predict_bad, roundtrip, train_in_process
 
 # 90 small molecules without repeats: a substituent, a ring, a substituent
 RINGS = ["c1ccccc1", "C1CCCCC1", "c1ccncc1", "C1CCOC1"]
@@ -57,22 +57,7 @@ SMALL = {"molecules/dmpnn": ["hidden=16", "ffn_hidden=16", "batch_size=16"],
 
 
 def _train(out, recipe, data, *args, budget="6steps"):
-    """``zoo run`` in-process, caches under ``out`` (a module's runs outlive each test's environment)."""
-    from recipe_zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            for key, folder in (("XDG_CACHE_HOME", "cache"), ("ZOO_DATA", "data"), ("ZOO_BOARD_DIR", "board")):
-                env.setenv(key, str(out / folder))
-            code = main(["run", recipe, f"data={data}", *SMALL[recipe], *args, "--budget", budget,
-                         "--out", str(out / "runs"), "--device", "cpu"])
-    finally:
-        torch.set_num_threads(threads)
-    assert code == 0
-    (run_dir,) = (out / "runs" / recipe).iterdir()
-    return run_dir
+    return train_in_process(out, recipe, f"data={data}", *SMALL[recipe], *args, budget=budget)
 
 
 @pytest.fixture(scope="module")

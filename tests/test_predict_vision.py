@@ -5,21 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import predict_bad, roundtrip
+from conftest import predict_bad, roundtrip, train_in_process
 
 
 def _train(out, *args, budget="4steps"):
-    from recipe_zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert main(["run", "vision/resnet", "width=8", *args, "--budget", budget, "--out", str(out),
-                     "--device", "cpu"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    (run_dir,) = (out / "vision" / "resnet").iterdir()
-    return run_dir
+    return train_in_process(out, "vision/resnet", "width=8", *args, budget=budget)
 
 
 def _folder(root, classes=("cat", "dog", "owl"), n=6, size=12, mode="RGB"):
@@ -42,7 +32,7 @@ def digits_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def folder_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("folder")
-    return _train(tmp / "runs", f"data={_folder(tmp / 'photos')}", "test_fraction=0.3")
+    return _train(tmp, f"data={_folder(tmp / 'photos')}", "test_fraction=0.3")
 
 
 def test_the_run_saves_a_card_and_its_test_predictions(digits_run):
@@ -154,7 +144,7 @@ def test_a_timm_model_exports_to_a_folder_timm_loads(tmp_path):
     from recipe_zoo import load
     from recipe_zoo.predict import export
 
-    run_dir = _train(tmp_path / "runs", f"data={_folder(tmp_path / 'photos', size=72)}", "model=resnet10t",
+    run_dir = _train(tmp_path, f"data={_folder(tmp_path / 'photos', size=72)}", "model=resnet10t",
                      "image_size=96", "batch_size=8", budget="2steps")
     roundtrip(run_dir)
     model = load(run_dir, device="cpu")
