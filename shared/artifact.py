@@ -161,6 +161,7 @@ class Predictions:
     files: list[Path] = field(default_factory=list)
     arrays: dict[str, Any] = field(default_factory=dict)
     dropped: int = 0  # items that could not be predicted (an invalid SMILES): kept as blank rows, counted here
+    text: str = ""  # what zoo predict prints before its summary (generated text)
 
 
 @dataclass

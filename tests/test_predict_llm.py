@@ -127,10 +127,12 @@ def test_gpt_run_saves_a_card_and_its_test_windows_and_predict_reproduces_them(g
     assert "".join(r["text"] for r in rows) == test_text(gpt_run)  # the windows tile the scored bytes, in order
 
 
-def test_gpt_prompts_are_continued_as_the_run_sampled(gpt_run, tmp_path):
-    """prompt=First n=2 with the run's seed, sample_tokens and temperature gives the run's samples.txt; a prompts
-    file gives each prompt the same continuation as alone; top_k=1 is greedy."""
+def test_gpt_prompts_are_continued_as_the_run_sampled(gpt_run, tmp_path, capsys):
+    """prompt=First n=2 with the run's seed, sample_tokens and temperature gives the run's samples.txt (zoo predict
+    prints them; the Python API does not); a prompts file gives each prompt the same continuation as alone; top_k=1
+    is greedy."""
     from recipe_zoo import load
+    from recipe_zoo.cli import main
 
     model = load(gpt_run, device="cpu")
     samples = (gpt_run / "samples.txt").read_text().rstrip("\n").split("\n\n----------\n\n")
@@ -145,6 +147,10 @@ def test_gpt_prompts_are_continued_as_the_run_sampled(gpt_run, tmp_path):
     greedy = model.predict(prompt="All:", temperature=0, max_tokens=5).rows[0]["completion"]
     assert model.predict(prompt="All:", top_k=1, seed=7, max_tokens=5).rows[0]["completion"] == greedy
     assert model.predict(prompt="First", seed=5, n=2).rows != alone.rows
+    assert "First" not in capsys.readouterr().out
+    assert main(["predict", str(gpt_run), "prompt=First", "n=2", "--out", str(tmp_path / "p.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert all(sample in printed for sample in samples) and "2 predictions -> " in printed
 
 
 def test_gpt_scores_a_text_file_and_a_folder(gpt_run, tmp_path):

@@ -106,6 +106,8 @@ def cmd_predict(args) -> int:
     out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts, model.card)}.csv"
     result = model.predict(out, options=opts)
     seconds = time.perf_counter() - start
+    if result.text:
+        print(result.text, end="" if result.text.endswith("\n") else "\n", flush=True)
     where = f" and {len(result.files)} files in {out.with_suffix('')}/" if result.files else ""
     dropped = f"; {result.dropped} could not be predicted (blank rows)" if result.dropped else ""
     print(f"{len(result.rows)} predictions -> {out}{where}{dropped} ({seconds:.1f}s)")

@@ -163,8 +163,7 @@ def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.P
                 completions.append([tok.decode(model.generate(ids, opts.max_tokens or cfg.sample_tokens, temperature,
                                                               g, opts.top_k)) for _ in range(opts.n)])
                 run.progress(i + 1, len(prompts), "prompts")
-        return artifact.Predictions(rows=infer.generation_rows(prompts, completions),
-                                    arrays={"completions": completions})
+        return infer.generations(prompts, completions)
     if opts.data:
         docs = infer.read_documents(opts.data, run)[1]
         text, prefix = "".join(docs), ""

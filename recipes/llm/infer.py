@@ -14,7 +14,7 @@ import torch
 
 from recipe_zoo.core import metrics
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, Range
-from recipe_zoo.core.artifact import PredictOptions
+from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.llm import data
 
@@ -137,11 +137,11 @@ def example_rows(examples: list, nats: np.ndarray, n_bytes: np.ndarray) -> list[
             for e, nat, size in zip(examples, nats, n_bytes)]
 
 
-def generation_rows(prompts: list[str], completions: list[list[str]]) -> list[dict]:
-    """A row per sample (prompt, sample number, the generated continuation), each also printed."""
-    rows = []
-    for prompt, texts in zip(prompts, completions):
-        for k, text in enumerate(texts, 1):
-            rows.append({"prompt": prompt, "sample": k, "completion": text})
-            print(f"--- prompt {prompt!r}, sample {k}:\n{prompt}{text}", flush=True)
-    return rows
+def generations(prompts: list[str], completions: list[list[str]]) -> Predictions:
+    """A row per sample (prompt, sample number, the generated continuation), and the samples as text for
+    ``zoo predict`` to print."""
+    rows = [{"prompt": prompt, "sample": k, "completion": text}
+            for prompt, texts in zip(prompts, completions) for k, text in enumerate(texts, 1)]
+    text = "".join(f"--- prompt {r['prompt']!r}, sample {r['sample']}:\n{r['prompt']}{r['completion']}\n"
+                   for r in rows)
+    return Predictions(rows=rows, text=text, arrays={"completions": completions})

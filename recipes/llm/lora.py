@@ -181,8 +181,7 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
                                        run.seed if opts.seed < 0 else opts.seed, opts.n, pad_id)
             completions.append([tokenizer.decode(c, skip_special_tokens=True) for c in out])
             run.progress(i + 1, len(prompts), "prompts")
-        return artifact.Predictions(rows=infer.generation_rows(prompts, completions),
-                                    arrays={"completions": completions})
+        return infer.generations(prompts, completions)
     batch, prefix, dropped = opts.batch_size or cfg.micro_batch, "" if opts.data else "test_", []
     if jsonl:
         examples, dropped = infer.jsonl_examples(cfg, opts.data, run, tokenizer)
