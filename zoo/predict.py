@@ -44,6 +44,10 @@ class Model:
             artifact.write_rows(out_path, result.rows)
         return result
 
+    def export(self, fmt: str, out: str | Path) -> list[Path]:
+        """The model in format ``fmt`` (safetensors, or the recipe's own: ``zoo show``) written into folder ``out``."""
+        return export(self, fmt, Path(out))
+
     def open(self, out: Path, log=None) -> artifact.PredictRun:
         from recipe_zoo import data as data_mod
 
