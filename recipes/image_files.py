@@ -1,14 +1,16 @@
 """New images for a trained model (``zoo predict``), shared by the image domains: a folder (flat, or class
 subfolders named as the run's classes) or one file, decoded as training decoded its own folders
-(``images.decode_image``: centre square at the model's size) with the model's channel count."""
+(``images.decode_image``: centre square at the model's size) with the model's channel count. Also the timm
+folder a timm backbone exports to (``zoo export --format timm``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.images import IMAGE_SUFFIXES, decode_image
+from recipe_zoo.recipes.images import IMAGE_SUFFIXES, OWN_MODELS, decode_image
 
 
 def list_images(data: str, classes: list[str] | None = None, log=print) -> tuple[list[Path], list[int] | None, Path]:
@@ -57,3 +59,25 @@ def read_images(paths: list[Path], size: int, channels: int, log=print, progress
 
 def item_names(paths: list[Path], root: Path) -> list[str]:
     return [p.relative_to(root).as_posix() if p != root else p.name for p in paths]
+
+
+def timm_folder(card: dict, load, out: Path, instead: str, label_names: list[str] | None = None) -> list[Path]:
+    """A timm model folder (timm's ``save_for_hf``: ``model.safetensors`` + ``config.json`` with the input statistics
+    and the zoo's resize, bilinear on the centre square, and ``label_names`` when given):
+    ``timm.create_model("local-dir:FOLDER", pretrained=True)`` loads it. ``load()``: the run's model; the zoo's own
+    networks and the small-image stem are refused in one line that names the formats to use ``instead``."""
+    import timm.models
+
+    arch, pre = card["architecture"], card["preprocess"]
+    if arch["model"] in OWN_MODELS:
+        raise ZooError(f"--format timm: {arch['model']} is the zoo's own network, not a timm model; export {instead}")
+    model = load().to(memory_format=torch.contiguous_format)
+    if isinstance(getattr(model, "maxpool", None), nn.Identity) and pre["image_size"] <= 64:
+        raise ZooError(f"--format timm: this {arch['model']} has the zoo's small-image stem (3x3, no max-pool) "
+                       f"that timm's architecture lacks; export {instead}")
+    size = [pre["channels"], pre["image_size"], pre["image_size"]]
+    timm.models.save_for_hf(model, str(out), safe_serialization=True, model_args={"in_chans": pre["channels"]},
+                            model_config={"label_names": label_names} if label_names else None,
+                            data_config={"input_size": size, "mean": pre["mean"], "std": pre["std"],
+                                         "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"})
+    return [out / "model.safetensors", out / "config.json"]

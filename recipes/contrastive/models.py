@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import image_files, images
 
 # =============================================================================================
 # Networks
@@ -87,21 +87,7 @@ def load_backbone(card: dict, path, device="cpu") -> nn.Module:
 
 
 def export_timm(cfg, run, out: Path) -> list[Path]:
-    """A timm backbone as a timm model folder (``timm.models.save_for_hf``: ``model.safetensors`` and a
-    ``config.json`` with the input statistics; no classifier, so it gives the embeddings):
-    ``timm.create_model("local-dir:FOLDER", pretrained=True)`` loads it."""
-    import timm.models
-
-    arch, pre = run.card["architecture"], run.card["preprocess"]
-    if arch["model"] in images.OWN_MODELS:
-        raise ZooError(f"--format timm: {arch['model']} is the zoo's own network, not a timm model; export safetensors")
-    model = load_backbone(run.card, run.path("model.safetensors")).to(memory_format=torch.contiguous_format)
-    if isinstance(getattr(model, "maxpool", None), nn.Identity) and pre["image_size"] <= 64:
-        raise ZooError(f"--format timm: this {arch['model']} has the zoo's small-image stem (3x3, no max-pool) that "
-                       "timm's architecture lacks; export safetensors")
-    size = [pre["channels"], pre["image_size"], pre["image_size"]]
-    timm.models.save_for_hf(model, str(out), safe_serialization=True,
-                            model_args={"in_chans": pre["channels"]},
-                            data_config={"input_size": size, "mean": pre["mean"], "std": pre["std"],
-                                         "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center"})
-    return [out / "model.safetensors", out / "config.json"]
+    """A timm backbone as a timm model folder (``image_files.timm_folder``): no classifier, so it gives the
+    embeddings."""
+    return image_files.timm_folder(run.card, lambda: load_backbone(run.card, run.path("model.safetensors")), out,
+                                   "safetensors")

@@ -11,8 +11,7 @@ from torch import nn
 
 from recipe_zoo.core import artifact
 from recipe_zoo.core.checkpoint import export_safetensors
-from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import image_files, images
 
 
 def layer_groups(model: nn.Module, head: str) -> dict[str, int]:
@@ -96,21 +95,6 @@ def export_onnx(cfg, run, out: Path) -> list[Path]:
 
 
 def export_timm(cfg, run, out: Path) -> list[Path]:
-    """A timm model folder (timm's ``save_for_hf``: ``model.safetensors`` + ``config.json`` with the class names and
-    input statistics): ``timm.create_model("local-dir:FOLDER", pretrained=True)`` loads it."""
-    import timm.models
-
-    card = run.card
-    arch, pre = card["architecture"], card["preprocess"]
-    if arch["model"] in images.OWN_MODELS:
-        raise ZooError(f"--format timm: {arch['model']} is the zoo's own network, not a timm model; export "
-                       "safetensors or onnx")
-    model = load_model(card, run.dir)
-    if isinstance(getattr(model, "maxpool", None), nn.Identity) and pre["image_size"] <= 64:
-        raise ZooError(f"--format timm: this {arch['model']} has the zoo's small-image stem (3x3, no max-pool) "
-                       "that timm's architecture lacks; export safetensors or onnx")
-    size = [pre["channels"], pre["image_size"], pre["image_size"]]
-    timm.models.save_for_hf(model, str(out), safe_serialization=True, model_args={"in_chans": pre["channels"]},
-                            model_config={"label_names": card["classes"]},
-                            data_config={"input_size": size, "mean": pre["mean"], "std": pre["std"]})
-    return [out / "model.safetensors", out / "config.json"]
+    """A timm model folder with the class names (``image_files.timm_folder``)."""
+    return image_files.timm_folder(run.card, lambda: load_model(run.card, run.dir), out, "safetensors or onnx",
+                                   label_names=run.card["classes"])
