@@ -25,6 +25,7 @@ class Model:
     spec: object  # the recipe's RecipeSpec
     cfg: object  # the run's config, typed
     card: dict  # its model.json
+    seed: int = 0  # the run's seed (a generator's default)
     device: str = "auto"
 
     def options(self, values: dict, source: str = "predict option"):
@@ -51,10 +52,9 @@ class Model:
     def open(self, out: Path, log=None) -> artifact.PredictRun:
         from recipe_zoo import data as data_mod
 
-        saved = json.loads((self.dir / "config.json").read_text())
-        run = artifact.PredictRun(dir=self.dir, card=self.card, out=out, device=self.device,
-                                  seed=int(saved.get("seed", 0)), data_path=data_mod.locate,
-                                  is_dataset=lambda name: name in data_mod.DATASETS, spec=self.spec)
+        run = artifact.PredictRun(dir=self.dir, card=self.card, out=out, device=self.device, seed=self.seed,
+                                  data_path=data_mod.locate, is_dataset=lambda name: name in data_mod.DATASETS,
+                                  spec=self.spec)
         if log is not None:
             run.log = log
         return run
@@ -94,7 +94,7 @@ def load(run_dir: str | Path, device: str = "auto") -> Model:
 
     extras.require(spec.name)
     cfg = config_mod.apply(spec.config(), saved["config"], str(run_dir / "config.json"))
-    return Model(dir=run_dir, spec=spec, cfg=cfg, card=card, device=device)
+    return Model(dir=run_dir, spec=spec, cfg=cfg, card=card, seed=int(saved.get("seed", 0)), device=device)
 
 
 # =============================================================================================
