@@ -148,6 +148,9 @@ class Run(Protocol):
     def is_dataset(self, name: str) -> bool:
         """Whether ``name`` is a registered dataset (else the recipe reads it as a path)."""
 
+    def data_key(self, data: str) -> str:
+        """The benchmark key of ``data`` (a dataset's name, or ``own:<content hash>``), as prepared data records it."""
+
     def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
         """Download ``url`` to ``dest`` (pretrained weights), checked by sha256 when given; one line on failure."""
 
@@ -204,6 +207,9 @@ class SimpleRun:
 
     def is_dataset(self, name: str) -> bool:
         return False
+
+    def data_key(self, data: str) -> str:
+        return data
 
     def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
         raise ZooError(f"{dest}: not here, and a SimpleRun does not download ({url})")

@@ -25,8 +25,15 @@ def batch_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class TensorBatches:
-    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, seed: int = 0, shuffle: bool = True,
-                 drop_last: bool = True, transform: Transform | None = None):
+    """Micro-batches of ``tensors`` (tensors, or arrays read from disk as they are used: ``core.streams``).
+
+    ``workers`` > 0 reads the next batches in that many worker processes (for data on disk: decoding, reading);
+    ``device``: where a batch goes before ``transform`` (augmentation on the accelerator; the CPU draws its random
+    numbers from a CPU generator, so on the CPU the result is the same either way)."""
+
+    def __init__(self, tensors: Sequence, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 drop_last: bool = True, transform: Transform | None = None, workers: int = 0,
+                 device: torch.device | str | None = None):
         n = len(tensors[0])
         if any(len(t) != n for t in tensors):
             raise ValueError("all tensors must have the same first dimension")
@@ -35,10 +42,14 @@ class TensorBatches:
         self.tensors = tuple(tensors)
         self.batch_size = min(batch_size, n)
         self.seed, self.shuffle, self.drop_last, self.transform = seed, shuffle, drop_last, transform
+        self.device = torch.device(device) if device is not None else None
         self.num_samples = n
         self.epoch, self.index = 0, 0
         self.rank, self.world = 0, 1
         self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its order), the last one drawn
+        from recipe_zoo.core.streams import Prefetch
+
+        self.prefetch = Prefetch(self, workers) if workers > 0 else None
 
     def shard(self, rank: int, world: int) -> None:
         """This process's share: every world-th micro-batch of each step (full batches only). Data smaller
@@ -47,6 +58,8 @@ class TensorBatches:
             raise ValueError(f"{self.num_samples} samples cannot be split over {world} processes")
         self.batch_size = min(self.batch_size, self.num_samples // world)
         self.rank, self.world, self.drop_last = rank, world, True
+        if self.prefetch is not None:
+            self.prefetch.reset()
 
     @property
     def slots_per_epoch(self) -> int:
@@ -67,20 +80,38 @@ class TensorBatches:
                 self._order = (epoch, torch.arange(self.num_samples))
         return self._order[1]
 
-    def next_batch(self) -> tuple[torch.Tensor, ...]:
+    def position(self, epoch: int, index: int) -> tuple[tuple[int, int], torch.Tensor]:
+        """The micro-batch this rank takes at position (epoch, index): its (epoch, slot) and its rows."""
         per_epoch = self.slots_per_epoch
-        if self.index >= per_epoch:
-            self.epoch, self.index = self.epoch + 1, self.index - per_epoch
-        epoch, slot = self.epoch, self.index + self.rank
+        if index >= per_epoch:
+            epoch, index = epoch + 1, index - per_epoch
+        slot = index + self.rank
         if slot >= per_epoch:  # this rank's micro-batch opens the next epoch (the step straddles the boundary)
             epoch, slot = epoch + 1, slot - per_epoch
-        idx = self._epoch_order(epoch)[slot * self.batch_size:(slot + 1) * self.batch_size]
-        batch = tuple(t[idx.to(t.device)] for t in self.tensors)
+        return (epoch, slot), self._epoch_order(epoch)[slot * self.batch_size:(slot + 1) * self.batch_size]
+
+    def advance(self, epoch: int, index: int) -> tuple[int, int]:
+        """The position after (epoch, index)."""
+        per_epoch = self.slots_per_epoch
+        if index >= per_epoch:
+            epoch, index = epoch + 1, index - per_epoch
+        return epoch, index + self.world
+
+    def next_batch(self) -> tuple[torch.Tensor, ...]:
+        from recipe_zoo.core.streams import take
+
+        (epoch, slot), idx = self.position(self.epoch, self.index)
+        if self.prefetch is not None:
+            batch = self.prefetch.next(epoch, slot)
+        else:
+            batch = tuple(take(t, idx) for t in self.tensors)
+        self.epoch, self.index = self.advance(self.epoch, self.index)
+        if self.device is not None:
+            batch = tuple(t.to(self.device, non_blocking=True) for t in batch)
         if self.transform is not None:
             g = torch.Generator(device=batch[0].device)
             g.manual_seed(batch_seed(self.seed, epoch, slot))
             batch = self.transform(batch, g)
-        self.index += self.world
         return batch
 
     def state_dict(self) -> dict:
@@ -88,3 +119,5 @@ class TensorBatches:
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.index, self._order = int(state["epoch"]), int(state["index"]), None
+        if self.prefetch is not None:
+            self.prefetch.reset()

@@ -238,6 +238,18 @@ def own_data_key(path: Path) -> str:
     return f"own:{digest[:12]}"
 
 
+def data_key(data: str) -> str:
+    """The benchmark key of a run's ``data``: a dataset's name, a prepared folder's source's key (a prepared
+    benchmark is still that benchmark), else ``own_data_key`` of a file or folder (a missing one keeps its name)."""
+    from recipe_zoo.core import prepared
+
+    if data in DATASETS or not Path(data).exists():
+        return data
+    if prepared.is_prepared(data):
+        return str(prepared.read(Path(data)).get("benchmark") or own_data_key(Path(data)))
+    return own_data_key(Path(data))
+
+
 def mirrored(url: str) -> str:
     """``$ZOO_MIRROR`` (e.g. ``http://mirror.local/zoo``) serves ``<mirror>/<host>/<path>`` instead;
     checksums are verified the same way, so a mirror cannot change what lands in the cache."""
@@ -368,3 +380,49 @@ def _writable_parent(root: Path) -> Path:
     except OSError as exc:
         raise ZooError(f"{root}: cannot write to the data cache: {exc.strerror}") from None
     return root
+
+
+# ---------------------------------------------------------------------------------------------
+# zoo data list | fetch | prepare
+# ---------------------------------------------------------------------------------------------
+
+def prepare_run(log=None):
+    """What a recipe's prepare hook is handed here: this registry's lookups."""
+    from recipe_zoo.core.prepared import PrepareRun
+
+    run = PrepareRun(data_key=data_key, data_path=locate, is_dataset=lambda name: name in DATASETS)
+    if log is not None:
+        run.log = log
+    return run
+
+
+def command(args) -> int:
+    if args.data_command == "fetch":
+        path = fetch(args.name)
+        print(f"{args.name}: {path}")
+        return 0
+    if args.data_command == "prepare":
+        return prepare_command(args)
+    print(f"cache: {cache_root()}")
+    print(f"{'dataset':<18} {'domain':<10} {'source':<12} {'here':<5} description")
+    for info in DATASETS.values():
+        here = "yes" if is_present(info) else "no"
+        print(f"{info.name:<18} {info.domain:<10} {info.source:<12} {here:<5} {info.description}")
+    return 0
+
+
+def prepare_command(args) -> int:
+    """``zoo data prepare RECIPE data=SOURCE [key=value ...]``: the recipe's prepare hook, under its config."""
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import registry
+
+    spec = registry.load_file(args.recipe)[0] if args.recipe.endswith(".py") else registry.get(args.recipe)
+    hook = spec.hooks.get("prepare")
+    if hook is None:
+        raise ZooError(f"{spec.name} prepares no data: it reads its data as given (zoo show {spec.name}); llm/gpt "
+                       "and vision/resnet prepare")
+    cfg = config_mod.build(spec.config, spec.defaults, None, args.overrides, spec.name)
+    folder = hook(cfg, prepare_run(), out=args.out, force=args.force)
+    print(f"{folder}\ntrain on it: zoo run {spec.name} data={folder}")
+    return 0
+

@@ -29,7 +29,8 @@ CODE_DIR = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
 RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/verify.jsonl", "benchmarks/plots")
-SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "params_M",
+SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "peak_rss_mb",
+                "params_M",
                 "mfu_percent", "seed", "run_dir", "status", "rank")
 
 
@@ -136,10 +137,13 @@ class Run:
     def benchmark(self) -> str:
         """The dataset name, or ``own:<content hash>`` for a user's file or folder."""
         data = str(getattr(self.cfg, "data", self.spec.benchmark))
-        from recipe_zoo.data import DATASETS, own_data_key
+        return self.data_key(data) + key_suffix(self.cfg)
 
-        key = data if data in DATASETS or not Path(data).exists() else own_data_key(Path(data))
-        return key + key_suffix(self.cfg)
+    def data_key(self, data: str) -> str:
+        """The benchmark key of ``data`` alone (``recipe_zoo.data.data_key``): what a prepared folder records."""
+        from recipe_zoo.data import data_key
+
+        return data_key(data)
 
     def data_path(self, name: str) -> Path:
         from recipe_zoo.data import locate
@@ -559,13 +563,21 @@ def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) ->
     return rows
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (rank 0's under torchrun): data held, models, caches, all of it."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
 def _summary(run: Run, metrics: dict, status: str) -> dict:
     value = metrics.get(run.metric)
     return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.metric,
             "higher_is_better": run.higher_is_better,
             "value": value if status == "ok" else None, "budget": str(run.budget),
             "train_seconds": metrics.get("train_seconds"), "peak_mem_mb": metrics.get("peak_mem_mb"),
-            "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
+            "peak_rss_mb": peak_rss_mb(), "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
             "status": status, "run_dir": str(run.dir), "extra": dict(run.extra) if status == "ok" else {}}
 
 
