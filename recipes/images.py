@@ -1,8 +1,8 @@
 """Images for the image domains (vision, contrastive, diffusion): what they share, registering no recipe.
 
-Reads top to bottom: the named datasets and own class folders as uint8 tensors in memory, the dispatcher
-over them, then the from-scratch backbones (``zoo-net``, ``zoo-resnet``), model building (those or any timm
-model, from scratch or from pretrained weights) and the input-statistics rule.
+Reads top to bottom: the named datasets and own class folders as uint8 tensors (in memory, or read from disk as
+they are used: ``recipe_zoo.recipes.image_streams``), then the dispatcher over them. The networks are in
+``recipe_zoo.recipes.backbones``; their names are re-exported here, where the image domains have always found them.
 """
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from recipe_zoo.core import splits
-from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core import prepared, splits, streams
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.backbones import (OWN_MODELS, ZooNet, ZooResNet, build_model,  # noqa: F401
+                                          input_stats, shift_norm)
 
 # =============================================================================================
 # Data: uint8 image tensors (N, C, H, W) in memory, split train / validation / test
@@ -25,6 +24,7 @@ from recipe_zoo.core.errors import ZooError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"}
 PARTS = ("train", "validation", "test")
+GREY_MODES = ("1", "L", "LA", "La", "I", "F")  # Pillow modes read as one channel (and I;16*)
 
 
 @dataclass
@@ -149,7 +149,7 @@ def decode_image(path: Path, size: int | None) -> torch.Tensor:
 
     try:
         with Image.open(path) as im:  # grey: 1-bit, 8-bit with or without alpha, 16- and 32-bit
-            im = im.convert("L" if im.mode in ("1", "L", "LA", "La", "I", "F") or im.mode.startswith("I;16") else "RGB")
+            im = im.convert("L" if im.mode in GREY_MODES or im.mode.startswith("I;16") else "RGB")
             if size and im.size != (size, size):
                 w, h, s = *im.size, min(im.size)  # the centre square, s x s
                 im = im.resize((size, size), Image.BILINEAR, box=((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2))
@@ -226,7 +226,7 @@ def list_class_folder(root: Path, classes: list[str] | None = None, log=print) -
 
 
 def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_fraction: float, log=print,
-                       flat_val_fraction: float | None = None) -> ImageSplits:
+                       flat_val_fraction: float | None = None, stream: bool = False) -> ImageSplits:
     """An own folder at ``size`` (``decode_image``; 0: ``own_image_size`` of the training part; None: the images'
     own), keyed by each file's path relative to ``root``:
 
@@ -234,7 +234,9 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
     - ``train/`` and one of ``val/`` or ``test/``: that folder is the test set, and validation is a hash-chosen
       ``val_fraction`` of ``train/``;
     - class folders only: a hash-chosen ``test_fraction`` is the test set and a hash-chosen ``val_fraction``
-      of the rest (``flat_val_fraction`` when given) validation."""
+      of the rest (``flat_val_fraction`` when given) validation.
+
+    ``stream``: the parts are lazy arrays decoding their files when read (``image_streams.folder_images``)."""
     held_out = [d for d in ("val", "test") if (root / d).is_dir()] if (root / "train").is_dir() else []
     paths, labels, ends, classes = [], [], [], None
     for folder in [root / "train", *(root / d for d in held_out)] if held_out else [root]:
@@ -259,8 +261,13 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
     if not len(out.train_y) or not len(out.val_y):
         raise ZooError(f"{root}: {out.sizes()} images: too few to train and validate")
     size = own_image_size([paths[i] for i in out.train_x], log) if size == 0 else size
-    x = decode_images(paths, size, root, log)
-    out.train_x, out.val_x, out.test_x = x[out.train_x], x[out.val_x], x[out.test_x]
+    if stream:
+        from recipe_zoo.recipes.image_streams import folder_images
+
+        x = folder_images(paths, size, root, log)
+    else:
+        x = decode_images(paths, size, root, log)
+    out.train_x, out.val_x, out.test_x = (streams.rows(x, part) for part in (out.train_x, out.val_x, out.test_x))
     log(f"{root}: {out.sizes()} images, {len(out.classes)} classes")
     return out
 
@@ -281,27 +288,35 @@ def load_torchvision_cifar10(root: Path, val_fraction: float) -> ImageSplits:
 
 
 def resize_splits(data: ImageSplits, size: int) -> None:
-    """Resize the three parts' uint8 images to size x size (antialiased bilinear)."""
-    data.train_x, data.val_x, data.test_x = (
-        F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True).round().clamp(0, 255).byte()
-        for t in (data.train_x, data.val_x, data.test_x))
+    """Resize the three parts' uint8 images to size x size (antialiased bilinear; streamed parts as they are read)."""
+    from recipe_zoo.recipes.image_streams import resized
+
+    data.train_x, data.val_x, data.test_x = (resized(t, size) for t in (data.train_x, data.val_x, data.test_x))
 
 
-def load_image_splits(data: str, image_size: int, val_fraction: float, test_fraction: float, run) -> ImageSplits:
+def load_image_splits(data: str, image_size: int, val_fraction: float, test_fraction: float, run,
+                      stream: bool = False) -> ImageSplits:
     """A named dataset or a folder of class folders; ``image_size`` 0 keeps the dataset's own size (own
     folders: ``own_image_size``). ``val_fraction``: validation's share of the training images; ``test_fraction``:
-    the test share of a folder that has no test split of its own."""
+    the test share of a folder that has no test split of its own. ``stream``: folders are decoded as they are read;
+    a prepared folder (``zoo data prepare``) is always read as it is used."""
     size = image_size or None
+    if prepared.is_prepared(data):
+        from recipe_zoo.recipes.image_streams import open_prepared
+
+        settings = {"image_size": image_size, "val_fraction": val_fraction, "test_fraction": test_fraction}
+        return open_prepared(Path(data), settings, run.log)
     if data == "digits":
         out = load_digits_splits(val_fraction)
     elif data == "cifar10-subset":
-        out = load_folder_splits(run.data_path("cifar10-subset"), size, val_fraction, test_fraction, run.log)
+        out = load_folder_splits(run.data_path("cifar10-subset"), size, val_fraction, test_fraction, run.log,
+                                 stream=stream)
     elif data == "mnist-test":
         out = load_mnist_test_splits(run.data_path("mnist-test"), val_fraction)
     elif data == "cifar10":
         out = load_torchvision_cifar10(run.data_path("cifar10"), val_fraction)
     elif Path(data).exists():
-        out = load_folder_splits(Path(data), image_size, val_fraction, test_fraction, run.log)
+        out = load_folder_splits(Path(data), image_size, val_fraction, test_fraction, run.log, stream=stream)
         if not image_size:
             run.report("image_size", out.train_x.shape[-1])
     else:
@@ -311,200 +326,3 @@ def load_image_splits(data: str, image_size: int, val_fraction: float, test_frac
         resize_splits(out, size)
     return out
 
-
-# =============================================================================================
-# Networks: the from-scratch backbones
-# =============================================================================================
-
-def shift_norm(channels: int) -> nn.BatchNorm2d:
-    """BatchNorm whose scale stays 1: only the shift is learned (airbench; fewer, better-behaved params)."""
-    norm = nn.BatchNorm2d(channels, eps=1e-12, momentum=0.4)
-    norm.weight.requires_grad_(False)
-    return norm
-
-
-def conv3x3(c_in: int, c_out: int) -> nn.Conv2d:
-    conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
-    with torch.no_grad():
-        nn.init.dirac_(conv.weight[:min(c_in, c_out)])  # the first filters start as identity maps
-    return conv
-
-
-class ConvGroup(nn.Module):
-    """conv - pool - norm - GELU - conv - norm - GELU; pooling first keeps the second conv cheap."""
-
-    def __init__(self, c_in: int, c_out: int, pool: bool):
-        super().__init__()
-        self.conv1, self.norm1 = conv3x3(c_in, c_out), shift_norm(c_out)
-        self.pool = nn.MaxPool2d(2) if pool else nn.Identity()
-        self.conv2, self.norm2 = conv3x3(c_out, c_out), shift_norm(c_out)
-
-    def forward(self, x):
-        x = F.gelu(self.norm1(self.pool(self.conv1(x))))
-        return F.gelu(self.norm2(self.conv2(x)))
-
-
-class ZooNet(nn.Module):
-    """The default from-scratch network, shaped for small images and CPU budgets (after airbench94).
-
-    A frozen 2x2 patch-whitening stem, then one ConvGroup per width (w, 2w, 4w), global max-pool and
-    a linear head whose logits are scaled down by 1/9. On 2 CPU cores a 32/64/128 net trains ~20
-    epochs of cifar10-subset in 5 minutes, which beats wider nets that see fewer epochs.
-    """
-
-    def __init__(self, in_channels: int, num_classes: int, width: int, image_size: int, logit_scale: float = 1 / 9):
-        super().__init__()
-        self.whiten = nn.Conv2d(in_channels, 2 * in_channels * 4, 2, bias=True)
-        self.whiten.weight.requires_grad_(False)
-        size, c, groups = image_size - 1, self.whiten.out_channels, []
-        for w in (width, 2 * width, 4 * width):
-            groups.append(ConvGroup(c, w, pool=size > 1))
-            size, c = max(1, size // 2), w
-        self.groups = nn.Sequential(*groups)
-        self.head = nn.Linear(c, num_classes, bias=False)
-        self.logit_scale = logit_scale
-
-    @torch.no_grad()
-    def init_whitening(self, x: torch.Tensor, eps: float = 5e-4) -> None:
-        """Stem filters = eigenvectors of the 2x2 patch covariance / sqrt(eigenvalue), in +/- pairs."""
-        c, k = x.shape[1], self.whiten.kernel_size[0]
-        patches = x.float().unfold(2, k, 1).unfold(3, k, 1).permute(0, 2, 3, 1, 4, 5).reshape(-1, c * k * k)
-        evals, evecs = torch.linalg.eigh(patches.T @ patches / len(patches))
-        filters = (evecs.T / (evals + eps).sqrt().unsqueeze(1)).reshape(-1, c, k, k)
-        self.whiten.weight.copy_(torch.cat((filters, -filters)))
-
-    def forward(self, x):
-        x = self.groups(F.gelu(self.whiten(x)))  # (B, 4w, h, w)
-        return self.head(torch.amax(x, dim=(2, 3))) * self.logit_scale
-
-
-def conv_bn(c_in: int, c_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.GELU())
-
-
-class Residual(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.body = nn.Sequential(conv_bn(channels, channels), conv_bn(channels, channels))
-
-    def forward(self, x):
-        return x + self.body(x)
-
-
-class ZooResNet(nn.Module):
-    """A compact residual net (DAWNBench ResNet-9 shape): stem, then per stage conv-pool(-residual pair).
-
-    Widths w, 2w, 4w; max-pool only while the feature map is larger than 1x1, so 8x8 inputs work too.
-    """
-
-    def __init__(self, in_channels: int, num_classes: int, width: int, image_size: int):
-        super().__init__()
-        layers, size, c = [conv_bn(in_channels, width)], image_size, width
-        for i, w in enumerate((width, 2 * width, 4 * width)):
-            layers.append(conv_bn(c, w))
-            if size > 1:
-                layers.append(nn.MaxPool2d(2))
-                size //= 2
-            if i != 1:
-                layers.append(Residual(w))
-            c = w
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c, num_classes)
-
-    def forward(self, x):
-        return self.head(torch.amax(self.features(x), dim=(2, 3)))
-
-
-OWN_MODELS = {"zoo-net": ZooNet, "zoo-resnet": ZooResNet}
-
-
-# =============================================================================================
-# Model building: own backbones or timm models, from scratch or from pretrained weights
-# =============================================================================================
-
-def build_model(name: str, width: int, weights: str, in_channels: int, num_classes: int,
-                image_size: int) -> tuple[nn.Module, str]:
-    """``name``: zoo-net, zoo-resnet or a timm model; ``width``: the own backbones' first-group channels;
-    ``weights``: a file or run folder, 'hub' (timm's hub) or '' (from scratch).
-    Returns the model and the name of its classifier module."""
-    if name in OWN_MODELS:
-        model = OWN_MODELS[name](in_channels, num_classes, width, image_size)
-        if weights:
-            _load_own_weights(model, weights, name)
-        return model, "head"
-    import timm
-
-    if name not in timm.list_models():
-        import difflib
-
-        near = difflib.get_close_matches(name, timm.list_models(), n=1)
-        raise ZooError(f"model={name!r}: not a timm model" + (f"; did you mean {near[0]!r}?" if near else ""))
-    kwargs = dict(num_classes=num_classes, in_chans=in_channels)
-    if weights == "hub":
-        try:
-            model = timm.create_model(name, pretrained=True, **kwargs)
-        except Exception as exc:  # offline, or no pretrained tag: say what to do instead
-            raise ZooError(f"weights=hub: cannot get pretrained {name} from the timm hub ({type(exc).__name__}); "
-                           "download them elsewhere and pass weights=PATH") from None
-    elif weights:
-        path = Path(weights)
-        if not path.exists():
-            raise ZooError(f"weights={weights}: file or folder not found")
-        file = path / "model.safetensors" if path.is_dir() else path
-        import pickle
-
-        from safetensors import SafetensorError
-
-        try:
-            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(file)},
-                                      **kwargs)
-        except (RuntimeError, OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError) as exc:
-            raise ZooError(f"weights={file}: cannot read weights into {name} "
-                           f"({str(exc).splitlines()[0][:160]})") from None
-    else:
-        model = timm.create_model(name, **kwargs)
-    if image_size <= 64 and hasattr(model, "conv1") and hasattr(model, "maxpool"):
-        # ResNet family on small images: a 3x3 stride-1 stem and no max-pool keep spatial detail.
-        # the stem's output width is what bn1 normalises (a deep stem's first conv can be narrower)
-        out = model.bn1.num_features if isinstance(getattr(model, "bn1", None), nn.BatchNorm2d) else (
-            model.conv1.out_channels if isinstance(model.conv1, nn.Conv2d) else model.conv1[-1].out_channels)
-        if not weights:
-            model.conv1 = nn.Conv2d(in_channels, out, 3, padding=1, bias=False)
-        model.maxpool = nn.Identity()
-    return model, model.pretrained_cfg.get("classifier", "fc")
-
-
-def _read_state(file: Path) -> dict:
-    """A state dict from a .safetensors file or a torch checkpoint (its ``model`` entry), tensors only."""
-    blob = read_weights(file, key="weights")
-    state = blob.get("model", blob) if isinstance(blob, dict) else None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ZooError(f"weights={file}: cannot read weights (not a state dict of tensors)")
-    return state
-
-
-def _load_own_weights(model: nn.Module, path: str, name: str) -> None:
-    """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
-    file = Path(path)
-    file = file / "model.safetensors" if file.is_dir() else file
-    if not file.is_file():
-        raise ZooError(f"weights={path}: file not found")
-    state = _read_state(file)
-    state = {k: v for k, v in state.items() if not k.startswith("head.")}
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as exc:  # shape mismatch: another width or channel count
-        raise ZooError(f"weights={file}: does not fit {name} ({str(exc).splitlines()[-1].strip()})") from None
-    if unexpected or [k for k in missing if not k.startswith("head.")]:
-        raise ZooError(f"weights={file}: does not fit {name} (unexpected {unexpected[:3]}, missing {missing[:3]})")
-
-
-def input_stats(train_x: torch.Tensor, model: nn.Module | None = None, name: str = "",
-                weights: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """Pretrained models use their own normalisation; from-scratch models the training set's.
-    ``model``, ``name`` and ``weights`` as built by ``build_model``; without them: the training set's."""
-    if weights and name not in OWN_MODELS:
-        pc = model.pretrained_cfg
-        return torch.tensor(pc["mean"]), torch.tensor(pc["std"])
-    x = train_x.float() / 255
-    return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp(min=1e-3)

@@ -59,8 +59,16 @@ class PrepareRun:
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
+    inspecting = False
+
     def progress(self, total: int | None, what: str, unit: str = "items") -> Progress:
         return Progress(total, what, self.log, unit)
+
+    def report(self, key: str, value) -> None:  # what a run would put in its summary: the log says it here
+        self.log(f"{key}: {value}")
+
+    def record_split(self, parts) -> None:
+        pass
 
 
 def source_path(data: str, run) -> Path:

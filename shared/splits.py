@@ -49,9 +49,9 @@ def record_split(path: Path, parts: dict[str, Iterable]) -> None:
         writer = csv.writer(f)
         writer.writerow(["item", "split"])
         for split, keys in parts.items():
-            writer.writerows((_readable(key), split) for key in keys)
+            writer.writerows((readable_key(key), split) for key in keys)
 
 
-def _readable(key) -> str:
+def readable_key(key) -> str:
     """A path or row name as it is; an item known by its content as the start of its sha256."""
     return hashlib.sha256(key).hexdigest()[:16] if isinstance(key, bytes) else str(key)

@@ -176,12 +176,42 @@ class LazyItems:
         return self.read(key.cpu().numpy() if isinstance(key, torch.Tensor) else np.asarray(key))
 
 
-def header_shape(path: str | os.PathLike) -> tuple[int, ...]:
-    """A ``.npy`` file's shape from its header alone."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        return tuple(read(f)[0])
+def rows(x, idx) -> torch.Tensor | LazyItems:
+    """A subset of rows: indexed now for a tensor, deferred (read when used) for a lazy array."""
+    if isinstance(x, torch.Tensor):
+        return x[torch.as_tensor(idx, dtype=torch.long)]
+    idx = np.asarray(idx, dtype=np.int64)
+    return LazyItems(len(idx), lambda j: x[idx[j]], x.shape[1:], x.dtype)
+
+
+def mapped(x, fn: Callable[[torch.Tensor], torch.Tensor], row_shape: Sequence[int]):
+    """``fn`` over a batch of rows: applied now to a tensor, on every read to a lazy array."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    return LazyItems(len(x), lambda j: fn(x[j]), row_shape, x.dtype)
+
+
+def chunks(x, size: int, workers: int = 0):
+    """``x[i:i + size]`` in order over the rows: a lazy array's chunks read ahead in ``workers`` processes."""
+    if not is_lazy(x) or workers <= 0:
+        for i in range(0, len(x), size):
+            yield x[i:i + size]
+        return
+    starts = list(range(0, len(x), size))
+    loader = torch.utils.data.DataLoader(_Slices(x, size), batch_size=None, sampler=starts, num_workers=workers,
+                                         prefetch_factor=2)
+    yield from loader
+
+
+class _Slices(torch.utils.data.Dataset):
+    def __init__(self, x, size: int):
+        self.x, self.size = x, size
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.x[i:i + self.size]
 
 
 # =============================================================================================

@@ -10,7 +10,7 @@ import torch
 import conftest
 from conftest import bad_input, summary_block, zoo
 from recipe_zoo.recipes import images
-from recipe_zoo.recipes.vision import data, resnet
+from recipe_zoo.recipes.vision import data, evaluation, resnet
 from recipe_zoo.core.errors import ZooError
 
 
@@ -220,13 +220,13 @@ def test_tta_levels_average_views():
     x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
     normalize = lambda t: t.float() / 255  # noqa: E731
     with torch.no_grad():
-        plain = resnet.predict(model, x, normalize, 0, True)
-        mirrored = resnet.predict(model, x, normalize, 1, True)
-        no_flip = resnet.predict(model, x, normalize, 1, False)
+        plain = evaluation.predict(model, x, normalize, 0, True)
+        mirrored = evaluation.predict(model, x, normalize, 1, True)
+        no_flip = evaluation.predict(model, x, normalize, 1, False)
         expected = 0.5 * (model(x.float() / 255) + model(x.float().flip(-1) / 255))
     torch.testing.assert_close(mirrored, expected)
     torch.testing.assert_close(no_flip, plain)
-    assert resnet.predict(model, x, normalize, 2, True).shape == (5, 4)
+    assert evaluation.predict(model, x, normalize, 2, True).shape == (5, 4)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,15 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, metrics, optim, schedule
+from recipe_zoo.core import artifact, optim, schedule, streams
 from recipe_zoo.core.artifact import PredictOptions
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Range, Share, Unit, recipe
-from recipe_zoo.recipes import image_files, images
+from recipe_zoo.recipes import image_files, image_streams, images
 from recipe_zoo.recipes.vision.data import augment, mix, prediction_rows, resolve_auto, test_names
+from recipe_zoo.recipes.vision.evaluation import evaluate, predict, score_test, scores
 from recipe_zoo.recipes.vision.models import export_onnx, export_timm, layer_groups, load_model, save_model
 
 # =============================================================================================
@@ -71,6 +72,8 @@ class VisionConfig(LoopSettings):
     ema_decay: Fraction = 0.0  # EMA of weights used for evaluation (0 = off)
     lookahead: Fraction = 0.95  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
     eval_every: Unit = 0.1  # fraction of the budget between validation evaluations (each costs TTA passes)
+    stream: bool = False  # read images from disk as they are used (folders; prepared folders always): flat memory
+    workers: AutoInt = -1  # processes reading streamed images ahead of training; -1 = one per core, up to 4
 
 
 # =============================================================================================
@@ -150,66 +153,6 @@ def stage_hook(cfg: VisionConfig, model: nn.Module, head: str):
 
 
 # =============================================================================================
-# Evaluation
-# =============================================================================================
-
-def _mirror(model: nn.Module, x: torch.Tensor, flip: bool) -> torch.Tensor:
-    return 0.5 * (model(x).float() + model(x.flip(-1)).float()) if flip else model(x).float()
-
-
-def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024,
-            progress=None):
-    """Logits averaged over test-time views: 1 adds the mirror image (when training flips), 2 also
-    the image shifted by one pixel both ways (half the weight on the centred views)."""
-    logits = []
-    for i in range(0, len(x_uint8), batch):
-        x = normalize(x_uint8[i:i + batch])
-        out = _mirror(model, x, flip and tta >= 1)
-        if tta >= 2:
-            h, w = x.shape[-2:]
-            layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
-            padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
-            shifted = (padded[..., :h, :w].contiguous(memory_format=layout),
-                       padded[..., 2:, 2:].contiguous(memory_format=layout))
-            out = 0.5 * out + 0.25 * sum(_mirror(model, v, flip) for v in shifted)
-        logits.append(out)
-        if progress is not None:
-            progress(i + len(x))
-    return torch.cat(logits)
-
-
-def scores(logits: torch.Tensor, y: torch.Tensor, num_classes: int, prefix: str = "val_") -> dict:
-    """Accuracy, macro-F1 and loss of the logits, named ``prefix + metric``; on test (``prefix="test_"``) also the
-    accuracy's 95% bootstrap interval over the images."""
-    y = y.to(logits.device)
-    out = {f"{prefix}accuracy": metrics.accuracy(logits, y),
-           f"{prefix}macro_f1": metrics.macro_f1(logits, y, num_classes),
-           f"{prefix}loss": F.cross_entropy(logits.float(), y).item()}
-    if prefix == "test_":
-        correct = (logits.argmax(1) == y).cpu().numpy()
-        low, high = metrics.bootstrap(lambda idx: correct[idx].mean(), len(correct))
-        out |= {"test_accuracy_ci_low": low, "test_accuracy_ci_high": high}
-    return out
-
-
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta: int, flip: bool,
-             num_classes: int, prefix: str = "val_") -> dict:
-    """``scores`` of the TTA logits."""
-    return scores(predict(model, x, normalize, tta, flip), y, num_classes, prefix)
-
-
-@torch.no_grad()
-def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg: VisionConfig, device) -> tuple[dict, list]:
-    """The test set, scored once after training on the model training ended with (as ``fit`` evaluates:
-    eval mode, the run's precision, the same TTA); also its rows for ``predictions.csv``."""
-    model.eval()
-    with autocast(device, resolve_precision(device, cfg.precision)):
-        logits = predict(model, data.test_x, normalize, cfg.tta, cfg.flip == "on")
-        test = scores(logits, data.test_y, len(data.classes), prefix="test_")
-    return test, prediction_rows(logits, test_names(data), data.classes, data.test_y)
-
-
-# =============================================================================================
 # The trained model: saved for use, and applied to new images (zoo predict)
 # =============================================================================================
 
@@ -232,7 +175,9 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
         data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
         if data.test_x.shape[-1] != pre["image_size"]:  # a pretrained model's own resolution
             images.resize_splits(data, pre["image_size"])
-        x, y, names = data.test_x.expand(-1, pre["channels"], -1, -1), data.test_y, test_names(data)
+        x = streams.mapped(data.test_x, lambda b: b.expand(-1, pre["channels"], -1, -1),
+                           (pre["channels"], *data.test_x.shape[2:]))
+        y, names = data.test_y, test_names(data)
     model = load_model(card, run.dir, device)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
@@ -245,7 +190,8 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
     tta = card["evaluation"]["tta"] if opts.tta < 0 else opts.tta
     with autocast(device, resolve_precision(device, cfg.precision)):
         logits = predict(model, x, normalize, tta, card["evaluation"]["flip"], opts.batch_size or 1024,
-                         progress=lambda done: run.progress(done, len(x), "images"))
+                         progress=lambda done: run.progress(done, len(x), "images"),
+                         workers=image_streams.default_workers(cfg.workers) if streams.is_lazy(x) else 0)
         # the run's own test split: its test_ metrics again; a labelled folder: plain names (another data set)
         test = scores(logits, y, len(classes), prefix="" if opts.data else "test_") if y is not None else {}
     return artifact.Predictions(rows=prediction_rows(logits, names, classes, y), metrics=test,
@@ -256,8 +202,8 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
 # Training
 # =============================================================================================
 
-USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
-           exports={"onnx": export_onnx, "timm": export_timm})
+USE = dict(predict=predict_images, predict_options=VisionPredictOptions, exports={"onnx": export_onnx, "timm": export_timm},
+           hooks={"prepare": image_streams.prepare_images})
 
 
 @recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
@@ -271,13 +217,16 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     if cfg.head_fraction > 0 and not cfg.weights:
         raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
                        "(file or folder) or weights=hub")
-    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run,
+                                    stream=cfg.stream)
     run.record_split(data.keys)
     run.report("split", data.how)
     cfg = resolve_auto(cfg, data)
+    lazy = streams.is_lazy(data.train_x)  # streamed: read as used, ahead of training by `workers` processes
+    workers = image_streams.default_workers(cfg.workers) if lazy else 0
     pretrained_timm = bool(cfg.weights) and cfg.model not in images.OWN_MODELS
     if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
-        data.train_x, data.val_x, data.test_x = (t.expand(-1, 3, -1, -1)
+        data.train_x, data.val_x, data.test_x = (streams.mapped(t, lambda b: b.expand(-1, 3, -1, -1), (3,) + t.shape[2:])
                                                  for t in (data.train_x, data.val_x, data.test_x))
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
     model, head = images.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
@@ -287,8 +236,10 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         images.resize_splits(data, size)
         if not run.is_dataset(cfg.data):  # an own folder: the summary records the size it trains at
             run.report("image_size", size)
-    run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
-                num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
+    if run.inspecting:  # zoo doctor reads a sample of streamed images
+        run.inspect(train=image_streams.stats_sample(data.train_x, data.train_y),
+                    val=image_streams.stats_sample(data.val_x, data.val_y),
+                    task="classification", num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
     mean, std = (t.view(1, -1, 1, 1).to(device)
                  for t in images.input_stats(data.train_x, model, cfg.model, cfg.weights))
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
@@ -313,7 +264,7 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     from recipe_zoo.core.batches import TensorBatches
 
     batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
-                            transform=functools.partial(augment, cfg=cfg))
+                            transform=functools.partial(augment, cfg=cfg), workers=workers, device=device)
     optimizer = build_optimizer(cfg, model, head)
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final, start=cfg.warmup_start)
     update = functools.partial(schedule.apply_schedules, lr=lr_schedule,
@@ -327,11 +278,11 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
     result = fit(model, optimizer, batches, loss_fn, run, device=device,
                  evaluate=lambda m: evaluate(m, data.val_x, data.val_y, normalize, cfg.tta, cfg.flip == "on",
-                                             num_classes),
+                                             num_classes, workers=workers),
                  update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
-    test, rows = score_test(result.eval_model, data, normalize, cfg, device)  # once, after training
+    test, rows = score_test(result.eval_model, data, normalize, cfg, device, workers)  # once, after training
     save_model(run, cfg, result.eval_model, head, data, mean, std, rows)
     return {**result.stats(), **result.metrics, **test}
 

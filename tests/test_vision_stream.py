@@ -1,0 +1,110 @@
+"""vision/resnet on images read as they are used: a folder streamed (decoded in worker processes) or prepared once
+(zoo data prepare) trains exactly as the folder in memory does, resumes exactly, and holds the batches, not the data."""
+import json
+import signal
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from conftest import roundtrip, summary_block, zoo
+from test_reliability import assert_same_run, start, the_run_dir, wait_for_step
+
+SMALL = ["model=zoo-net", "width=8", "batch_size=16", "tta=0", "eval_every=0.5", "--seed", "1"]
+
+
+def image_folder(root, classes=("cat", "dog", "owl"), n=24, size=12, grey_one=True):
+    """Class folders of small PNGs; one greyscale file among colour ones (converted to RGB on both paths)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, cls in enumerate(classes):
+        (root / cls).mkdir(parents=True)
+        for i in range(n):
+            pixels = np.clip(rng.normal(60 + 60 * c, 40, (size, size, 3)), 0, 255).astype(np.uint8)
+            im = Image.fromarray(pixels)
+            (im.convert("L") if grey_one and c == 0 and i == 0 else im).save(root / cls / f"{i}.png")
+    return root
+
+
+def weights(out):
+    (run_dir,) = (out / "vision" / "resnet").iterdir()
+    return load_file(run_dir / "model.safetensors"), run_dir
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.slow
+def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
+    folder = image_folder(tmp_path / "imgs")
+    args = ["run", "vision/resnet", f"data={folder}", *SMALL, "--budget", "8steps"]
+    mem = zoo(*args, "--out", tmp_path / "mem")
+    assert mem.returncode == 0, mem.stderr[-2000:]
+    streamed = zoo(*args, "stream=true", "workers=2", "--out", tmp_path / "stream")
+    assert streamed.returncode == 0, streamed.stderr[-2000:]
+    a, mem_dir = weights(tmp_path / "mem")
+    b, stream_dir = weights(tmp_path / "stream")
+    assert same_weights(a, b)
+    roundtrip(stream_dir)  # zoo predict reads the streamed run's test split again: its metric back
+
+    prep = zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
+    assert prep.returncode == 0, prep.stderr[-2000:]
+    manifest = json.loads((tmp_path / "prepared" / "prepared.json").read_text())
+    assert manifest["kind"] == "images" and manifest["sizes"]["train"] + manifest["sizes"]["validation"] + \
+        manifest["sizes"]["test"] == 72 and manifest["image_shape"] == [3, 32, 32]  # the own-size rule: at least 32 px
+    assert np.load(tmp_path / "prepared" / "train_x.npy", mmap_mode="r").shape[1:] == (3, 32, 32)  # plain .npy
+    again = zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
+    assert "up to date" in again.stderr + again.stdout
+    from_prepared = zoo("run", "vision/resnet", f"data={tmp_path / 'prepared'}", *SMALL, "--budget", "8steps",
+                        "--out", tmp_path / "prep-run")
+    assert from_prepared.returncode == 0, from_prepared.stderr[-2000:]
+    c, prep_dir = weights(tmp_path / "prep-run")
+    assert same_weights(a, c)
+    # the same benchmark as the folder itself, and the same split, item by item
+    assert summary_block(from_prepared.stdout)["benchmark"] == summary_block(mem.stdout)["benchmark"]
+    assert (prep_dir / "split.csv").read_text() == (mem_dir / "split.csv").read_text()
+    roundtrip(prep_dir)
+
+
+def test_a_run_asking_for_other_prepared_settings_is_one_line(tmp_path):
+    folder = image_folder(tmp_path / "imgs", n=8)
+    assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "image_size=16", "--out",
+               tmp_path / "p").returncode == 0
+    bad = zoo("run", "vision/resnet", f"data={tmp_path / 'p'}", "image_size=32", "--budget", "2steps",
+              "--out", tmp_path / "runs")
+    assert bad.returncode == 2
+    assert "prepared with image_size=16, and this run asks image_size=32" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    llm = zoo("run", "llm/gpt", f"data={tmp_path / 'p'}", "--budget", "2steps", "--out", tmp_path / "runs")
+    assert llm.returncode == 2 and "prepared as 'images' data" in llm.stderr
+    none = zoo("data", "prepare", "tabular/mlp", f"data={folder}")
+    assert none.returncode == 2 and "prepares no data" in none.stderr
+    missing = zoo("data", "prepare", "vision/resnet", f"data={tmp_path / 'nope'}")
+    assert missing.returncode == 2 and "nope: no such file or folder" in missing.stderr
+
+
+def test_a_corrupt_image_met_while_streaming_is_one_line(tmp_path):
+    folder = image_folder(tmp_path / "imgs", n=8, grey_one=False)
+    (folder / "dog" / "3.png").write_bytes(b"not a png")
+    bad = zoo("run", "vision/resnet", f"data={folder}", "stream=true", *SMALL, "--budget", "2steps",
+              "--out", tmp_path / "runs")
+    assert bad.returncode == 2 and "dog/3.png: cannot decode image" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_streaming_run_resumes_exactly(tmp_path):
+    folder = image_folder(tmp_path / "imgs", n=30)
+    args = ["vision/resnet", f"data={folder}", "stream=true", "workers=2", *SMALL, "log_every=0",
+            "checkpoint_every=0", "--budget", "30steps"]
+    ref = zoo("run", *args, "--out", tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    out = tmp_path / "runs"
+    proc = start(args, out)
+    wait_for_step(proc, 12, checkpoint_of=out)
+    proc.kill()
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    resumed = zoo("run", "--resume", the_run_dir(out, "vision/resnet"), "--out", out)
+    assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stderr[-2000:]
+    assert_same_run(the_run_dir(tmp_path / "ref", "vision/resnet"), the_run_dir(out, "vision/resnet"))
