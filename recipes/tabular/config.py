@@ -55,6 +55,9 @@ class XGBConfig(TabularConfig):
     subsample: Annotated[float, Range(0, 1, low_open=True)] = 0.8  # rows per tree
     colsample: Annotated[float, Range(0, 1, low_open=True)] = 0.8  # columns per tree
     bagging: Count = 5  # final models, each early-stopped on its own fold of the training rows; averaged
+    engine: Literal["local", "dask"] = "local"  # local: XGBoost's threads here; dask: xgboost.dask on a Dask cluster
+    scheduler: str = ""  # engine=dask: a Dask scheduler's address (tcp://host:8786); '' = a LocalCluster started here
+    dask_workers: Count = 2  # engine=dask without scheduler: LocalCluster worker processes, 1 thread each
 
 
 # Fields a config file, a sweep's best.json or a saved run may still name from when both recipes shared one config

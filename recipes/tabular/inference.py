@@ -51,10 +51,11 @@ def schema(cfg, table: Table) -> list[dict]:
 
 
 def save(run, cfg, table: Table, views: list, test_preds: list, splits: list[dict], *, recipe: str,
-         weights: list[str], selected: str, log_target: list[bool]) -> None:
+         weights: list[str], selected: str, log_target: list[bool], **more) -> None:
     """``preprocess.json`` (the columns; per split its feature plan and ``splits[k]``, the model's own state),
     ``predictions.csv`` (each split's test rows) and ``model.json`` (``recipe``: the name when the run has no
-    spec, as a ``SimpleRun``). Only the main process writes."""
+    spec, as a ``SimpleRun``; ``more``: further card entries, as ``training``, the engine that fitted). Only the
+    main process writes."""
     from recipe_zoo.core.distributed import is_main
 
     state = {"target": table.target, "task": table.task, "classes": table.classes, "rows": len(table.y),
@@ -73,7 +74,7 @@ def save(run, cfg, table: Table, views: list, test_preds: list, splits: list[dic
                         classes=table.classes, files=[PREPROCESS],
                         preprocess={"file": PREPROCESS, "target": table.target, "table_task": table.task,
                                     "features": list(views[0][0].columns), "log_target": log_target},
-                        evaluation={"splits": len(views), "folds": cfg.folds})
+                        evaluation={"splits": len(views), "folds": cfg.folds}, **more)
 
 
 # =============================================================================================

@@ -6,6 +6,8 @@ xgboost-json``). Trees are the strong default on tables (Grinsztajn et al. 2022)
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import data, inference
+from recipe_zoo.recipes.tabular import dask_engine, data, inference
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -27,18 +29,36 @@ from recipe_zoo.recipes.tabular.data import Table
 # The model: XGBoost hist, early-stopped on a validation set
 # =============================================================================================
 
+def xgb_params(table: Table, cfg: XGBConfig, depth: int, lr: float, seed: int, rounds: int) -> dict:
+    """The parameters of one model, whichever engine fits it."""
+    params = dict(n_estimators=rounds, learning_rate=lr, max_depth=depth, min_child_weight=1 + depth // 3,
+                  subsample=cfg.subsample, colsample_bytree=cfg.colsample, tree_method="hist",
+                  enable_categorical=True, max_cat_to_onehot=8, early_stopping_rounds=cfg.early_stopping,
+                  random_state=seed)
+    if table.task != "regression":
+        params["eval_metric"] = "logloss" if table.task == "binary" else "mlogloss"
+    return params
+
+
 def xgb_model(table: Table, cfg: XGBConfig, depth: int, lr: float, seed: int, seconds: float | None,
               rounds: int):
     import xgboost as xgb
 
-    params = dict(n_estimators=rounds, learning_rate=lr, max_depth=depth, min_child_weight=1 + depth // 3,
-                  subsample=cfg.subsample, colsample_bytree=cfg.colsample, tree_method="hist",
-                  enable_categorical=True, max_cat_to_onehot=8, early_stopping_rounds=cfg.early_stopping,
-                  random_state=seed, n_jobs=os.cpu_count(),
-                  callbacks=[xgboost_time_limit(seconds)] if seconds else None)
-    if table.task == "regression":
-        return xgb.XGBRegressor(**params)
-    return xgb.XGBClassifier(**params, eval_metric="logloss" if table.task == "binary" else "mlogloss")
+    kind = xgb.XGBRegressor if table.task == "regression" else xgb.XGBClassifier
+    return kind(**xgb_params(table, cfg, depth, lr, seed, rounds), n_jobs=os.cpu_count(),
+                callbacks=[xgboost_time_limit(seconds)] if seconds is not None else None)
+
+
+def local_fitter(cfg: XGBConfig, table: Table, X):
+    """``fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held)``: one model on the ``train`` rows of
+    ``X``, early-stopped on the ``held`` rows, here on XGBoost's own threads (``dask_engine.fitter``: on a cluster)."""
+    def fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held):
+        m = xgb_model(table, cfg, depth, lr, seed, seconds, rounds)
+        m.fit(X.iloc[train], y_train, sample_weight=data.sample_weights(table, train, cfg),
+              eval_set=[(X.iloc[held], y_held)], verbose=False)
+        return m
+
+    return fit
 
 
 def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
@@ -54,13 +74,16 @@ def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
 # =============================================================================================
 
 def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, seconds: float | None,
-            rounds: int, label: str = "") -> tuple:
+            rounds: int, label: str = "", fit=None) -> tuple:
     """Choose depth and target transform on the validation rows (learning rate 0.1, quick, early-stopped on
     validation), then train ``bagging`` models at ``xgb_lr`` on folds of the training rows, each early-stopped on
     its own held-out fold (no final model trains or stops on validation; with bagging=1 the one model early-stops
-    on validation). Returns (predict, stats): ``predict(rows)`` averages the models' predictions."""
+    on validation); the final models share the time left, each the rest over the models still to train. ``fit``:
+    where a model is fitted (default ``local_fitter``). Returns (predict, stats): ``predict(rows)`` averages the
+    models' predictions."""
     from sklearn.model_selection import KFold, StratifiedKFold
 
+    fit = fit or local_fitter(cfg, table, X)
     metric, higher = data.primary_metric(table.task)
     depths = [cfg.max_depth] if cfg.max_depth else [6, 8, 10]
     logs = data.use_log(table, fit_rows, cfg)
@@ -71,9 +94,7 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
     for depth, log in grid:
         y_fit = np.log1p(table.y[fit_rows]) if log else table.y[fit_rows]
         y_val = np.log1p(table.y[val]) if log else table.y[val]
-        m = xgb_model(table, cfg, depth, 0.1, run.seed, share, rounds)
-        m.fit(X.iloc[fit_rows], y_fit, sample_weight=data.sample_weights(table, fit_rows, cfg),
-              eval_set=[(X.iloc[val], y_val)], verbose=False)
+        m = fit(depth, 0.1, run.seed, share, rounds, fit_rows, y_fit, val, y_val)
         value = score(table.y[val], xgb_predict(m, X.iloc[val], table.task, log), table.task, (metric,))[metric]
         run.log(f"{label}choice: depth {depth}{', log target' if log else ''}: validation {metric} {value:.4f} "
                 f"({m.best_iteration + 1} rounds)")
@@ -81,7 +102,6 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
             best = (value, depth, log)
     _, depth, log = best
     k = max(1, cfg.bagging)
-    remaining = (seconds - (time.perf_counter() - start)) / k if seconds else None
     if k == 1:
         folds = [(fit_rows, val)]
     else:
@@ -92,9 +112,8 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
     for i, (tr, va) in enumerate(folds):
         y_tr = np.log1p(table.y[tr]) if log else table.y[tr]
         y_va = np.log1p(table.y[va]) if log else table.y[va]
-        m = xgb_model(table, cfg, depth, cfg.xgb_lr, run.seed + i, remaining, rounds)
-        m.fit(X.iloc[tr], y_tr, sample_weight=data.sample_weights(table, tr, cfg), eval_set=[(X.iloc[va], y_va)],
-              verbose=False)
+        left = (seconds - (time.perf_counter() - start)) / (k - i) if seconds else None
+        m = fit(depth, cfg.xgb_lr, run.seed + i, left, rounds, tr, y_tr, va, y_va)
         if oof is not None:
             oof[va] = xgb_predict(m, X.iloc[va], table.task, log)
         models.append(m)
@@ -201,29 +220,47 @@ def export_json(cfg: XGBConfig, run, out: Path) -> list[Path]:
         higher_is_better=False, budget="1m",
         summary="XGBoost hist with native categoricals, depth and log target chosen on validation, bagged over "
                 "folds with early stopping; importances saved",
-        scale_out="single process: XGBoost uses its own threads (nthread = all cores); for several machines "
-                  "use xgboost.dask, xgboost.spark or Ray's xgboost_ray with the same parameters",
+        scale_out="engine=local: one process, XGBoost's own threads (nthread = all cores); engine=dask: xgboost.dask "
+                  "on a Dask cluster (scheduler=ADDRESS, or a LocalCluster of dask_workers processes), the same "
+                  "models and outputs",
         predict=predict_xgb, predict_options=inference.TabularPredictOptions, exports={"xgboost-json": export_json})
 def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
-    table, views = data.prepare(cfg, run)
-    data.inspect_split(run, table, views, loop=False)
     if run.budget.kind == "epochs":
         raise ZooError("tabular/xgb takes a time budget (--budget 1m) or a cap on boosting rounds (--budget 500steps)")
-    seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
-    rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
-    metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
-        cfg, run, table, X, train, val, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
+    with engine(cfg, run) as (fitter, where):  # first: a missing extra or a dead scheduler is said before the table
+        table, views = data.prepare(cfg, run)
+        data.inspect_split(run, table, views, loop=False)
+        seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
+        rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
+        metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
+            cfg, run, table, X, train, val, seconds, rounds, f"fold {k}: " if cfg.folds else "", fitter(table, X)))
     stats = per_split[-1]
     save_importances(stats["models"], run)
-    save_models(run, cfg, table, views, per_split, test_preds)
+    save_models(run, cfg, table, views, per_split, test_preds, where)
     run.report("trees", f"depth {stats['depth']}{', log target' if stats['log_target'] else ''}, "
-                        f"{max(1, cfg.bagging)} x {stats['rounds']:.0f} rounds (mean), xgboost's own threads "
-                        f"({os.cpu_count()})")
+                        f"{max(1, cfg.bagging)} x {stats['rounds']:.0f} rounds (mean), " + (
+                            f"xgboost's own threads ({os.cpu_count()})" if cfg.engine == "local" else
+                            f"xgboost.dask on {where['scheduler']} ({where['workers']} workers, "
+                            f"{where['threads']} threads)"))
     return {**metrics, "train_seconds": total, "rows": len(table.y), "peak_mem_mb": peak_memory_mb(torch.device("cpu"))}
 
 
-def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_preds: list) -> None:
-    """Every split's bagged models as XGBoost JSON, with the card and the preprocessing (``inference.save``)."""
+@contextlib.contextmanager
+def engine(cfg: XGBConfig, run):
+    """(``fitter(table, X) -> fit``, the engine as the card records it): this process's threads, or a Dask cluster
+    (up while the models train, closed after)."""
+    if cfg.engine == "local":
+        yield functools.partial(local_fitter, cfg), {"engine": "local", "threads": os.cpu_count()}
+        return
+    with dask_engine.cluster(cfg, run) as client:
+        yield (lambda table, X: dask_engine.fitter(client, table, X, functools.partial(xgb_params, table, cfg),
+                                                   functools.partial(data.sample_weights, table, cfg=cfg))), \
+            dask_engine.describe(cfg, client)
+
+
+def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_preds: list, where: dict) -> None:
+    """Every split's bagged models as XGBoost JSON, with the card and the preprocessing (``inference.save``); the
+    card's ``training`` says which engine fitted them."""
     from recipe_zoo.core.distributed import is_main
 
     splits = []
@@ -238,4 +275,4 @@ def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_p
     inference.save(run, cfg, table, views, test_preds, splits, recipe="tabular/xgb",
                    weights=[n for s in splits for n in s["models"]],
                    selected=f"ensemble of {k} bagged models (mean)" if k > 1 else "one model (early-stopped on "
-                   "validation)", log_target=[s["log_target"] for s in per_split])
+                   "validation)", log_target=[s["log_target"] for s in per_split], training=where)
