@@ -78,10 +78,11 @@ def sample_index(n: int, k: int = STATS_SAMPLE) -> torch.Tensor:
     return torch.linspace(0, n - 1, min(n, k)).round().long()
 
 
-def channel_stats(x, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def channel_stats(x) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel mean and standard deviation of uint8 images in [0, 1], over ``sample_index`` of them, summed in
-    float64 a chunk at a time: the same numbers in memory or streamed, and memory for one chunk only."""
-    idx = sample_index(len(x))
+    float64 a chunk at a time (the pixels of 256 images of 32 px): the same numbers in memory or streamed, and
+    memory for one chunk only."""
+    idx, chunk = sample_index(len(x)), max(1, 256 * 32 * 32 // (x.shape[-1] * x.shape[-2]))
     total = squares = torch.zeros(x.shape[1], dtype=torch.float64)
     for i in range(0, len(idx), chunk):
         b = x[idx[i:i + chunk]].double() / 255

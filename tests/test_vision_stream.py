@@ -108,3 +108,41 @@ def test_a_killed_streaming_run_resumes_exactly(tmp_path):
     resumed = zoo("run", "--resume", the_run_dir(out, "vision/resnet"), "--out", out)
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stderr[-2000:]
     assert_same_run(the_run_dir(tmp_path / "ref", "vision/resnet"), the_run_dir(out, "vision/resnet"))
+
+
+def jpeg_folder(root, n_per_class: int, size: int, classes=("a", "b")):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    base = np.linspace(0, 255, size, dtype=np.float32)
+    for c, cls in enumerate(classes):
+        (root / cls).mkdir(parents=True)
+        for i in range(n_per_class):
+            pixels = (base[None, :, None] * (0.5 + c) + rng.normal(0, 20, (size, size, 3))) % 256
+            Image.fromarray(pixels.astype(np.uint8)).save(root / cls / f"{i}.jpg", quality=80)
+    return root
+
+
+def peak_rss(out) -> float:
+    (run_dir,) = (out / "vision" / "resnet").iterdir()
+    return json.loads((run_dir / "summary.json").read_text())["peak_rss_mb"]
+
+
+@pytest.mark.slow
+def test_streaming_holds_the_batches_not_the_dataset(tmp_path):
+    """10,000 images of 128 px decode to 491 MB, over 3x the 150 MB a streamed run may grow by over the same run on
+    800 images (which has the same batches, evaluation batches and model): the streamed run stays under it, the
+    in-memory path, holding every image, grows past it."""
+    cap_mb = 150
+    args = ["image_size=128", "model=zoo-net", "width=8", "batch_size=16", "tta=0", "eval_every=0",
+            "test_fraction=0.05", "--budget", "3steps"]
+    small, big = jpeg_folder(tmp_path / "small", 400, 128), jpeg_folder(tmp_path / "big", 5000, 128)
+    assert 10_000 * 3 * 128 * 128 / 2**20 > 3 * cap_mb
+    base = zoo("run", "vision/resnet", f"data={small}", "stream=true", *args, "--out", tmp_path / "base")
+    streamed = zoo("run", "vision/resnet", f"data={big}", "stream=true", *args, "--out", tmp_path / "stream")
+    in_memory = zoo("run", "vision/resnet", f"data={big}", *args, "--out", tmp_path / "mem")
+    for proc in (base, streamed, in_memory):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    baseline = peak_rss(tmp_path / "base")
+    assert peak_rss(tmp_path / "stream") - baseline < cap_mb, (baseline, peak_rss(tmp_path / "stream"))
+    assert peak_rss(tmp_path / "mem") - baseline > cap_mb, (baseline, peak_rss(tmp_path / "mem"))

@@ -17,11 +17,13 @@ def _mirror(model: nn.Module, x: torch.Tensor, flip: bool) -> torch.Tensor:
     return 0.5 * (model(x).float() + model(x.flip(-1)).float()) if flip else model(x).float()
 
 
-def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 1024,
+def predict(model: nn.Module, x_uint8: torch.Tensor, normalize, tta: int, flip: bool, batch: int = 0,
             progress=None, workers: int = 0):
     """Logits averaged over test-time views: 1 adds the mirror image (when training flips), 2 also
     the image shifted by one pixel both ways (half the weight on the centred views). ``x_uint8``: a tensor or a
-    lazy array (``core.streams``), whose chunks ``workers`` processes read ahead."""
+    lazy array (``core.streams``), whose chunks ``workers`` processes read ahead. ``batch`` 0: 1024 images of
+    32 px, fewer of larger ones (the same pixels per batch)."""
+    batch = batch or max(16, 1024 * 32 * 32 // (x_uint8.shape[-1] * x_uint8.shape[-2]))
     logits, done = [], 0
     for chunk in streams.chunks(x_uint8, batch, workers):
         x = normalize(chunk)
@@ -61,7 +63,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta:
 
 
 @torch.no_grad()
-def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg, device, workers: int = 0) -> tuple[dict, list]:
+def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg, device,
+               workers: int = 0) -> tuple[dict, list]:
     """The test set, scored once after training on the model training ended with (as ``fit`` evaluates:
     eval mode, the run's precision, the same TTA); also its rows for ``predictions.csv``."""
     model.eval()

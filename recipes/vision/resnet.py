@@ -189,7 +189,7 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
 
     tta = card["evaluation"]["tta"] if opts.tta < 0 else opts.tta
     with autocast(device, resolve_precision(device, cfg.precision)):
-        logits = predict(model, x, normalize, tta, card["evaluation"]["flip"], opts.batch_size or 1024,
+        logits = predict(model, x, normalize, tta, card["evaluation"]["flip"], opts.batch_size,
                          progress=lambda done: run.progress(done, len(x), "images"),
                          workers=image_streams.default_workers(cfg.workers) if streams.is_lazy(x) else 0)
         # the run's own test split: its test_ metrics again; a labelled folder: plain names (another data set)
@@ -202,8 +202,8 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
 # Training
 # =============================================================================================
 
-USE = dict(predict=predict_images, predict_options=VisionPredictOptions, exports={"onnx": export_onnx, "timm": export_timm},
-           hooks={"prepare": image_streams.prepare_images})
+USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
+           exports={"onnx": export_onnx, "timm": export_timm}, hooks={"prepare": image_streams.prepare_images})
 
 
 @recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
@@ -226,8 +226,9 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     workers = image_streams.default_workers(cfg.workers) if lazy else 0
     pretrained_timm = bool(cfg.weights) and cfg.model not in images.OWN_MODELS
     if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
-        data.train_x, data.val_x, data.test_x = (streams.mapped(t, lambda b: b.expand(-1, 3, -1, -1), (3,) + t.shape[2:])
-                                                 for t in (data.train_x, data.val_x, data.test_x))
+        data.train_x, data.val_x, data.test_x = (
+            streams.mapped(t, lambda b: b.expand(-1, 3, -1, -1), (3, *t.shape[2:]))
+            for t in (data.train_x, data.val_x, data.test_x))
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
     model, head = images.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
                                      data.train_x.shape[-1])
@@ -251,8 +252,8 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         x = x_uint8.to(device, non_blocking=True).float().div_(255)
         return ((x - mean) / std).contiguous(memory_format=memory_format)
 
-    if hasattr(model, "init_whitening") and not cfg.weights:
-        model.init_whitening(normalize(data.train_x[:5000]))
+    if hasattr(model, "init_whitening") and not cfg.weights:  # the pixels of 5,000 32 px images, at most
+        model.init_whitening(normalize(data.train_x[:max(1, min(5000, 5000 * 32 * 32 // data.train_x.shape[-1] ** 2))]))
 
     def loss_fn(model: nn.Module, batch) -> torch.Tensor:
         x, y = batch
