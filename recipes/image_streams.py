@@ -18,6 +18,7 @@ import torch
 
 from recipe_zoo.core import prepared, streams
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.progress import Progress
 from recipe_zoo.core.splits import readable_key
 
 PREPARED_FIELDS = ("image_size", "val_fraction", "test_fraction")  # fixed when the arrays are written
@@ -38,6 +39,7 @@ def folder_images(paths: list[Path], size: int | None, root: Path, log=print):
     from recipe_zoo.recipes.images import GREY_MODES, decode_image
 
     grey, first = 0, None
+    progress = Progress(len(paths), f"{root}: reading headers", log, "images")
     for path in paths:
         try:
             with Image.open(path) as im:  # the header only
@@ -45,6 +47,8 @@ def folder_images(paths: list[Path], size: int | None, root: Path, log=print):
                 first = first or im.size
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise ZooError(f"{path}: cannot decode image ({exc})") from None
+        progress.update()
+    progress.done()
     channels = 1 if grey == len(paths) else 3
     if 0 < grey < len(paths):
         log(f"{root}: {grey} greyscale of {len(paths)} images converted to RGB (the others are colour)")

@@ -15,6 +15,7 @@ import torch
 
 from recipe_zoo.core import prepared, splits, streams
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.backbones import (OWN_MODELS, ZooNet, ZooResNet, build_model,  # noqa: F401
                                           input_stats, shift_norm)
 
@@ -160,7 +161,12 @@ def decode_image(path: Path, size: int | None) -> torch.Tensor:
 
 def decode_images(paths: list[Path], size: int | None, root: Path, log=print) -> torch.Tensor:
     """The files as (N, C, H, W) uint8 at ``size`` (``decode_image``): one channel when all are grey, else RGB."""
-    images = [decode_image(p, size) for p in paths]
+    progress = Progress(len(paths), f"{root}: decoding", log, "images")
+    images = []
+    for p in paths:
+        images.append(decode_image(p, size))
+        progress.update()
+    progress.done()
     shapes = {tuple(im.shape[:2]) for im in images}
     if len(shapes) > 1:
         raise ZooError(f"{root}: images have different sizes {sorted(shapes)[:3]}...; set image_size=N to resize")

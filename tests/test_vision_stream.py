@@ -144,5 +144,25 @@ def test_streaming_holds_the_batches_not_the_dataset(tmp_path):
     for proc in (base, streamed, in_memory):
         assert proc.returncode == 0, proc.stderr[-2000:]
     baseline = peak_rss(tmp_path / "base")
+    print(f"peak RSS: 800 images streamed {baseline:.0f} MB, 10,000 streamed {peak_rss(tmp_path / 'stream'):.0f} MB, "
+          f"10,000 in memory {peak_rss(tmp_path / 'mem'):.0f} MB")
     assert peak_rss(tmp_path / "stream") - baseline < cap_mb, (baseline, peak_rss(tmp_path / "stream"))
     assert peak_rss(tmp_path / "mem") - baseline > cap_mb, (baseline, peak_rss(tmp_path / "mem"))
+
+
+@pytest.mark.slow
+def test_two_processes_streaming_a_prepared_folder_train_like_one_accumulating(tmp_path):
+    """Each rank reads only its own micro-batches of the prepared arrays; together they are one process's batch
+    with two accumulation steps (batch norm per micro-batch, as in tests/test_distributed.py)."""
+    from test_distributed import losses, train_rows
+
+    folder = image_folder(tmp_path / "imgs", n=30)
+    assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "p").returncode == 0
+    common = ["run", "vision/resnet", *SMALL, "--budget", "8steps"]
+    one = zoo(*common, f"data={folder}", "accum_steps=2", "--out", tmp_path / "one")
+    two = zoo(*common, f"data={tmp_path / 'p'}", "lr_scaling=sqrt", "--nproc", "2", "--out", tmp_path / "two")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    assert summary_block(two.stdout)["global_batch"] == "32"
+    _, rows_one = train_rows(tmp_path / "one", "vision/resnet")
+    _, rows_two = train_rows(tmp_path / "two", "vision/resnet")
+    assert losses(rows_two) == pytest.approx(losses(rows_one), rel=1e-5)
