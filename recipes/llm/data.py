@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from recipe_zoo.core import metrics, splits as core_splits
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.llm.textfiles import read_text, sources
 
 if TYPE_CHECKING:
     from recipe_zoo.recipes.llm.gpt import GPTConfig
@@ -25,9 +27,6 @@ if TYPE_CHECKING:
 # =============================================================================================
 # Text data: train, validation and test, each a list of documents
 # =============================================================================================
-
-TEXT_SUFFIXES = (".txt", ".md")
-
 
 @dataclass
 class Piece:
@@ -63,34 +62,12 @@ class TextSplits:
                     "test": [p.key for p in test]})
 
     def sizes(self) -> str:
-        return " / ".join(f"{part} {sum(map(len, docs)):,}" for part, docs in
-                          (("train", self.train), ("validation", self.val), ("test", self.test))) + " characters"
+        return sizes_line({"train": sum(map(len, self.train)), "validation": sum(map(len, self.val)),
+                           "test": sum(map(len, self.test))})
 
 
-def read_text(path: Path) -> str:
-    """A UTF-8 text file, or a one-line error naming the file and the offending byte."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ZooError(f"{path}: cannot read: {exc.strerror}") from None
-    if not raw.strip():
-        raise ZooError(f"{path}: empty file")
-
-    def line(offset: int) -> int:
-        return raw.count(b"\n", 0, offset) + 1
-
-    nul = raw.find(b"\0")
-    if nul >= 0:
-        raise ZooError(f"{path}: looks binary (NUL byte at offset {nul}, line {line(nul)}); give a UTF-8 text file")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ZooError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}) on line "
-                       f"{line(exc.start)}") from None
-
-
-def _text_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+def sizes_line(characters: dict[str, int]) -> str:
+    return " / ".join(f"{part} {n:,}" for part, n in characters.items()) + " characters"
 
 
 def check_fractions(val_fraction: float, test_fraction: float) -> None:
@@ -107,18 +84,25 @@ def split_tail(docs: list[Piece], val_fraction: float, test_fraction: float = 0.
     validation, the rest train. Where a cut falls inside a document, the document is split at that character
     and each side is a document of its own (it starts with <|bos|> once tokenized; its key in ``split.csv`` is
     ``source[start:end]``): no character is on two sides, none is dropped."""
-    total = sum(len(p.text) for p in docs)
-    test_at = int(total * (1 - test_fraction) + 1e-6)  # + 1e-6: a whole product never floors one short
-    cuts = [max(0, test_at - round(total * val_fraction)), test_at]
     parts: tuple[list[Piece], ...] = ([], [], [])
-    seen = 0
-    for p in docs:
-        bounds = [0, *(min(max(c - seen, 0), len(p.text)) for c in cuts), len(p.text)]
+    for p, bounds in zip(docs, tail_bounds([len(p.text) for p in docs], val_fraction, test_fraction)):
         for part, a, b in zip(parts, bounds, bounds[1:]):
             if b > a:
                 part.append(p.cut(a, b))
-        seen += len(p.text)
     return parts
+
+
+def tail_bounds(lengths: list[int], val_fraction: float, test_fraction: float) -> list[tuple[int, int, int, int]]:
+    """``split_tail``'s cuts from the documents' lengths alone (characters): each document's (0, validation start,
+    test start, end); its train part is [0, validation start)."""
+    total = sum(lengths)
+    test_at = int(total * (1 - test_fraction) + 1e-6)  # + 1e-6: a whole product never floors one short
+    cuts = (max(0, test_at - round(total * val_fraction)), test_at)
+    bounds, seen = [], 0
+    for n in lengths:
+        bounds.append((0, *(min(max(c - seen, 0), n) for c in cuts), n))
+        seen += n
+    return bounds
 
 
 def load_text(data: str, val_fraction: float, test_fraction: float, run) -> TextSplits:
@@ -128,51 +112,33 @@ def load_text(data: str, val_fraction: float, test_fraction: float, run) -> Text
     inside the folder, the ``validation`` split of ``hf:NAME[:CONFIG]``), that part is test and validation
     is the last ``val_fraction`` of the training text."""
     check_fractions(val_fraction, test_fraction)
-    log = run.log
     if data.startswith("hf:"):
         return _load_hf_text(data, val_fraction, test_fraction)
-    if run.is_dataset(data):
-        path = run.data_path(data)
-        docs = ([Piece(p.relative_to(path).as_posix(), read_text(p)) for p in _text_files(path)] if path.is_dir()
-                else [Piece(path.name, read_text(path))])
-        return _tail_split(data, docs, val_fraction, test_fraction)
-    path = Path(data).expanduser()
-    if not path.exists():
-        raise ZooError(f"{data}: no such file or folder, and not a dataset name (see `zoo data list`)")
-    if path.is_file():
-        held_file = path.with_name(path.stem + ".val" + path.suffix)
-        docs = [Piece(path.name, read_text(path))]
-        if held_file.is_file():
-            return _held_out_split(str(path), docs, [Piece(held_file.name, read_text(held_file))], val_fraction,
-                                   f"test: {held_file.name}")
-        return _tail_split(str(path), docs, val_fraction, test_fraction)
-    files = _text_files(path)
-    held_files = [p for p in files if p.relative_to(path).parts[0] in ("val", "val.txt", "val.md")]
-    train_files = [p for p in files if p not in held_files]
-    if not train_files:
-        raise ZooError(f"{path}: no .txt or .md files to train on")
-    skipped = sum(1 for p in path.rglob("*") if p.is_file()) - len(files)
-    if skipped:
-        log(f"{path}: {skipped} files without a .txt/.md suffix were skipped")
-    docs = [Piece(p.relative_to(path).as_posix(), read_text(p)) for p in train_files]
-    if held_files:
-        return _held_out_split(str(path), docs, [Piece(p.relative_to(path).as_posix(), read_text(p))
-                                                 for p in held_files], val_fraction,
-                               f"test: the {len(held_files)} files under val")
-    return _tail_split(str(path), docs, val_fraction, test_fraction)
+    found = sources(data, run)
+    docs = [Piece(key, read_text(path)) for key, path in found.docs]
+    if found.held:
+        return _held_out_split(found.name, docs, [Piece(key, read_text(path)) for key, path in found.held],
+                               val_fraction, found.held_how)
+    return _tail_split(found.name, docs, val_fraction, test_fraction)
 
 
 def _tail_split(name: str, docs: list[Piece], val_fraction: float, test_fraction: float) -> TextSplits:
     train, val, test = split_tail(docs, val_fraction, test_fraction)
-    keep = 100 * (1 - val_fraction - test_fraction)
-    return TextSplits.of(name, train, val, test, f"characters in reading order: first {keep:g}% train, next "
-                         f"{100 * val_fraction:g}% validation, last {100 * test_fraction:g}% test")
+    return TextSplits.of(name, train, val, test, split_how(val_fraction, test_fraction))
 
 
 def _held_out_split(name: str, docs: list[Piece], held: list[Piece], val_fraction: float, test: str) -> TextSplits:
     train, val, _ = split_tail(docs, val_fraction)
-    return TextSplits.of(name, train, val, held, f"{test}; validation: the last {100 * val_fraction:g}% of the "
-                                                 "training text's characters, in reading order")
+    return TextSplits.of(name, train, val, held, split_how(val_fraction, 0.0, test))
+
+
+def split_how(val_fraction: float, test_fraction: float, held: str = "") -> str:
+    """The split in one line (the leaderboard's split text); ``held``: what the data's own held-out part is."""
+    if held:
+        return (f"{held}; validation: the last {100 * val_fraction:g}% of the training text's characters, in reading "
+                "order")
+    return (f"characters in reading order: first {100 * (1 - val_fraction - test_fraction):g}% train, next "
+            f"{100 * val_fraction:g}% validation, last {100 * test_fraction:g}% test")
 
 
 def _load_hf_text(data: str, val_fraction: float, test_fraction: float) -> TextSplits:
@@ -201,12 +167,17 @@ def eval_text(splits: TextSplits, eval_bytes: int, part: str = "test") -> str:
     only on the same bytes), or of validation (up to ``eval_bytes``: a short validation part is scored whole);
     cut at a character boundary."""
     text = "".join(splits.test if part == "test" else splits.val).encode()
-    if part == "test" and len(text) < eval_bytes:
-        raise ZooError(f"{splits.name}: the test split has {len(text):,} bytes, fewer than eval_bytes={eval_bytes:,}; "
-                       f"set eval_bytes={max(1, len(text))} (runs then compare only with that size) or give more text")
-    if not text:
-        raise ZooError(f"{splits.name}: the {part} split is empty; give more text")
-    return text[:eval_bytes].decode("utf-8", errors="ignore")
+    return scored_prefix(splits.name, text, len(text), eval_bytes, part)
+
+
+def scored_prefix(name: str, head: bytes, size: int, eval_bytes: int, part: str) -> str:
+    """``eval_text`` of a part of ``size`` bytes that starts with ``head`` (its first ``eval_bytes`` at least)."""
+    if part == "test" and size < eval_bytes:
+        raise ZooError(f"{name}: the test split has {size:,} bytes, fewer than eval_bytes={eval_bytes:,}; "
+                       f"set eval_bytes={max(1, size)} (runs then compare only with that size) or give more text")
+    if not size:
+        raise ZooError(f"{name}: the {part} split is empty; give more text")
+    return head[:eval_bytes].decode("utf-8", errors="ignore")
 
 
 # =============================================================================================
@@ -220,7 +191,7 @@ SPLIT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}|
                  r"""|\s*[\r\n]|\s+(?!\S)|\s+""")
 
 
-def train_bpe(docs: list[str], vocab_size: int, byte_only: bool = False):
+def train_bpe(docs: Iterable[str], vocab_size: int, byte_only: bool = False):
     """A byte-level BPE ``tokenizers.Tokenizer``: every byte is a token, so any text encodes."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -239,7 +210,7 @@ def train_bpe(docs: list[str], vocab_size: int, byte_only: bool = False):
     return tok
 
 
-def load_tokenizer(cfg: GPTConfig, train_docs: list[str]):
+def load_tokenizer(cfg: GPTConfig, train_docs: Iterable[str]):
     if cfg.tokenizer in ("bpe", "bytes"):
         return train_bpe(train_docs, cfg.vocab_size, byte_only=cfg.tokenizer == "bytes")
     from tokenizers import Tokenizer

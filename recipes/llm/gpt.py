@@ -27,7 +27,7 @@ from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, infer, models
+from recipe_zoo.recipes.llm import data, infer, models, shards
 
 # =============================================================================================
 # Config
@@ -39,7 +39,8 @@ class GPTConfig(LoopSettings):
     # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
-    data: str = "tinyshakespeare"  # dataset name, a text file, a folder of .txt/.md files, or hf:NAME[:CONFIG]
+    data: str = "tinyshakespeare"  # dataset name, text file, folder of .txt/.md files, hf:NAME[:CONFIG], prepared
+    stream: bool = False  # train from token shards read as used, tokenized once (zoo data prepare llm/gpt)
     val_fraction: Share = 0.05  # validation: the text before the test tail (the training text's tail: val file)
     test_fraction: Share = 0.1  # test: the last part of the text, when the data has no held-out file or split
     eval_bytes: Count = 100_000  # test bytes scored (the first N; validation: up to N): fixed so runs compare
@@ -168,8 +169,7 @@ def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.P
         docs = infer.read_documents(opts.data, run)[1]
         text, prefix = "".join(docs), ""
     else:
-        splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
-        docs = [data.eval_text(splits, cfg.eval_bytes)]
+        docs = [shards.test_text(cfg, run)]
         text, prefix = docs[0], "test_"
     tokens = data.encode_docs(tok, docs)
     scores, nats, n_bytes = score_test(model, tokens, data.token_bytes(tok)[tokens[1:].long()], cfg, device,
@@ -192,28 +192,28 @@ def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
         scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
-        hooks={"shape": shape_of}, predict=predict_gpt, predict_options=infer.LMPredictOptions)
+        hooks={"shape": shape_of, "prepare": shards.prepare_tokens}, predict=predict_gpt,
+        predict_options=infer.LMPredictOptions)
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
-    splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
-    scored, test_text = data.eval_text(splits, cfg.eval_bytes, "validation"), data.eval_text(splits, cfg.eval_bytes)
-    run.record_split(splits.keys)
-    run.report("split", f"{splits.how} ({splits.sizes()}; scored: validation {len(scored.encode()):,} bytes, test "
+    corpus = shards.text_data(cfg, run)  # in memory, or token shards read as they are used (stream=true)
+    scored, test_text, tok, train_tokens = corpus.val_text, corpus.test_text, corpus.tok, corpus.train
+    run.record_split(corpus.keys)
+    run.report("split", f"{corpus.how} ({corpus.sizes}; scored: validation {len(scored.encode()):,} bytes, test "
                         f"the first {cfg.eval_bytes:,})")
-    tok = data.load_tokenizer(cfg, splits.train)
     tok.save(str(run.dir / "tokenizer.json"))
     lengths = data.token_bytes(tok)
-    train_tokens = data.encode_docs(tok, splits.train)
     val_tokens = data.encode_docs(tok, [scored])
     vocab = tok.get_vocab_size()
     per_target = lengths[val_tokens[1:].long()]
     if int(per_target.sum()) != len(scored.encode()):
         raise RuntimeError(f"byte table mismatch: {int(per_target.sum())} != {len(scored.encode())} bytes")
-    run.log(f"{splits.name}: {sum(len(d) for d in splits.train):,} train chars -> {len(train_tokens):,} tokens "
-            f"({len(''.join(splits.train).encode()) / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
+    run.log(f"{corpus.name}: {corpus.train_chars:,} train chars -> {len(train_tokens):,} tokens "
+            f"({corpus.train_bytes / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
             f"validation scores {len(scored.encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
-    run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens")  # leakage: scored windows found in train
+    if run.inspecting:  # zoo doctor: scored windows found in train (of shards, in their first tokens)
+        run.inspect(train=(corpus.inspected(),), val=(val_tokens,), task="tokens")
 
     world = distributed.world_size()
     # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
@@ -232,7 +232,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
                 f"{per_micro}: using {accum * per_micro}")
     settings = LoopSettings.of(cfg)
     settings.accum_steps = accum
-    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
+    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=corpus.name)
     if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
         distributed.fully_shard_blocks(model)
         run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")

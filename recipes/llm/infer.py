@@ -16,7 +16,7 @@ from recipe_zoo.core import metrics
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, Range
 from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.llm import data
+from recipe_zoo.recipes.llm import data, textfiles
 
 
 @dataclass
@@ -40,7 +40,7 @@ def prompts_of(opts: LMPredictOptions) -> list[str]:
         path = Path(opts.prompts).expanduser()
         if not path.is_file():
             raise ZooError(f"prompts={opts.prompts}: no such file (one prompt per line)")
-        found += [line for line in data.read_text(path).splitlines() if line.strip()]
+        found += [line for line in textfiles.read_text(path).splitlines() if line.strip()]
         if len(found) == bool(opts.prompt):
             raise ZooError(f"{path}: no prompts (only blank lines)")
     if found and opts.data:
@@ -55,11 +55,11 @@ def read_documents(name: str, run) -> tuple[str, list[str]]:
     if not path.exists():
         raise ZooError(f"data={name}: no such file or folder (give a UTF-8 text file to score)")
     if path.is_file():
-        return str(path), [data.read_text(path)]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in data.TEXT_SUFFIXES)
+        return str(path), [textfiles.read_text(path)]
+    files = textfiles.text_files(path)
     if not files:
         raise ZooError(f"{path}: no .txt or .md files to score")
-    return str(path), [data.read_text(p) for p in files]
+    return str(path), [textfiles.read_text(p) for p in files]
 
 
 def jsonl_examples(cfg, name: str, run, tokenizer) -> tuple[list[data.Example], list[int]]:
