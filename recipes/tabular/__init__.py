@@ -1,7 +1,8 @@
 """Tables: gradient-boosted trees done right and a neural network for large tables.
 
 - ``xgb.py``: ``tabular/xgb``, XGBoost hist with native categoricals, depth and log target chosen on the
-  validation rows, then bagged over folds of the training rows; importances saved.
+  validation rows, then bagged over folds of the training rows; importances saved. ``dask_engine.py``: its models
+  trained by ``xgboost.dask`` (``engine=dask``); ``stream.py``: its table read a chunk at a time (``stream=true``).
 - ``mlp.py``: ``tabular/mlp``, an MLP (or a small FT-Transformer) through the core loop.
 - ``config.py``: ``TabularConfig``, the settings both share, and each recipe's own (``XGBConfig``,
   ``MLPConfig``); ``data.py``: reading the table and its bad inputs, engineered features, metrics and the loop over

@@ -49,8 +49,20 @@ def carve_validation(table: Table, train: np.ndarray, fraction: float) -> tuple[
     ``fraction`` (``splits.carve``): the same rows for every seed and row order, and copies of a row on one side."""
     if not 0 < fraction < 1:
         raise ZooError(f"val_fraction={fraction}: a fraction between 0 and 1")
-    held = carve([table.keys[i] for i in train], fraction)
+    units = getattr(table, "units", None)  # a streamed table keeps each row's hash, not its content
+    held = carve([table.keys[i] for i in train], fraction) if units is None else carve_units(units[train], fraction)
     return train[~held], train[held]
+
+
+def carve_units(units: np.ndarray, fraction: float) -> np.ndarray:
+    """``splits.carve`` on the rows' ``splits.hash_unit`` values, computed as the rows went by."""
+    held = units < fraction
+    if len(np.unique(units)) >= 2:
+        if not held.any():
+            held = units == units.min()
+        if held.all():
+            held = units != units.max()
+    return held
 
 
 def splits_for(cfg: TabularConfig, table: Table) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

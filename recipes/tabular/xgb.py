@@ -3,6 +3,10 @@ target) chosen on the validation rows at a quick learning rate, then ``bagging``
 training rows (validation left out), each early-stopped on its own fold, and their predictions averaged;
 mean-gain importances saved with the run, and every booster as XGBoost JSON (``zoo predict``, ``zoo export --format
 xgboost-json``). Trees are the strong default on tables (Grinsztajn et al. 2022).
+
+Where the models are fitted is a ``Fitter``: here from the table in memory (``local_fitter``), on a Dask cluster
+(``engine=dask``: ``dask_engine.py``) or here from the file read a chunk at a time (``stream=true``: ``stream.py``);
+the protocol above and the saved outputs are the same for all three.
 """
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +27,7 @@ from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import dask_engine, data, inference
+from recipe_zoo.recipes.tabular import dask_engine, data, inference, stream
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -49,16 +55,34 @@ def xgb_model(table: Table, cfg: XGBConfig, depth: int, lr: float, seed: int, se
                 callbacks=[xgboost_time_limit(seconds)] if seconds is not None else None)
 
 
-def local_fitter(cfg: XGBConfig, table: Table, X):
-    """``fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held)``: one model on the ``train`` rows of
-    ``X``, early-stopped on the ``held`` rows, here on XGBoost's own threads (``dask_engine.fitter``: on a cluster)."""
+@dataclass
+class Fitter:
+    """Where models are fitted and read. ``fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held)``: one
+    model on the ``train`` rows, early-stopped on the ``held`` rows; ``predict(models, rows, log)``: their mean
+    prediction on rows (the choices' and the out-of-fold scores); ``score``: the same for the final validation and
+    test scores (default ``predict``); ``close()``: the training data may go."""
+    fit: Callable
+    predict: Callable
+    score: Callable | None = None
+    close: Callable = lambda: None
+
+
+def local_fitter(cfg: XGBConfig, table: Table, view: tuple) -> Fitter:
+    """Models fitted here on XGBoost's own threads, on the split's features ``X`` (``dask_engine.fitter``: on a
+    cluster; ``stream.Stream``: from the file a chunk at a time)."""
+    X = view[0]
+
     def fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held):
         m = xgb_model(table, cfg, depth, lr, seed, seconds, rounds)
         m.fit(X.iloc[train], y_train, sample_weight=data.sample_weights(table, train, cfg),
               eval_set=[(X.iloc[held], y_held)], verbose=False)
         return m
 
-    return fit
+    return Fitter(fit, functools.partial(mean_prediction, X, table.task))
+
+
+def mean_prediction(X, task: str, models: list, rows: np.ndarray, log: bool) -> np.ndarray:
+    return np.mean([xgb_predict(m, X.iloc[rows], task, log) for m in models], axis=0)
 
 
 def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
@@ -73,17 +97,16 @@ def xgb_predict(model, X, task: str, log: bool) -> np.ndarray:
 # Training: depth (and target transform) chosen on validation, then bagged over folds of the training rows
 # =============================================================================================
 
-def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, seconds: float | None,
-            rounds: int, label: str = "", fit=None) -> tuple:
+def fit_xgb(cfg: XGBConfig, run, table: Table, fitter: Fitter, fit_rows: np.ndarray, val: np.ndarray,
+            seconds: float | None, rounds: int, label: str = "") -> tuple:
     """Choose depth and target transform on the validation rows (learning rate 0.1, quick, early-stopped on
     validation), then train ``bagging`` models at ``xgb_lr`` on folds of the training rows, each early-stopped on
     its own held-out fold (no final model trains or stops on validation; with bagging=1 the one model early-stops
-    on validation); the final models share the time left, each the rest over the models still to train. ``fit``:
-    where a model is fitted (default ``local_fitter``). Returns (predict, stats): ``predict(rows)`` averages the
+    on validation); the final models share the time left, each the rest over the models still to train. ``fitter``:
+    where models are fitted and read (``Fitter``). Returns (predict, stats): ``predict(rows)`` averages the
     models' predictions."""
     from sklearn.model_selection import KFold, StratifiedKFold
 
-    fit = fit or local_fitter(cfg, table, X)
     metric, higher = data.primary_metric(table.task)
     depths = [cfg.max_depth] if cfg.max_depth else [6, 8, 10]
     logs = data.use_log(table, fit_rows, cfg)
@@ -94,8 +117,8 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
     for depth, log in grid:
         y_fit = np.log1p(table.y[fit_rows]) if log else table.y[fit_rows]
         y_val = np.log1p(table.y[val]) if log else table.y[val]
-        m = fit(depth, 0.1, run.seed, share, rounds, fit_rows, y_fit, val, y_val)
-        value = score(table.y[val], xgb_predict(m, X.iloc[val], table.task, log), table.task, (metric,))[metric]
+        m = fitter.fit(depth, 0.1, run.seed, share, rounds, fit_rows, y_fit, val, y_val)
+        value = score(table.y[val], fitter.predict([m], val, log), table.task, (metric,))[metric]
         run.log(f"{label}choice: depth {depth}{', log target' if log else ''}: validation {metric} {value:.4f} "
                 f"({m.best_iteration + 1} rounds)")
         if best is None or data.better(value, best[0], higher):
@@ -113,9 +136,9 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
         y_tr = np.log1p(table.y[tr]) if log else table.y[tr]
         y_va = np.log1p(table.y[va]) if log else table.y[va]
         left = (seconds - (time.perf_counter() - start)) / (k - i) if seconds else None
-        m = fit(depth, cfg.xgb_lr, run.seed + i, left, rounds, tr, y_tr, va, y_va)
+        m = fitter.fit(depth, cfg.xgb_lr, run.seed + i, left, rounds, tr, y_tr, va, y_va)
         if oof is not None:
-            oof[va] = xgb_predict(m, X.iloc[va], table.task, log)
+            oof[va] = fitter.predict([m], va, log)
         models.append(m)
         iters.append(m.best_iteration + 1)
     stats = {"depth": depth, "log_target": log, "rounds": float(np.mean(iters)), "models": models,
@@ -126,10 +149,8 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.
             f"{', '.join(map(str, iters))} rounds" + (f"; out-of-fold {metric} {stats[f'oof_{metric}']:.4f}"
                                                        if f"oof_{metric}" in stats else ""))
 
-    def predict(rows: np.ndarray) -> np.ndarray:
-        return np.mean([xgb_predict(m, X.iloc[rows], table.task, log) for m in models], axis=0)
-
-    return predict, stats
+    fitter.close()
+    return functools.partial(fitter.score or fitter.predict, models, log=log), stats
 
 
 def save_importances(models: list, run) -> None:
@@ -227,13 +248,17 @@ def export_json(cfg: XGBConfig, run, out: Path) -> list[Path]:
 def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
     if run.budget.kind == "epochs":
         raise ZooError("tabular/xgb takes a time budget (--budget 1m) or a cap on boosting rounds (--budget 500steps)")
+    if cfg.stream and cfg.engine != "local":
+        raise ZooError("stream=true feeds XGBoost here a chunk at a time; engine=dask sends the table to the cluster "
+                       "from memory: use one of them")
+    reader = stream if cfg.stream else data
     with engine(cfg, run) as (fitter, where):  # first: a missing extra or a dead scheduler is said before the table
-        table, views = data.prepare(cfg, run)
-        data.inspect_split(run, table, views, loop=False)
+        table, views = reader.prepare(cfg, run)
+        reader.inspect_split(run, table, views, loop=False)
         seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
         rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
         metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
-            cfg, run, table, X, train, val, seconds, rounds, f"fold {k}: " if cfg.folds else "", fitter(table, X)))
+            cfg, run, table, fitter(table, views[k]), train, val, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
     stats = per_split[-1]
     save_importances(stats["models"], run)
     save_models(run, cfg, table, views, per_split, test_preds, where)
@@ -247,15 +272,20 @@ def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
 
 @contextlib.contextmanager
 def engine(cfg: XGBConfig, run):
-    """(``fitter(table, X) -> fit``, the engine as the card records it): this process's threads, or a Dask cluster
-    (up while the models train, closed after)."""
-    if cfg.engine == "local":
+    """(``fitter(table, view) -> Fitter``, the engine as the card records it): this process's threads (the table in
+    memory, or streamed from its file), or a Dask cluster (up while the models train, closed after)."""
+    if cfg.engine == "local" and not cfg.stream:
         yield functools.partial(local_fitter, cfg), {"engine": "local", "threads": os.cpu_count()}
-        return
-    with dask_engine.cluster(cfg, run) as client:
-        yield (lambda table, X: dask_engine.fitter(client, table, X, functools.partial(xgb_params, table, cfg),
-                                                   functools.partial(data.sample_weights, table, cfg=cfg))), \
-            dask_engine.describe(cfg, client)
+    elif cfg.engine == "local":
+        yield (lambda table, view: stream.Stream(cfg, run, table, view, functools.partial(xgb_params, table, cfg),
+                                                 xgb_predict)), \
+            {"engine": "local", "threads": os.cpu_count(), "stream": stream.SETTINGS}
+    else:
+        with dask_engine.cluster(cfg, run) as client:
+            yield (lambda table, view: Fitter(dask_engine.fitter(
+                client, table, view[0], functools.partial(xgb_params, table, cfg),
+                functools.partial(data.sample_weights, table, cfg=cfg)),
+                functools.partial(mean_prediction, view[0], table.task))), dask_engine.describe(cfg, client)
 
 
 def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_preds: list, where: dict) -> None:

@@ -1,0 +1,504 @@
+"""``tabular/xgb stream=true``: the table read a chunk at a time (CSV chunks, parquet record batches), never whole.
+
+A first pass (``scan``) learns what ``data.load_table`` learns from the whole frame: the target and its checks, each
+row's content hash (the validation carve: the same rows as ``stream=false``), each column's type, categories and
+bad values, and a sample of rows: those with the smallest hash, all of them up to ``SAMPLE_ROWS``. Each split's
+imputation and engineered-feature plans are fitted on the sample's training rows (on a table up to that size: the
+plans ``stream=false`` fits). Chunks are typed by the run's saved columns (``inference.conform``, as ``zoo predict``
+types new rows) and featured by the split's plan. XGBoost reads the training and validation rows through a
+``DataIter`` into ``QuantileDMatrix``es (a byte a cell); the bagged models train on the training matrix with their
+held-out fold at weight zero and early-stop on that fold's rows; a last pass scores the validation and test rows
+as ``zoo predict`` scores them. In memory at once: a chunk, the sample, the quantised matrices and a few numbers a
+row (target, hash, row number).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from recipe_zoo.core.budget import xgboost_time_limit
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.splits import hash_unit
+from recipe_zoo.recipes.tabular import data, inference
+from recipe_zoo.recipes.tabular.dask_engine import local_copy
+from recipe_zoo.recipes.tabular.split import record_split, splits_for
+
+CHUNK_ROWS = 65_536  # rows a chunk
+SAMPLE_ROWS = 200_000  # rows the feature plans are fitted on (those of them in the training rows)
+SETTINGS = {"chunk_rows": CHUNK_ROWS, "sample_rows": SAMPLE_ROWS, "matrix": "QuantileDMatrix"}
+
+# =============================================================================================
+# The file, a chunk at a time
+# =============================================================================================
+
+
+@dataclass
+class Source:
+    path: Path
+    name: str
+    target: str = ""  # the dataset's target column, when cfg.target does not name one
+    dtypes: dict | None = None  # columns whose type differed between chunks: read as (CSV) or cast to (parquet)
+
+    def chunks(self) -> Iterator:
+        """The file's rows, ``CHUNK_ROWS`` at a time; its bad forms are one line naming it (``data.read_file``'s)."""
+        import pandas as pd
+
+        try:
+            if self.path.suffix.lower() == ".parquet":
+                import pyarrow.parquet as pq
+
+                for batch in pq.ParquetFile(self.path).iter_batches(batch_size=CHUNK_ROWS):
+                    frame = batch.to_pandas()
+                    yield frame.astype(self.dtypes) if self.dtypes else frame
+                return
+            sep = "\t" if self.path.suffix.lower() == ".tsv" else ","
+            with pd.read_csv(self.path, sep=sep, chunksize=CHUNK_ROWS, dtype=self.dtypes) as reader:
+                yield from reader
+        except pd.errors.EmptyDataError:
+            raise ZooError(f"{self.path}: empty file (no header row, no rows)") from None
+        except UnicodeDecodeError:
+            raise not_utf8(self.path) from None
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ZooError(f"{self.path}: cannot read the table ({first[:200]})") from None
+
+
+def source_for(cfg, run) -> Source:
+    if cfg.data == "california-housing":
+        return Source(Path(run.data_path(cfg.data)), cfg.data, "median_house_value")
+    if cfg.data == "adult" or cfg.data in data.SKLEARN_SETS:
+        raise ZooError(f"stream=true reads a .csv, .tsv or .parquet file (or california-housing); {cfg.data} is read "
+                       "in memory: stream=false")
+    path = Path(cfg.data).expanduser()
+    if not path.is_file():
+        raise ZooError(f"{cfg.data}: no such file, and not a dataset name (see `zoo data list`)")
+    if path.suffix.lower() not in (".csv", ".tsv", ".parquet"):
+        raise ZooError(f"{path}: expected a .csv, .tsv or .parquet file")
+    return Source(path, str(path))
+
+
+# =============================================================================================
+# The first pass: what data.load_table learns from the whole frame
+# =============================================================================================
+
+@dataclass
+class StreamTable:
+    """``data.Table``'s fields for a table that is never whole: ``X`` is the sample's features, ``units`` each row's
+    hash along the validation carve (``split.carve_validation`` reads it in place of ``keys``)."""
+    name: str
+    X: object  # the sample's rows as the model reads them (the schema, the plans, zoo doctor)
+    y: np.ndarray
+    task: str
+    classes: list[str] | None
+    test_rows: None
+    notes: list[str]
+    keys: None
+    rows: np.ndarray
+    target: str
+    units: np.ndarray
+    sample: np.ndarray  # the table positions of X's rows, in order
+    source: Source
+    columns: list[dict]  # the feature columns in inference.schema's form: how every chunk is typed
+
+
+class Column:
+    """One feature column's statistics over the rows with a target, for ``data.prepare_columns``'s decisions."""
+
+    def __init__(self, name: str, named: bool):
+        self.name, self.named, self.mode = name, named, None
+        self.values: set = set()  # categories (text: every stripped value, '' too)
+        self.count = 0  # values present (is_id_like's)
+        self.integer, self.increasing, self.last = True, True, None
+        self.numeric = self.present = self.words = 0  # text: values that read as numbers, values present, the rest
+        self.first_word = self.first_inf = None  # (row position, value)
+        self.infs = 0
+
+    def add(self, s, offset: int) -> None:
+        import pandas as pd
+
+        if self.named or s.dtype == bool:
+            self.mode = "category"
+            self.values.update(s.astype("string").dropna().unique())
+            return
+        if pd.api.types.is_numeric_dtype(s):
+            self.mode = "number"
+            v = s.to_numpy(np.float64, na_value=np.nan)
+            self.note_inf(v, s, offset)
+            v = v[~np.isnan(v)]
+            self.count += len(v)
+            self.integer = self.integer and bool(np.all(v == np.round(v)))
+            if len(v):
+                self.increasing = self.increasing and bool(np.all(np.diff(v) > 0)) and (
+                    self.last is None or v[0] > self.last)
+                self.last = v[-1]
+            return
+        self.mode = "text"
+        text = s.astype("string").str.strip()
+        numbers = pd.to_numeric(text, errors="coerce")
+        present = (text.notna() & (text != "")).to_numpy()
+        words = present & numbers.isna().to_numpy()
+        self.numeric += int((present & ~words).sum())
+        self.present += int(present.sum())
+        self.words += int(words.sum())
+        if words.any() and self.first_word is None:
+            i = int(np.where(words)[0][0])
+            self.first_word = (offset + i, text.iloc[i])
+        self.note_inf(numbers.to_numpy(np.float64, na_value=np.nan), numbers, offset)
+        values = text.dropna()
+        self.count += len(values)
+        self.values.update(values.unique())
+
+    def note_inf(self, v: np.ndarray, s, offset: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            bad = np.where(np.isinf(v.astype(np.float32)))[0]
+        self.infs += len(bad)
+        if len(bad) and self.first_inf is None:
+            self.first_inf = (offset + int(bad[0]), s.iloc[bad[0]])
+
+    def decide(self, name: str, notes: list[str]) -> dict | None:
+        """The column as ``data.prepare_columns`` types it (``inference.schema``'s form), None when dropped as an
+        id (noted), or its error."""
+        if self.mode == "category":
+            return {"name": self.name, "kind": "category", "categories": sorted(self.values), "strip": not self.named}
+        if self.mode == "number" and self.count >= 20 and self.integer and self.increasing:
+            notes.append(f"column {self.name!r} looks like an id (all distinct integers in order): dropped")
+            return None
+        if self.mode == "text":
+            share = self.numeric / max(1, self.present)
+            if 0.5 <= share < 1.0:
+                row, value = self.first_word
+                raise ZooError(f"{name}: column {self.name!r} mixes numbers and text: {self.words} of {self.present} "
+                               f"values are not numbers (first: row {row + 2}, {value!r}); fix them, or list the "
+                               "column in categorical=")
+            if share < 1.0:
+                if self.count >= 20 and len(self.values) == self.count:
+                    notes.append(f"column {self.name!r} looks like an id (a distinct value in every row): dropped")
+                    return None
+                return {"name": self.name, "kind": "category", "categories": sorted(self.values - {""}),
+                        "strip": True}
+        if self.first_inf is not None:
+            row, value = self.first_inf
+            raise ZooError(f"{name} row {row + 2}: column {self.name!r} is {value}, not a finite (float32) number "
+                           f"({self.infs} rows in all); fix them, or drop={self.name}")
+        return {"name": self.name, "kind": "number"}
+
+
+class Sample:
+    """The rows whose hash (salt ``sample``) is among the ``size`` smallest: a function of the rows alone, in any
+    order and any chunking; every row of a table up to ``size`` rows."""
+
+    def __init__(self, size: int):
+        self.size, self.parts, self.count, self.limit = size, [], 0, 1.0
+
+    def add(self, frame, positions: np.ndarray, units: np.ndarray) -> None:
+        keep = units < self.limit
+        if keep.any():
+            part = frame[keep].copy()
+            part["__position"], part["__unit"] = positions[keep], units[keep]
+            self.parts.append(part)
+            self.count += int(keep.sum())
+        if self.count > 2 * self.size:
+            self.trim()
+
+    def trim(self) -> None:
+        import pandas as pd
+
+        frame = pd.concat(self.parts).nsmallest(self.size, "__unit")
+        self.parts, self.count = [frame], len(frame)
+        if len(frame) == self.size:
+            self.limit = float(frame["__unit"].max())
+
+    def rows(self) -> tuple:
+        """(the sampled rows as read, in table order; their table positions)."""
+        self.trim()
+        frame = self.parts[0].sort_values("__position")
+        return frame.drop(columns=["__position", "__unit"]).reset_index(drop=True), frame["__position"].to_numpy()
+
+
+class Scan:
+    """One pass over the rows: ``add`` each chunk, then ``table``."""
+
+    def __init__(self, cfg, source: Source):
+        self.cfg, self.name, self.target = cfg, source.name, cfg.target or source.target
+        self.kinds: dict[str, set] = {}
+        self.y, self.units, self.rows, self.columns = [], [], [], {}
+        self.read = self.kept = 0
+        self.sample = Sample(SAMPLE_ROWS)
+
+    def first(self, frame) -> None:
+        """The header's checks, as ``data.read_frame`` and ``data.load_table`` make them."""
+        if not self.target:
+            raise ZooError(f"{self.name}: say which column to predict: target=COLUMN (columns: {column_list(frame)})")
+        if self.target not in frame:
+            raise ZooError(f"{self.name}: no column {self.target!r} (columns: {column_list(frame.columns)}); set "
+                           "target=")
+        for col in data.columns_list(self.cfg.drop) + data.columns_list(self.cfg.categorical):
+            if col not in frame:
+                raise ZooError(f"{self.name}: drop/categorical names {col!r}, not a column "
+                               f"(columns: {column_list(frame.columns)})")
+        named, dropped = set(data.columns_list(self.cfg.categorical)), {self.target, *data.columns_list(self.cfg.drop)}
+        self.columns = {c: Column(c, c in named) for c in frame.columns if c not in dropped}
+
+    def add(self, frame) -> None:
+        frame.columns = [str(c) for c in frame.columns]
+        if not self.read:
+            self.first(frame)
+        for c in frame.columns:
+            self.kinds.setdefault(c, set()).add(frame[c].dtype.kind if frame[c].dtype.kind in "biuf" else "O")
+        self.y.append(frame[self.target])
+        rows = np.arange(self.read, self.read + len(frame))
+        self.read += len(frame)
+        keep = frame[self.target].notna().to_numpy()
+        frame, rows = frame[keep].reset_index(drop=True), rows[keep]
+        keys = data.row_keys(frame)
+        self.units.append(np.array([hash_unit(k) for k in keys], dtype=np.float64))
+        self.rows.append(rows)
+        positions = self.kept + np.arange(len(frame))
+        self.sample.add(frame, positions, np.array([hash_unit(k, "sample") for k in keys], dtype=np.float64))
+        for c, column in self.columns.items():
+            column.add(frame[c], self.kept)
+        self.kept += len(frame)
+
+    def mixed(self) -> dict:
+        """Columns whose type differed between chunks, and the type the whole file reads them as."""
+        return {c: ("float64" if k <= set("iuf") else "object") for c, k in self.kinds.items() if len(k) > 1}
+
+    def table(self, source: Source, run) -> StreamTable:
+        """``data.load_table``'s checks, decisions and notes, in its order."""
+        import pandas as pd
+
+        name, target = self.name, self.target
+        if not self.read:
+            raise ZooError(f"{name}: no rows")
+        y_all = pd.concat(self.y, ignore_index=True)
+        data.check_target(y_all, self.cfg.task, name, target)
+        missing = y_all.isna().to_numpy()
+        notes: list[str] = []
+        if missing.any():
+            if self.cfg.target_nan == "error":
+                raise ZooError(f"{name}: {int(missing.sum())} rows have no {target!r} (first: row "
+                               f"{int(np.where(missing)[0][0]) + 2}); fill them in or set target_nan=drop")
+            notes.append(f"{int(missing.sum())} rows without a target dropped")
+            run.report("target_nan_dropped", int(missing.sum()))
+        columns = [c for c in (col.decide(name, notes) for col in self.columns.values()) if c is not None]
+        if not columns:
+            raise ZooError(f"{name}: no feature columns left to learn from")
+        y, task, classes = data.encode_target(y_all[~missing].reset_index(drop=True), self.cfg.task, name)
+        raw, positions = self.sample.rows()
+        X = inference.conform(raw, columns, name)
+        return StreamTable(name, X, y, task, classes, None, notes, None, np.concatenate(self.rows), target,
+                           np.concatenate(self.units), positions, source, columns)
+
+
+def read(cfg, run) -> StreamTable:
+    """The first pass (a second one when a column's type differed between chunks, with its type fixed: the
+    content keys must be those of the whole file read at once)."""
+    source = source_for(cfg, run)
+    start = time.perf_counter()
+    scan = Scan(cfg, source)
+    for frame in source.chunks():
+        scan.add(frame)
+    if scan.mixed():
+        source.dtypes = scan.mixed()
+        run.log(f"{source.name}: column types differ between chunks ({', '.join(source.dtypes)}): read again as the "
+                "whole file reads them")
+        scan = Scan(cfg, source)
+        for frame in source.chunks():
+            scan.add(frame)
+    seconds = time.perf_counter() - start
+    run.log(f"stream: {source.name}: {scan.read} rows scanned in {seconds:.1f} s ({scan.read / seconds:,.0f} rows/s, "
+            f"{CHUNK_ROWS} a chunk)")
+    return scan.table(source, run)
+
+
+def prepare(cfg, run) -> tuple[StreamTable, list]:
+    """``data.prepare`` for a streamed table: its splits (``split.csv``) and each split's features, fitted on the
+    sample's training rows: (sample features, training rows, validation rows, test rows, feature plan)."""
+    table = read(cfg, run)
+    metric, higher = data.primary_metric(table.task)
+    run.set_metric(f"test_{metric}", higher)
+    splits = splits_for(cfg, table)
+    record_split(run, cfg, table, splits)
+    views = []
+    for fit, val, test in splits:
+        train = np.concatenate([fit, val])
+        train = np.searchsorted(table.sample, train[np.isin(train, table.sample)])  # in data.prepare's order
+        X, plan = data.features_for(cfg, table, train, run)
+        views.append((X, fit, val, test, plan))
+    for note in dict.fromkeys(table.notes):
+        run.log(f"{table.name}: {note}")
+    X = views[0][0]
+    n_cat = sum(str(X[c].dtype) == "category" for c in X.columns)
+    run.log(f"{table.name}: {len(table.y)} rows, {X.shape[1]} features ({n_cat} categorical), {table.task}; feature "
+            f"plans fitted on {len(table.sample)} sampled rows")
+    run.report("rows_features", f"{len(table.y)} x {X.shape[1]}")
+    return table, views
+
+
+def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
+    """``zoo doctor`` on the sample's training and validation rows."""
+    if not run.inspecting:
+        return
+    X, fit, val, test, plan = views[0]
+    inside = lambda rows: np.where(np.isin(table.sample, rows))[0]  # noqa: E731
+    data.inspect_split(run, dataclasses.replace(table, y=table.y[table.sample]),
+                       [(X, inside(fit), inside(val), inside(test), plan)], loop=loop)
+
+
+# =============================================================================================
+# XGBoost on the chunks
+# =============================================================================================
+
+def featured(table: StreamTable, plan: dict, rows: np.ndarray) -> Iterator:
+    """One pass: (features, table positions) of the chunks' rows among ``rows`` (sorted), typed by the run's columns
+    and featured by the split's plan, as ``zoo predict`` prepares rows."""
+    start = 0
+    for frame in table.source.chunks():
+        frame.columns = [str(c) for c in frame.columns]
+        frame = frame[frame[table.target].notna().to_numpy()]
+        positions = np.arange(start, start + len(frame))
+        start += len(frame)
+        wanted = np.isin(positions, rows, assume_unique=True)
+        if wanted.any():
+            X = inference.conform(frame[wanted], table.columns, table.name)
+            yield data.apply_features(X, plan), positions[wanted]
+
+
+def matrix(table: StreamTable, plan: dict, rows: np.ndarray, ref=None):
+    """A ``QuantileDMatrix`` of ``rows`` (sorted), fed a chunk at a time (``ref``: the training matrix, whose bins
+    it takes)."""
+    import xgboost as xgb
+
+    class Chunks(xgb.DataIter):
+        def __init__(self):
+            self.it = None
+            super().__init__(release_data=True)
+            self.reset()
+
+        def reset(self):
+            if self.it is not None:
+                self.it.close()
+            self.it = featured(table, plan, rows)
+
+        def next(self, input_data):
+            part = next(self.it, None)
+            if part is None:
+                return False
+            input_data(data=part[0])
+            return True
+
+    return xgb.QuantileDMatrix(Chunks(), ref=ref, enable_categorical=True, nthread=os.cpu_count())
+
+
+class Stream:
+    """``xgb.Fitter`` for one split of a streamed table: the training and validation matrices built once;
+    ``params(depth, lr, seed, rounds)`` as ``xgb.xgb_params``, ``predict_one(model, X, task, log)`` as
+    ``xgb.xgb_predict``."""
+
+    def __init__(self, cfg, run, table: StreamTable, view: tuple, params: Callable, predict_one: Callable):
+        _, fit, val, test, plan = view
+        self.cfg, self.table, self.plan, self.params, self.predict_one = cfg, table, plan, params, predict_one
+        self.fit_rows, self.val_rows, self.wanted = np.sort(fit), np.sort(val), np.union1d(val, test)
+        start = time.perf_counter()
+        self.train = matrix(table, plan, self.fit_rows)
+        self.valid = matrix(table, plan, self.val_rows, ref=self.train)
+        seconds = time.perf_counter() - start
+        run.log(f"stream: training and validation matrices ({len(fit)} + {len(val)} rows) built in {seconds:.1f} s "
+                f"({(len(fit) + len(val)) / seconds:,.0f} rows/s)")
+        self.scores: dict = {}
+
+    def fit(self, depth, lr, seed, seconds, rounds, train, y_train, held, y_held):
+        """On the training matrix: the ``train`` rows at their weight, the others at zero; early-stopped on the
+        validation matrix (``held``: the validation rows) or on the held-out fold's rows of the training matrix."""
+        import xgboost as xgb
+
+        at = np.searchsorted(self.fit_rows, train)
+        labels, weights = np.zeros(len(self.fit_rows)), np.zeros(len(self.fit_rows))
+        labels[at] = y_train
+        w = data.sample_weights(self.table, train, self.cfg)
+        weights[at] = 1.0 if w is None else w
+        if len(held) == len(self.val_rows) and np.array_equal(np.sort(held), self.val_rows):
+            self.valid.set_label(np.asarray(y_held)[np.argsort(held)])
+            evals, metric = [(self.valid, "validation")], None
+        else:
+            where = np.searchsorted(self.fit_rows, held)
+            labels[where] = y_held
+            evals, metric = [(self.train, "fold")], fold_metric(self.table.task, where, labels)
+        self.train.set_label(labels)
+        self.train.set_weight(weights)
+        params = self.params(depth, lr, seed, rounds)
+        stop = params.pop("early_stopping_rounds")
+        params = native(params, self.table)
+        if metric is not None:  # the fold's own metric only (the matrix's would be the training rows')
+            params.pop("eval_metric", None)
+            params["disable_default_eval_metric"] = True
+        booster = xgb.train(params, self.train, rounds, evals=evals, early_stopping_rounds=stop,
+                            custom_metric=metric, verbose_eval=False,
+                            callbacks=[xgboost_time_limit(seconds)] if seconds is not None else None)
+        return local_copy(booster, self.table.task)
+
+    def predict(self, models: list, rows: np.ndarray, log: bool) -> np.ndarray:
+        """The models' mean prediction on training or validation rows, from the matrices (the choices' and the
+        out-of-fold scores)."""
+        if len(rows) == len(self.val_rows) and np.array_equal(np.sort(rows), self.val_rows):
+            m, at = self.valid, np.searchsorted(self.val_rows, rows)
+        else:
+            m, at = self.train, np.searchsorted(self.fit_rows, rows)
+        out = []
+        for model in models:
+            p = model.get_booster().predict(m, iteration_range=(0, model.best_iteration + 1))
+            out.append((np.expm1(p) if log else p) if self.table.task == "regression" else p)
+        return np.mean(out, axis=0)[at]
+
+    def score(self, models: list, rows: np.ndarray, log: bool) -> np.ndarray:
+        """The models' mean prediction on validation or test rows, from the file's rows as ``zoo predict`` reads them
+        (one pass for both)."""
+        key = (id(models[0]), log)
+        if key not in self.scores:
+            parts, where = [], []
+            for X, positions in featured(self.table, self.plan, self.wanted):
+                parts.append(np.mean([self.predict_one(m, X, self.table.task, log) for m in models], axis=0))
+                where.append(positions)
+            self.scores[key] = (np.concatenate(where), np.concatenate(parts))
+        where, pred = self.scores[key]
+        return pred[np.searchsorted(where, rows)]
+
+    def close(self) -> None:
+        self.train = self.valid = None
+
+
+def native(params: dict, table: StreamTable) -> dict:
+    """``xgb.xgb_params`` (the scikit-learn wrapper's names) as ``xgboost.train`` takes them."""
+    params = {k: v for k, v in params.items() if k not in ("n_estimators", "enable_categorical")}
+    params["seed"] = params.pop("random_state")
+    params["nthread"] = os.cpu_count()
+    params["objective"] = {"regression": "reg:squarederror", "binary": "binary:logistic"}.get(table.task,
+                                                                                               "multi:softprob")
+    if table.task == "multiclass":
+        params["num_class"] = len(table.classes)
+    return params
+
+
+def fold_metric(task: str, where: np.ndarray, labels: np.ndarray) -> Callable:
+    """The early-stopping metric on the held-out fold's rows of the training matrix (weight zero there), unweighted
+    as XGBoost scores an eval set: rmse, logloss or mlogloss."""
+    truth = labels[where]
+
+    def metric(predt: np.ndarray, _):
+        p = predt[where]
+        if task == "regression":
+            return "rmse", float(np.sqrt(np.mean((p - truth) ** 2)))
+        p = np.clip(p, 1e-16, 1 - 1e-16)
+        if task == "binary":
+            return "logloss", float(-np.mean(truth * np.log(p) + (1 - truth) * np.log(1 - p)))
+        p = p.reshape(len(where), -1)
+        return "mlogloss", float(-np.mean(np.log(p[np.arange(len(where)), truth.astype(np.int64)])))
+
+    return metric
