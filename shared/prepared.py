@@ -44,7 +44,8 @@ def fingerprint(path: Path) -> str:
     h = hashlib.sha256()
     for p in files:
         st = p.stat()
-        h.update(f"{p.relative_to(path).as_posix() if p != path else p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        name = p.relative_to(path).as_posix() if p != path else p.name
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 
