@@ -1,8 +1,9 @@
 """tabular/xgb engine=dask: xgboost.dask on a 2-worker LocalCluster trains the local engine's models on a small
 generated table (same keys, the same files, a test RMSE close to engine=local's), ``zoo predict`` reproduces the dask
 run's metrics from its saved boosters, and the bad inputs (a scheduler that does not answer, dask not installed) are
-one line and exit 2. Wall time on 2 shared cores: 14 s for the module (the two runs 13 s of it: the cluster's start
-~1 s, each of the dask run's 3 fits ~1-2 s, most of it the cluster's per-fit overhead)."""
+one line and exit 2. Wall time on 2 shared cores: 11-14 s for the fast set, nearly all of it the two module-scoped
+runs (the dask run: the cluster's start ~3 s with the workers' imports, ~1-2 s a fit, 3 fits). Marked slow: the
+time budget on the workers (11-16 s) and an existing scheduler (6 s)."""
 import json
 import socket
 import sys
@@ -97,3 +98,30 @@ def test_dask_not_installed_names_the_extra(houses, tmp_path, capfd, monkeypatch
     bad_input(capfd, ["tabular/xgb", f"data={houses}", *ARGS, "engine=dask"], tmp_path / "runs",
               "tabular/xgb engine=dask needs the dask extra (distributed not installed)",
               "pip install 'recipe-zoo[dask]'")
+
+
+@pytest.mark.slow
+def test_a_time_budget_stops_every_worker_together_near_it(houses, tmp_path):
+    """--budget 6s where nothing early-stops (bagged models at lr 0.001): the workers' all-reduced time limit ends
+    the run near 6 s of training. About 12 s (the cluster's start and the scoring are outside the budget)."""
+    run_dir = train_in_process(tmp_path, "tabular/xgb", f"data={houses}", *ARGS, "engine=dask", "xgb_lr=0.001",
+                               budget="6s")
+    summary = _summary(run_dir)
+    assert summary["status"] == "ok" and 5 < summary["train_seconds"] < 8, summary["train_seconds"]
+    log = (run_dir / "log.txt").read_text()
+    assert "final: depth 4, lr 0.001, 2 model(s)" in log
+
+
+@pytest.mark.slow
+def test_an_existing_scheduler_is_used_and_left_running(houses, tmp_path):
+    """scheduler=ADDRESS: the run uses that cluster (the card names it) and leaves it up. About 8 s."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
+        address = cluster.scheduler_address
+        run_dir = train_in_process(tmp_path, "tabular/xgb", f"data={houses}", *ARGS, "engine=dask",
+                                   f"scheduler={address}", budget="50steps")
+        card = json.loads((run_dir / "model.json").read_text())
+        assert card["training"] == {"engine": "dask", "scheduler": address, "workers": 2, "threads": 2}
+        with Client(address, timeout="5s") as client:
+            assert len(client.scheduler_info()["workers"]) == 2

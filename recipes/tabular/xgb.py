@@ -102,7 +102,8 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, fitter: Fitter, fit_rows: np.ndar
     """Choose depth and target transform on the validation rows (learning rate 0.1, quick, early-stopped on
     validation), then train ``bagging`` models at ``xgb_lr`` on folds of the training rows, each early-stopped on
     its own held-out fold (no final model trains or stops on validation; with bagging=1 the one model early-stops
-    on validation); the final models share the time left, each the rest over the models still to train. ``fitter``:
+    on validation); the choices get 30% of a time budget, the final models the rest, each model what is left over
+    the models still to train (a fit's own overhead, a cluster's say, is taken from the later ones). ``fitter``:
     where models are fitted and read (``Fitter``). Returns (predict, stats): ``predict(rows)`` averages the
     models' predictions."""
     from sklearn.model_selection import KFold, StratifiedKFold
@@ -112,9 +113,9 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, fitter: Fitter, fit_rows: np.ndar
     logs = data.use_log(table, fit_rows, cfg)
     grid = [(d, lg) for lg in logs for d in depths]
     start = time.perf_counter()
-    share = (seconds * 0.3 / len(grid)) if seconds else None  # 30% of the time for choices, 70% for the final models
     best = None
-    for depth, log in grid:
+    for j, (depth, log) in enumerate(grid):  # 30% of the time for the choices, each the rest over those left
+        share = (seconds * 0.3 - (time.perf_counter() - start)) / (len(grid) - j) if seconds else None
         y_fit = np.log1p(table.y[fit_rows]) if log else table.y[fit_rows]
         y_val = np.log1p(table.y[val]) if log else table.y[val]
         m = fitter.fit(depth, 0.1, run.seed, share, rounds, fit_rows, y_fit, val, y_val)
