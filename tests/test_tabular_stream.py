@@ -2,7 +2,7 @@
 train/validation/test), column types, categories and feature plans (preprocess.json equal), the same choice on
 validation, a test metric close to stream=false's, and a run ``zoo predict`` reproduces; CSV and parquet, a column
 whose type differs between chunks, a sample smaller than the table; bad inputs in one line. Wall time on 2 shared
-cores: about 15 s (each run in this process, a few seconds)."""
+cores: 16-24 s (41 s at a load of 10: XGBoost's two threads wait on a busy core); each run in this process."""
 import json
 
 import numpy as np

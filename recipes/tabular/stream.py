@@ -359,13 +359,14 @@ def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
 def featured(table: StreamTable, plan: dict, rows: np.ndarray) -> Iterator:
     """One pass: (features, table positions) of the chunks' rows among ``rows`` (sorted), typed by the run's columns
     and featured by the split's plan, as ``zoo predict`` prepares rows."""
-    start = 0
+    start, rows = 0, np.asarray(rows) if len(rows) else np.array([-1])
     for frame in table.source.chunks():
         frame.columns = [str(c) for c in frame.columns]
         frame = frame[frame[table.target].notna().to_numpy()]
         positions = np.arange(start, start + len(frame))
         start += len(frame)
-        wanted = np.isin(positions, rows, assume_unique=True)
+        at = np.minimum(np.searchsorted(rows, positions), len(rows) - 1)
+        wanted = rows[at] == positions
         if wanted.any():
             X = inference.conform(frame[wanted], table.columns, table.name)
             yield data.apply_features(X, plan), positions[wanted]
