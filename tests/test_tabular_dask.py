@@ -1,9 +1,9 @@
 """tabular/xgb engine=dask: xgboost.dask on a 2-worker LocalCluster trains the local engine's models on a small
 generated table (same keys, the same files, a test RMSE close to engine=local's), ``zoo predict`` reproduces the dask
-run's metrics from its saved boosters, and the bad inputs (a scheduler that does not answer, dask not installed) are
-one line and exit 2. Wall time on 2 shared cores: 11-14 s for the fast set, nearly all of it the two module-scoped
-runs (the dask run: the cluster's start ~3 s with the workers' imports, ~1-2 s a fit, 3 fits). Marked slow: the
-time budget on the workers (11-16 s) and an existing scheduler (6 s)."""
+run's metrics from its saved boosters and ``zoo export`` gives them as XGBoost JSON, and the bad inputs (a scheduler
+that does not answer, dask not installed) are one line and exit 2. Wall time on 2 shared cores: 11-14 s for the fast
+set, nearly all of it the two module-scoped runs (the dask run: the cluster's start ~3 s with the workers' imports,
+~1-2 s a fit, 3 fits). Marked slow: the time budget on the workers (11-16 s) and an existing scheduler (6 s)."""
 import json
 import socket
 import sys
@@ -64,7 +64,9 @@ def test_dask_trains_the_local_models_with_the_same_outputs(runs):
     assert rmse_dask < 13_000 and abs(rmse_dask - rmse_local) / rmse_local < 0.03, (rmse_local, rmse_dask)
 
 
-def test_predict_on_the_dask_run_reproduces_its_metrics(runs, capsys):
+def test_predict_and_export_on_the_dask_run(runs, capsys, tmp_path):
+    import xgboost as xgb
+
     from recipe_zoo.cli import main
 
     result = roundtrip(runs["dask"])  # every metric and row the run reported, from the saved boosters
@@ -73,6 +75,10 @@ def test_predict_on_the_dask_run_reproduces_its_metrics(runs, capsys):
     assert main(["predict", str(runs["dask"]), "--device", "cpu"]) == 0  # zoo predict RUN_DIR: the run's split
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("test_rmse:"))
     assert line.split()[1] == f"{result.metrics['test_rmse']:g}" and line.endswith(f"(the run's: {line.split()[1]})")
+    assert main(["export", str(runs["dask"]), "--format", "xgboost-json", "--out", str(tmp_path / "x")]) == 0
+    booster = xgb.Booster()
+    booster.load_model(tmp_path / "x" / "xgb_model0.json")  # the boosters the workers trained, as plain XGBoost JSON
+    assert booster.num_boosted_rounds() >= int(booster.attr("best_iteration")) + 1
 
 
 def _closed_port() -> int:
