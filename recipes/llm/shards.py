@@ -229,7 +229,7 @@ class TextData:
 
 
 def streams(cfg) -> bool:
-    return bool(getattr(cfg, "stream", False)) or prepared.is_prepared(cfg.data)
+    return cfg.stream or prepared.is_prepared(cfg.data)
 
 
 def text_data(cfg, run) -> TextData:
