@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 import conftest
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import backbones, images
 from recipe_zoo.recipes.contrastive import data, evaluation, models, simclr
 from recipe_zoo.core.errors import ZooError
 
@@ -129,7 +129,7 @@ def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
     assert "360 test" in summary["split"] and "without labels" in summary["split"]
     assert "random resized crop" in summary["augment"]
     model = images.ZooResNet(1, 10, 8, 8)
-    images._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
+    backbones._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
 
 
 def _write_images(folder, n, size=12, corrupt=False):

@@ -242,9 +242,9 @@ def export_json(cfg: XGBConfig, run, out: Path) -> list[Path]:
         higher_is_better=False, budget="1m",
         summary="XGBoost hist with native categoricals, depth and log target chosen on validation, bagged over "
                 "folds with early stopping; importances saved",
-        scale_out="engine=local: one process, XGBoost's own threads (nthread = all cores); engine=dask: xgboost.dask "
-                  "on a Dask cluster (scheduler=ADDRESS, or a LocalCluster of dask_workers processes), the same "
-                  "models and outputs",
+        scale_out="single process: XGBoost's own threads (nthread = all cores); for more machines engine=dask: "
+                  "xgboost.dask on a Dask cluster (scheduler=ADDRESS, or a LocalCluster of dask_workers processes), "
+                  "the same models and outputs",
         predict=predict_xgb, predict_options=inference.TabularPredictOptions, exports={"xgboost-json": export_json})
 def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
     if run.budget.kind == "epochs":
