@@ -1,6 +1,7 @@
 """The molecules and what both recipes see of them: the MoleculeNet tables and own CSVs (SMILES read, bad
 rows named, standardised by RDKit), atom and bond features, RDKit descriptors and Morgan fingerprints (each
-cached per set of molecules), seeded random or Bemis-Murcko scaffold splits and folds, and the metrics.
+cached per set of molecules, in chunks: feature_cache.py), seeded random or Bemis-Murcko scaffold splits and folds,
+and the metrics.
 
 Three parts, train / validation / test (chemprop's convention: the split is drawn with the run's seed, so the mean
 over seeds is a mean over splits). Early stopping and the best checkpoint read validation; the recipes' fit
@@ -10,18 +11,14 @@ bootstrap interval over them. ``split.csv`` names each molecule by its canonical
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
-import hashlib
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.metrics import bootstrap, score_tasks, summarize_folds
@@ -141,14 +138,14 @@ def standardize(mol):
 
 
 # =============================================================================================
-# Featurisation: atoms and bonds (cached per dataset)
+# Featurisation: atoms and bonds (cached per dataset: feature_cache.cached)
 # =============================================================================================
 
 ELEMENTS = list(range(1, 101))  # atomic numbers, one-hot, plus "other"
 DEGREES = [0, 1, 2, 3, 4, 5]
 CHARGES = [-2, -1, 0, 1, 2]
 HYDROGENS = [0, 1, 2, 3, 4]
-FEATURE_VERSION = "3"  # bump when features change: invalidates the cache (3: tensors only, weights_only loads)
+FEATURE_VERSION = "3"  # bump when features change: invalidates the feature cache and trained runs' cards
 
 
 def _one_hot(value, choices) -> list[float]:
@@ -219,35 +216,6 @@ def featurize(mols: list) -> Graphs:
 def bond_dim() -> int:
     _, _, bonds, stereo = _enums()
     return len(bonds) + 1 + 2 + len(stereo) + 1
-
-
-def cache_path(kind: str, table: MolTable) -> Path:
-    """Where ``cached`` keeps a feature kind of these molecules: ~/.cache/zoo/features, keyed by content."""
-    from rdkit import Chem
-
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features"
-    digest = hashlib.sha256("\n".join(Chem.MolToSmiles(m) for m in table.mols).encode()).hexdigest()[:16]
-    return root / f"{kind}-v{FEATURE_VERSION}-{digest}.pt"
-
-
-def cached(kind: str, table: MolTable, make):
-    """``make()``'s result (a ``Graphs`` or an array) cached as plain tensors and read back with
-    ``weights_only=True``: a cache file replaced by a pickle that carries code is refused, never run."""
-    path = cache_path(kind, table)
-    if path.is_file():
-        try:
-            state = read_weights(path)  # weights_only=True: code in a pickle never runs
-        except ZooError as exc:
-            raise ZooError(f"{exc}; delete it and the features are computed again") from None
-        return Graphs(**state["graphs"]) if "graphs" in state else state["array"].numpy()
-    value = make()
-    state = ({"graphs": {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
-             if isinstance(value, Graphs) else {"array": torch.from_numpy(np.ascontiguousarray(value))})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return value
 
 
 def descriptor_names() -> list[str]:

@@ -22,7 +22,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.molecules import data, inference, models
+from recipe_zoo.recipes.molecules import data, feature_cache, inference, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.data import Graphs, MolTable
 
@@ -178,9 +178,9 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
 
     if not opts.data:
         table, splits = inference.own_table(cfg, run)
-        graphs = data.cached("graphs", table, lambda: data.featurize(table.mols))
-        desc = data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)) if pre["descriptors"] \
-            else None
+        graphs = feature_cache.cached("graphs", table, data.featurize, run.log)
+        desc = (feature_cache.cached("descriptors", table, data.rdkit_descriptors, run.log) if pre["descriptors"]
+                else None)
         predicted = [(val, ensemble(k, graphs, desc, val), test, ensemble(k, graphs, desc, test))
                      for k, (_, val, test) in enumerate(splits)]
         return inference.own_split(table, pre["smiles"], predicted, data.finish(run, table, predicted), pre)
@@ -206,8 +206,8 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
 def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     table = data.load_for(cfg, run)
-    graphs = data.cached("graphs", table, lambda: data.featurize(table.mols))
-    desc = data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)) if cfg.descriptors else None
+    graphs = feature_cache.cached("graphs", table, data.featurize, run.log)  # in chunks: a rerun reuses those done
+    desc = feature_cache.cached("descriptors", table, data.rdkit_descriptors, run.log) if cfg.descriptors else None
     if cfg.ensemble < 1:
         raise ZooError(f"ensemble={cfg.ensemble}: must be at least 1")
     splits = data.splits_for(cfg, table, run)

@@ -20,7 +20,7 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
-from recipe_zoo.recipes.molecules import data, inference
+from recipe_zoo.recipes.molecules import data, feature_cache, inference
 from recipe_zoo.recipes.molecules.config import FPXGBConfig
 
 # =============================================================================================
@@ -82,7 +82,7 @@ def predict_fp_xgb(cfg: FPXGBConfig, opts: inference.MolPredictOptions, run) -> 
 
     if not opts.data:
         table, splits = inference.own_table(cfg, run)
-        X = np.concatenate(fingerprints(cfg, table), axis=1)
+        X = np.concatenate(fingerprints(cfg, table, run.log), axis=1)
         predicted = [(val, split_predict(k, X[val]), test, split_predict(k, X[test]))
                      for k, (_, val, test) in enumerate(splits)]
         return inference.own_split(table, pre["smiles"], predicted, data.finish(run, table, predicted), pre)
@@ -114,12 +114,12 @@ def export_xgboost_json(cfg: FPXGBConfig, run, out: Path) -> list[Path]:
     return [*written, out / "features.json"]
 
 
-def fingerprints(cfg: FPXGBConfig, table) -> list[np.ndarray]:
-    """The run's feature blocks of a table, as cached (the same arrays training saw)."""
-    blocks = [data.cached(f"morgan-r{cfg.radius}-b{cfg.bits}-c{int(cfg.counts)}", table,
-                          lambda: data.morgan(table.mols, cfg.radius, cfg.bits, cfg.counts))]
+def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
+    """The run's feature blocks of a table, as cached (the same arrays training saw), made in chunks."""
+    blocks = [feature_cache.cached(f"morgan-r{cfg.radius}-b{cfg.bits}-c{int(cfg.counts)}", table,
+                              lambda mols: data.morgan(mols, cfg.radius, cfg.bits, cfg.counts), log)]
     if cfg.descriptors:
-        blocks.append(data.cached("descriptors", table, lambda: data.rdkit_descriptors(table.mols)))
+        blocks.append(feature_cache.cached("descriptors", table, data.rdkit_descriptors, log))
     return blocks
 
 
@@ -138,7 +138,7 @@ def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
     import xgboost as xgb
 
     table = data.load_for(cfg, run)
-    X = np.concatenate(fingerprints(cfg, table), axis=1)
+    X = np.concatenate(fingerprints(cfg, table, run.log), axis=1)
     splits = data.splits_for(cfg, table, run)
     data.inspect_split(run, table, splits[0], loop=False)
     seconds = run.budget.amount / (len(splits) * table.y.shape[1]) if run.budget.kind == "seconds" else None

@@ -9,7 +9,6 @@ import os
 import re
 import time
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,9 @@ from torch import nn
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast
+from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.protein.config import ESMFields
+from recipe_zoo.recipes.protein.embed_cache import ShardWriter, read_shards, sequence_key
 
 # =============================================================================================
 # ESM-2 weights: fair-esm names (torch hub cache, downloaded when online), a local file, or scratch
@@ -145,42 +146,41 @@ def check_digest(model: nn.Module, card_esm: dict, what: str) -> None:
 def embed(model: nn.Module, alphabet, seqs: list[str], layer: int, pool: str, device, precision: str,
           toks_per_batch: int, log, progress=None) -> np.ndarray:
     """(n, width) pooled embeddings, cached on disk per (weights, layer, pool, precision) and sequence:
-    a sequence embedded once is never embedded again by the same model, in any dataset. ``progress(done,
-    total)``: called after each forward pass."""
+    a sequence embedded once is never embedded again by the same model, in any dataset. The cache is written in
+    shards as embedding runs (``embed_cache``): a run stopped mid-way keeps them and the next embeds only the rest,
+    in the same batches. ``progress(done, total)``: called after each forward pass (default: a log line every few
+    seconds)."""
     folder = features_root() / f"{weights_digest(model)}-layer{layer}-{pool}-{precision}"
-    keys = [hashlib.sha1(s.encode()).hexdigest() for s in seqs]
-    found: dict[str, np.ndarray] = {}
-    for shard in sorted(folder.glob("shard-*.npz")) if folder.is_dir() else []:
-        try:
-            with np.load(shard, allow_pickle=False) as f:
-                found.update(zip(f["keys"].tolist(), f["emb"]))
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-            log(f"embedding cache shard {shard} unreadable: ignored (it will be recomputed)")
+    keys = [sequence_key(s) for s in seqs]
+    found = read_shards(folder, model.embed_dim, log)
     todo = sorted({s for s, k in zip(seqs, keys) if k not in found})
-    if todo:
-        start = time.perf_counter()
-        model.eval().to(device)
-        new_keys, new_emb = [], []
+    if not todo:
+        log(f"all {len(seqs)} embeddings from the cache {folder}")
+        return np.stack([found[k] for k in keys])
+    start, lines = time.perf_counter(), Progress(len(todo), "embedding", log, "sequences")  # a line every 5 s
+    model.eval().to(device)
+    writer, done = ShardWriter(folder), 0
+    try:
         for idx in length_batches(todo, toks_per_batch):
             batch = [todo[i] for i in idx]
             tokens = tokenize(alphabet, batch).to(device)
             with autocast(device, precision):
                 rep = model(tokens, repr_layers=[layer])["representations"][layer]
-            new_emb.append(pool_tokens(rep.float(), tokens, alphabet, pool).cpu().numpy())
-            new_keys += [hashlib.sha1(s.encode()).hexdigest() for s in batch]
-            if progress is not None:
-                progress(len(new_keys), len(todo))
-        emb = np.concatenate(new_emb).astype(np.float32)
-        found.update(zip(new_keys, emb))
-        folder.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha1("".join(new_keys).encode()).hexdigest()[:12]
-        tmp = folder / f".shard-{name}.{os.getpid()}.npz"
-        np.savez(tmp, keys=np.array(new_keys), emb=emb)
-        os.replace(tmp, folder / f"shard-{name}.npz")
-        log(f"embedded {len(todo)} new sequences in {time.perf_counter() - start:.1f}s "
-            f"({len(seqs) - len(todo)} from the cache {folder})")
-    else:
-        log(f"all {len(seqs)} embeddings from the cache {folder}")
+            emb = pool_tokens(rep.float(), tokens, alphabet, pool).cpu().numpy().astype(np.float32)
+            batch_keys = [sequence_key(s) for s in batch]
+            found.update(zip(batch_keys, emb))
+            writer.add(batch_keys, emb)
+            done += len(batch)
+            if progress is None:
+                lines.update(len(batch))
+            else:
+                progress(done, len(todo))
+    finally:
+        writer.flush()  # also on Ctrl-C or an error: the batches done are kept
+    seconds = time.perf_counter() - start
+    cached = len(set(keys)) - len(todo)  # distinct sequences: a duplicate is embedded once, not read back
+    log(f"embedded {len(todo)} new sequences in {seconds:.1f}s ({cached} from the cache {folder}; "
+        f"{len(todo) / max(seconds, 1e-9):.1f}/s, written in {writer.shards} shard{'s' * (writer.shards != 1)})")
     return np.stack([found[k] for k in keys])
 
 

@@ -23,6 +23,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import bootstrap, score
 from recipe_zoo.core.precision import choose_device, resolve_precision
+from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
 from recipe_zoo.recipes.protein.data import (DATASETS, FASTA_SUFFIXES, SCORING, check_sequence, data_file,
                                              metric_statistic, mutant_sequence, need_columns, parse_labels,
@@ -199,7 +200,9 @@ def score_zeroshot(cfg: ZeroShotConfig, run) -> dict[str, float]:
     precision = resolve_precision(device, cfg.precision)
     model, alphabet, what = load_esm(cfg, run)
     start = time.perf_counter()
-    scores, sites = variant_scores(model, alphabet, wt, variants, device, precision, cfg.toks_per_batch)
+    lines = Progress(len({i for v in variants for i, _, _ in v}), "masked marginals", run.log, "sites")
+    scores, sites = variant_scores(model, alphabet, wt, variants, device, precision, cfg.toks_per_batch,
+                                   lambda done, total: lines.update(done - lines.count))
     seconds = time.perf_counter() - start
     out_rows = [{cfg.mutant: r[cfg.mutant], "score": f"{s:.6f}"} for r, s in zip(rows, scores)]
     with open(run.dir / "scores.csv", "w", newline="") as f:
