@@ -14,6 +14,7 @@ import math
 import random
 import resource
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -215,7 +216,13 @@ def set_rng_state(state: dict) -> None:
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    return peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: data held, models, caches, all of it."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
 
 TRAIN_LOG_EVERY = 0.01  # a train-loss row per 1% of the budget: smooth curves, deterministic under step budgets

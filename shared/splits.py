@@ -33,7 +33,11 @@ def carve(keys: Sequence, fraction: float, salt: str = "validation") -> np.ndarr
     their copies: copies of an item always share a side)."""
     if not 0 < fraction < 1:
         raise ValueError(f"fraction {fraction}: must be in (0, 1)")
-    units = np.array([hash_unit(k, salt) for k in keys], dtype=np.float64)
+    return carve_units(np.array([hash_unit(k, salt) for k in keys], dtype=np.float64), fraction)
+
+
+def carve_units(units: np.ndarray, fraction: float) -> np.ndarray:
+    """``carve`` on items' ``hash_unit`` values already computed (a streamed table keeps them as its rows go by)."""
     held = units < fraction
     if len(np.unique(units)) >= 2:
         if not held.any():

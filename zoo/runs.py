@@ -563,15 +563,9 @@ def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) ->
     return rows
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (rank 0's under torchrun): data held, models, caches, all of it."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
-
-
 def _summary(run: Run, metrics: dict, status: str) -> dict:
+    from recipe_zoo.core.loop import peak_rss_mb  # rank 0's under torchrun
+
     value = metrics.get(run.metric)
     return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.metric,
             "higher_is_better": run.higher_is_better,

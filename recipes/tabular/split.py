@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.splits import carve
+from recipe_zoo.core.splits import carve, carve_units
 from recipe_zoo.recipes.tabular.config import TabularConfig
 
 if TYPE_CHECKING:
@@ -52,17 +52,6 @@ def carve_validation(table: Table, train: np.ndarray, fraction: float) -> tuple[
     units = getattr(table, "units", None)  # a streamed table keeps each row's hash, not its content
     held = carve([table.keys[i] for i in train], fraction) if units is None else carve_units(units[train], fraction)
     return train[~held], train[held]
-
-
-def carve_units(units: np.ndarray, fraction: float) -> np.ndarray:
-    """``splits.carve`` on the rows' ``splits.hash_unit`` values, computed as the rows went by."""
-    held = units < fraction
-    if len(np.unique(units)) >= 2:
-        if not held.any():
-            held = units == units.min()
-        if held.all():
-            held = units != units.max()
-    return held
 
 
 def splits_for(cfg: TabularConfig, table: Table) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
