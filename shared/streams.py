@@ -199,8 +199,14 @@ def chunks(x, size: int, workers: int = 0):
         return
     starts = list(range(0, len(x), size))
     loader = torch.utils.data.DataLoader(_Slices(x, size), batch_size=None, sampler=starts, num_workers=workers,
-                                         prefetch_factor=2)
+                                         prefetch_factor=2, generator=_own_generator())
     yield from loader
+
+
+def _own_generator() -> torch.Generator:
+    """A loader's own generator: without one, starting its workers draws their seed from torch's global generator,
+    and the training's later random draws (dropout, augmentation) would differ from a run without workers."""
+    return torch.Generator().manual_seed(0)
 
 
 class _Slices(torch.utils.data.Dataset):
@@ -254,7 +260,7 @@ class Prefetch:
         if self._it is None:
             self._loader = torch.utils.data.DataLoader(
                 _Positions(self.batches, (self.batches.epoch, self.batches.index)), batch_size=None,
-                num_workers=self.workers, prefetch_factor=2, persistent_workers=False)
+                num_workers=self.workers, prefetch_factor=2, persistent_workers=False, generator=_own_generator())
             self._it = iter(self._loader)
         got_epoch, got_slot, batch = next(self._it)
         if (got_epoch, got_slot) != (epoch, slot):  # the loader follows the same arithmetic; never expected

@@ -6,7 +6,7 @@ import torch
 
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.streams import LazyItems, NpyArray, NpyWriter
+from recipe_zoo.core.streams import LazyItems, NpyArray, NpyWriter, chunks
 
 
 def write(path, a, chunk=7):
@@ -85,6 +85,18 @@ def test_batches_from_disk_equal_batches_from_memory_and_resume_exactly(tmp_path
     got += _take_all(resumed, 7)
     for a, b in zip(want, got):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_workers_leave_the_global_generator_alone(tmp_path):
+    """Starting the read-ahead workers (batches, evaluation chunks) draws nothing from torch's global generator,
+    so dropout and the like after it are a run's without workers."""
+    disk = NpyArray(write(tmp_path / "x.npy", np.arange(40, dtype=np.float32).reshape(20, 2)))
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    torch.manual_seed(5)
+    TensorBatches((disk,), 4, seed=0, workers=1).next_batch()
+    assert [len(c) for c in chunks(disk, 8, workers=1)] == [8, 8, 4]
+    assert torch.equal(torch.rand(3), want)
 
 
 def test_each_process_reads_only_its_own_micro_batches(tmp_path):
