@@ -30,6 +30,7 @@ class TabularConfig:
     folds: NonNegativeInt = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
     features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon
     class_weight: Literal["none", "balanced"] = "none"  # balanced: weight rows by inverse class frequency
+    stream: bool = False  # the file a chunk at a time, never whole (xgb: QuantileDMatrix; mlp: rows encoded to disk)
 
 
 @dataclass
@@ -58,7 +59,6 @@ class XGBConfig(TabularConfig):
     engine: Literal["local", "dask"] = "local"  # local: XGBoost's threads here; dask: xgboost.dask on a Dask cluster
     scheduler: str = ""  # engine=dask: a Dask scheduler's address (tcp://host:8786); '' = a LocalCluster started here
     dask_workers: Count = 2  # engine=dask without scheduler: LocalCluster worker processes, 1 thread each
-    stream: bool = False  # read the file a chunk at a time into XGBoost's QuantileDMatrix, never the whole table
 
 
 # Fields a config file, a sweep's best.json or a saved run may still name from when both recipes shared one config

@@ -1,7 +1,8 @@
 """``tabular/mlp``: a neural network for large tables through the core loop. An MLP over standardised numbers
 and categorical embeddings (or ``model=ft-transformer``), trained with AdamW on a cosine schedule; the best
 validation state is kept (early stopping) and scores the test rows once training ends; it is saved as
-safetensors (one per fold), predicts new tables (``zoo predict``) and exports to ONNX.
+safetensors (one per fold), predicts new tables (``zoo predict``) and exports to ONNX. ``stream=true`` reads the
+file a chunk at a time and trains from the rows encoded on disk (``encoded.py``).
 """
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, optim, schedule
+from recipe_zoo.core import artifact, optim, schedule, streams
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.tabular import data, inference, models
+from recipe_zoo.recipes.tabular import data, encoded, inference, models, stream
 from recipe_zoo.recipes.tabular.config import MLPConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -27,12 +28,16 @@ from recipe_zoo.recipes.tabular.data import Table
 # =============================================================================================
 
 def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, budget,
-           label: str = "") -> tuple:
+           label: str = "", encode=None) -> tuple:
     """Train on ``fit_rows``, evaluate on ``val`` (the best validation state is kept) and return (predict, stats):
-    ``predict(rows)`` gives the restored best model's predictions."""
+    ``predict(rows)`` gives the restored best model's predictions. ``encode(X, fit_rows) -> (encoding, Encoded)``:
+    the network's input for every row (in memory by default; ``encoded.encoder``'s arrays on disk for a stream)."""
     device = choose_device(run.device)
-    encoding = models.fit_encoding(X, fit_rows, cfg.quantile, run.seed)
-    enc = models.encode(X, encoding)
+    if encode is None:
+        encoding = models.fit_encoding(X, fit_rows, cfg.quantile, run.seed)
+        enc = models.encode(X, encoding)
+    else:
+        encoding, enc = encode(X, fit_rows)
     log = data.use_log(table, fit_rows, cfg)[-1]  # the network takes the log when the target is positive and skewed
     metric, higher = data.primary_metric(table.task)
     scale = {"task": table.task, "log": log}
@@ -47,13 +52,14 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     to_pred = functools.partial(to_prediction, scale=scale)
 
     torch.manual_seed(run.seed)
-    spec = {"model": cfg.model, "n_num": enc.num.size(1), "cards": enc.cardinalities, "out": out,
+    spec = {"model": cfg.model, "n_num": enc.num.shape[1], "cards": enc.cardinalities, "out": out,
             "hidden": cfg.hidden, "layers": cfg.layers, "dropout": cfg.dropout}
     model = models.network(spec).to(device)
     weights = data.sample_weights(table, np.arange(len(table.y)), cfg)
     w = torch.from_numpy(weights).float() if weights is not None else torch.ones(len(table.y))
     rows = torch.as_tensor(fit_rows)
-    batches = TensorBatches((enc.num[rows], enc.cat[rows], target[rows], w[rows]), cfg.batch_size, seed=run.seed)
+    inputs = (streams.rows(enc.num, fit_rows), streams.rows(enc.cat, fit_rows))  # a stream's: read by batch
+    batches = TensorBatches((*inputs, target[rows], w[rows]), cfg.batch_size, seed=run.seed)
     best = BestState(higher)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
@@ -173,11 +179,14 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     from recipe_zoo.core.budget import Budget
     from recipe_zoo.core.distributed import is_main
 
-    table, views = data.prepare(cfg, run)
-    data.inspect_split(run, table, views, loop=True)
+    reader = stream if cfg.stream else data
+    table, views = reader.prepare(cfg, run)
+    reader.inspect_split(run, table, views, loop=True)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
-    metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
-        cfg, run, table, X, train, val, budget, f"fold {k}" if k else ""))
+    with encoded.workspace(run) as folder:  # stream=true: each split's rows encoded there, read a batch at a time
+        metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
+            cfg, run, table, X, train, val, budget, f"fold {k}" if k else "",
+            encoded.encoder(cfg, run, table, views[k], folder / f"split{k}") if cfg.stream else None))
     stats = per_split[-1]
     metric = data.primary_metric(table.task)[0]
     run.report("network", f"{cfg.model}, {'quantile' if cfg.quantile else 'z-score'} numbers"
