@@ -28,7 +28,8 @@ class TabularConfig:
     val_fraction: Share = 0.1  # validation carve-out of the training rows by a hash of each row's content (the
     # same rows for every seed): early stopping, the best state, depth and log-target choices
     folds: NonNegativeInt = 0  # k-fold cross-validation over all rows: mean ± std of the test metrics (0 = one split)
-    features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon
+    features: Literal["auto", "none"] = "auto"  # auto: ratios of count-like columns, rotated lat/lon, neighbours
+    neighbours: NonNegativeInt = 32  # with lat/lon: mean target of the k and k/4 nearest fitting rows (0 = off)
     class_weight: Literal["none", "balanced"] = "none"  # balanced: weight rows by inverse class frequency
     stream: bool = False  # the file a chunk at a time, never whole (xgb: QuantileDMatrix; mlp: rows encoded to disk)
 

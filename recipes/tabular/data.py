@@ -17,6 +17,7 @@ from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.metrics import bootstrap, score, summarize_folds
 from recipe_zoo.core.splits import content_key
+from recipe_zoo.recipes.tabular import neighbours
 from recipe_zoo.recipes.tabular.config import TabularConfig
 from recipe_zoo.recipes.tabular.split import record_split, splits_for
 
@@ -355,22 +356,36 @@ def impute(X, plan: dict, log=None):
     return X if out is None else out
 
 
-def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run):
+def features_for(cfg: TabularConfig, table: Table, train: np.ndarray, run, bank: np.ndarray):
     """The model's view of the table for one split, and its plan (what ``apply_features`` repeats on new rows):
     unseen-missing values filled, engineered columns added; both fitted on ``train`` (training and validation
-    rows), never on the test rows' values."""
-    plan = {"impute": imputation_plan(table.X, train), "engineer": None}
+    rows), never on the test rows' values. Neighbour features (``neighbours.py``) read the targets of ``bank`` (the
+    fitting rows only, so validation is scored as test is), each bank row left out of its own."""
+    plan = {"impute": imputation_plan(table.X, train), "engineer": None, "neighbours": None}
     X = impute(table.X, plan["impute"], run.log)
     if cfg.features == "auto":
         plan["engineer"] = engineering_plan(X, train)
         X = add_features(X, plan["engineer"], table.notes)
+        plan["neighbours"] = neighbours.plan(X, table.y, table.task, bank, plan["engineer"]["coordinates"],
+                                             cfg.neighbours)
+        if plan["neighbours"]:
+            own = np.full(len(X), -1)
+            own[bank] = np.arange(len(bank))
+            neighbours.add(X, plan["neighbours"], own)
+            table.notes.append(f"features added: {', '.join(neighbours.columns(plan['neighbours']))} (the "
+                               f"{len(bank)} fitting rows' targets)")
     return X, plan
 
 
-def apply_features(X, plan: dict, log=None):
-    """A split's saved feature plan (``features_for``) on rows typed as the table's (``inference.conform``)."""
+def apply_features(X, plan: dict, log=None, own: np.ndarray | None = None):
+    """A split's saved feature plan (``features_for``) on rows typed as the table's (``inference.conform``);
+    ``own[i]``: row i's index in the neighbour bank, left out of its neighbours (-1: not a bank row)."""
     X = impute(X, plan["impute"], log)
-    return add_features(X, plan["engineer"]) if plan["engineer"] is not None else X
+    if plan["engineer"] is not None:
+        X = add_features(X, plan["engineer"])
+    if plan.get("neighbours"):  # runs saved before neighbour features have no entry
+        neighbours.add(X, plan["neighbours"], own)
+    return X
 
 
 # =============================================================================================
@@ -480,7 +495,7 @@ def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
     record_split(run, cfg, table, splits)
     views = []
     for fit, val, test in splits:
-        X, plan = features_for(cfg, table, np.concatenate([fit, val]), run)
+        X, plan = features_for(cfg, table, np.concatenate([fit, val]), run, bank=fit)
         views.append((X, fit, val, test, plan))
     for note in dict.fromkeys(table.notes):
         run.log(f"{table.name}: {note}")

@@ -48,7 +48,7 @@ def encoder(cfg, run, table: stream.StreamTable, view: tuple, folder: Path):
         inside = np.searchsorted(table.sample, fit_rows[np.isin(fit_rows, table.sample)])  # fit_rows' order kept
         encoding = models.fit_encoding(X, inside, cfg.quantile, run.seed)
         if distributed.is_main():
-            write(table, view[4], encoding, folder, run.log)
+            write(table, view, encoding, folder, run.log)
         distributed.barrier()
         cards = [len(seen) + 1 for seen in encoding["categories"].values()]
         return encoding, models.Encoded(NpyArray(folder / "num.npy"), NpyArray(folder / "cat.npy"), cards)
@@ -56,13 +56,13 @@ def encoder(cfg, run, table: stream.StreamTable, view: tuple, folder: Path):
     return encode
 
 
-def write(table: stream.StreamTable, plan: dict, encoding: dict, folder: Path, log) -> None:
+def write(table: stream.StreamTable, view: tuple, encoding: dict, folder: Path, log) -> None:
     """Every row of the table, featured by the split's plan and encoded, appended a chunk at a time."""
     start, n = time.perf_counter(), len(table.y)
     progress = Progress(n, "stream: encoding rows", log, unit="rows")
     with contextlib.ExitStack() as stack:
         num = cat = None
-        for X, _ in stream.featured(table, plan, np.arange(n)):
+        for X, _ in stream.featured(table, view[4], np.arange(n), stream.bank_rows(table, view[1])):
             enc = models.encode(X, encoding)
             if num is None:
                 num = stack.enter_context(NpyWriter(folder / "num.npy", np.float32, enc.num.shape[1:]))

@@ -330,7 +330,7 @@ def prepare(cfg, run) -> tuple[StreamTable, list]:
     for fit, val, test in splits:
         train = np.concatenate([fit, val])
         train = np.searchsorted(table.sample, train[np.isin(train, table.sample)])  # in data.prepare's order
-        X, plan = data.features_for(cfg, table, train, run)
+        X, plan = data.features_for(cfg, table, train, run, bank=np.searchsorted(table.sample, bank_rows(table, fit)))
         views.append((X, fit, val, test, plan))
     for note in dict.fromkeys(table.notes):
         run.log(f"{table.name}: {note}")
@@ -356,10 +356,17 @@ def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
 # XGBoost on the chunks
 # =============================================================================================
 
-def featured(table: StreamTable, plan: dict, rows: np.ndarray) -> Iterator:
+def bank_rows(table: StreamTable, fit: np.ndarray) -> np.ndarray:
+    """The table positions of a split's neighbour bank (``neighbours.py``): its fitting rows in the sample, in order."""
+    return fit[np.isin(fit, table.sample)]
+
+
+def featured(table: StreamTable, plan: dict, rows: np.ndarray, bank: np.ndarray) -> Iterator:
     """One pass: (features, table positions) of the chunks' rows among ``rows`` (sorted), typed by the run's columns
-    and featured by the split's plan, as ``zoo predict`` prepares rows."""
+    and featured by the split's plan, as ``zoo predict`` prepares rows; a row of ``bank`` (the plan's neighbour bank,
+    table positions) is left out of its own neighbours, as in memory."""
     start, rows = 0, np.asarray(rows) if len(rows) else np.array([-1])
+    order = np.argsort(bank)
     for frame in table.source.chunks():
         frame.columns = [str(c) for c in frame.columns]
         frame = frame[frame[table.target].notna().to_numpy()]
@@ -369,10 +376,12 @@ def featured(table: StreamTable, plan: dict, rows: np.ndarray) -> Iterator:
         wanted = rows[at] == positions
         if wanted.any():
             X = inference.conform(frame[wanted], table.columns, table.name)
-            yield data.apply_features(X, plan), positions[wanted]
+            at = np.minimum(np.searchsorted(bank, positions[wanted], sorter=order), max(len(bank) - 1, 0))
+            own = np.where(bank[order[at]] == positions[wanted], order[at], -1) if len(bank) else None
+            yield data.apply_features(X, plan, own=own), positions[wanted]
 
 
-def matrix(table: StreamTable, plan: dict, rows: np.ndarray, ref=None):
+def matrix(table: StreamTable, plan: dict, rows: np.ndarray, bank: np.ndarray, ref=None):
     """A ``QuantileDMatrix`` of ``rows`` (sorted), fed a chunk at a time (``ref``: the training matrix, whose bins
     it takes)."""
     import xgboost as xgb
@@ -386,7 +395,7 @@ def matrix(table: StreamTable, plan: dict, rows: np.ndarray, ref=None):
         def reset(self):
             if self.it is not None:
                 self.it.close()
-            self.it = featured(table, plan, rows)
+            self.it = featured(table, plan, rows, bank)
 
         def next(self, input_data):
             part = next(self.it, None)
@@ -408,8 +417,9 @@ class Stream:
         self.cfg, self.table, self.plan, self.params, self.predict_one = cfg, table, plan, params, predict_one
         self.fit_rows, self.val_rows, self.wanted = np.sort(fit), np.sort(val), np.union1d(val, test)
         start = time.perf_counter()
-        self.train = matrix(table, plan, self.fit_rows)
-        self.valid = matrix(table, plan, self.val_rows, ref=self.train)
+        self.bank = bank_rows(table, fit)
+        self.train = matrix(table, plan, self.fit_rows, self.bank)
+        self.valid = matrix(table, plan, self.val_rows, self.bank, ref=self.train)
         seconds = time.perf_counter() - start
         run.log(f"stream: training and validation matrices ({len(fit)} + {len(val)} rows) built in {seconds:.1f} s "
                 f"({(len(fit) + len(val)) / seconds:,.0f} rows/s)")
@@ -464,7 +474,7 @@ class Stream:
         key = (id(models[0]), log)
         if key not in self.scores:
             parts, where = [], []
-            for X, positions in featured(self.table, self.plan, self.wanted):
+            for X, positions in featured(self.table, self.plan, self.wanted, self.bank):
                 parts.append(np.mean([self.predict_one(m, X, self.table.task, log) for m in models], axis=0))
                 where.append(positions)
             self.scores[key] = (np.concatenate(where), np.concatenate(parts))
