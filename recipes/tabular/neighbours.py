@@ -1,4 +1,4 @@
-"""Neighbour features for tables with coordinates: for each row, the mean target of its k nearest training rows
+"""Neighbour features for tables with coordinates: for each row, the mean target of its k nearest fitting rows
 (by latitude and longitude; k = ``neighbours`` and a quarter of it, 32 and 8 by default) and the distance to its
 k-th. Prices, yields and rates vary by place more smoothly than splits on one coordinate at a time can follow; the
 trees (and the MLP) read the neighbourhood's level directly.
@@ -16,6 +16,7 @@ import base64
 import math
 
 import numpy as np
+
 
 def plan(X, y: np.ndarray, task: str, bank: np.ndarray, coordinates: list[str] | None, k: int) -> dict | None:
     """The neighbour plan of a split, fitted on ``bank`` (rows of ``X``, the fitting rows; their order is the
