@@ -213,7 +213,7 @@ def test_xgboost_json_export_loads_in_xgboost(xgb_run, tmp_path):
 
     from recipe_zoo import load
     from recipe_zoo.predict import export
-    from recipe_zoo.recipes.tabular import data, inference
+    from recipe_zoo.recipes.tabular import features, inference
 
     files = export(load(xgb_run, device="cpu"), "xgboost-json", tmp_path / "x")
     assert sorted(p.name for p in files) == ["preprocess.json", "xgb_model0.json", "xgb_model1.json"]
@@ -221,7 +221,7 @@ def test_xgboost_json_export_loads_in_xgboost(xgb_run, tmp_path):
     saved = pd.read_csv(xgb_run / "predictions.csv")
     frame = pd.read_csv(json.loads((xgb_run / "config.json").read_text())["config"]["data"]).iloc[saved["row"]]
     (split,) = state["splits"]
-    X = data.apply_features(inference.conform(frame, state["columns"], "test"), split["features"])
+    X = features.apply_features(inference.conform(frame, state["columns"], "test"), split["features"])
     preds = []
     for name in split["models"]:
         booster = xgb.Booster()
@@ -237,7 +237,7 @@ def _onnx_matches_torch(run_dir, tmp_path, rows):
 
     from recipe_zoo import load
     from recipe_zoo.predict import export
-    from recipe_zoo.recipes.tabular import data, inference, models
+    from recipe_zoo.recipes.tabular import features, inference, models
     from recipe_zoo.recipes.tabular.mlp import load_network
 
     model = load(run_dir, device="cpu")
@@ -245,7 +245,7 @@ def _onnx_matches_torch(run_dir, tmp_path, rows):
     state = json.loads((tmp_path / "onnx" / "preprocess.json").read_text())
     X = inference.conform(rows, state["columns"], "rows")
     for split, path in zip(state["splits"], [p for p in files if p.suffix == ".onnx"]):
-        enc = models.encode(data.apply_features(X, split["features"]), split["encoding"])
+        enc = models.encode(features.apply_features(X, split["features"]), split["encoding"])
         with torch.no_grad():
             want = load_network(model.open(tmp_path / "x.csv"), split, "cpu")(enc.num, enc.cat).numpy()
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -283,18 +283,18 @@ def test_safetensors_export_carries_what_predict_needs(mlp_run, tmp_path):
 def test_imputation_plan_fills_gaps_in_new_rows_as_training_would(monkeypatch):
     """Every column complete in training gets its ridge (saved as JSON, applied bit for bit the same); past
     RIDGE_COLUMNS only the columns training itself fills do, the others fall back to the training median."""
-    from recipe_zoo.recipes.tabular import data
+    from recipe_zoo.recipes.tabular import features
 
     rng = np.random.default_rng(0)
     rooms = rng.integers(100, 5000, 300).astype(np.float32)
     frame = pd.DataFrame({"rooms": rooms, "bedrooms": np.round(rooms / 5), "age": rng.integers(1, 50, 300)})
-    plan = json.loads(json.dumps(data.imputation_plan(frame, np.arange(200))))
+    plan = json.loads(json.dumps(features.imputation_plan(frame, np.arange(200))))
     assert set(plan) == {"rooms", "bedrooms", "age"} and all("coef" in e and e["positive"] for e in plan.values())
     new = frame.iloc[:3].copy()
     new["bedrooms"] = np.nan
-    filled = data.impute(new, plan)
+    filled = features.impute(new, plan)
     assert np.allclose(filled["bedrooms"], frame["bedrooms"].iloc[:3], rtol=0.1) and new["bedrooms"].isna().all()
-    monkeypatch.setattr(data, "RIDGE_COLUMNS", 2)
-    wide = data.imputation_plan(frame, np.arange(200))
+    monkeypatch.setattr(features, "RIDGE_COLUMNS", 2)
+    wide = features.imputation_plan(frame, np.arange(200))
     assert not any("coef" in e for e in wide.values())
-    assert (data.impute(new, wide)["bedrooms"] == np.float32(np.expm1(wide["bedrooms"]["median"]))).all()
+    assert (features.impute(new, wide)["bedrooms"] == np.float32(np.expm1(wide["bedrooms"]["median"]))).all()

@@ -10,7 +10,7 @@ import pytest
 
 import conftest
 from conftest import run_doctor, summary_block, zoo
-from recipe_zoo.recipes.tabular import data, models
+from recipe_zoo.recipes.tabular import data, features, models
 from recipe_zoo.recipes.tabular import split as tab_split
 from recipe_zoo.recipes.tabular.config import MLPConfig, TabularConfig, XGBConfig
 from recipe_zoo.core.errors import ZooError
@@ -64,7 +64,7 @@ def test_engineered_ratios_and_rotations():
     frame = pd.DataFrame({"rooms": [10.0, 200, 3000, 40, 5, 60000], "homes": [2.0, 40, 500, 10, 1, 9000],
                           "lat": [34.0, 35, 36, 37, 38, 39], "lon": [-118.0, -119, -120, -121, -122, -123],
                           "age": [30.0, 31, 29, 28, 30, 31]})
-    out = data.engineered(frame)
+    out = features.engineered(frame)
     assert np.allclose(out["rooms/homes"], frame["rooms"] / frame["homes"])
     assert {"rot15", "rot45", "rot75"} <= set(out.columns) and "age/rooms" not in out
     assert np.allclose(out["rot45"], (frame["lat"] + frame["lon"]) / np.sqrt(2), atol=1e-4)
@@ -85,11 +85,11 @@ def test_values_missing_only_outside_training_are_filled_from_the_other_columns(
     truth = frame["bedrooms"].to_numpy().copy()
     frame.loc[[250, 260, 270], "bedrooms"] = np.nan  # missing in test rows only
     logs = []
-    out = data.impute_unseen_missing(frame, np.arange(200), logs.append)
+    out = features.impute_unseen_missing(frame, np.arange(200), logs.append)
     assert np.allclose(out["bedrooms"].iloc[[250, 260, 270]], truth[[250, 260, 270]], rtol=0.1)
     assert "3 values missing outside the training rows" in logs[0] and frame["bedrooms"].isna().sum() == 3
     frame.loc[5, "bedrooms"] = np.nan  # also missing in training: left to the model
-    assert data.impute_unseen_missing(frame, np.arange(200)) is frame
+    assert features.impute_unseen_missing(frame, np.arange(200)) is frame
 
 
 def test_xgb_on_a_bundled_table_and_importances():

@@ -19,7 +19,7 @@ from recipe_zoo.core import artifact
 from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.datafiles import column_list
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.tabular import data
+from recipe_zoo.recipes.tabular import data, features
 from recipe_zoo.recipes.tabular.data import Table
 from recipe_zoo.recipes.tabular.split import splits_for
 
@@ -173,7 +173,7 @@ def as_categories(s, col: dict, name: str = "", log=None):
 
 def predict(cfg, opts: TabularPredictOptions, run, load_split) -> Predictions:
     """``load_split(k, saved_split) -> fn(X, rows)``: split k's model on its features ``X`` (rows typed by
-    ``conform``, then ``data.apply_features``). No ``data=``: the run's own splits, scored as training scored them
+    ``conform``, then ``features.apply_features``). No ``data=``: the run's own splits, scored as training scored them
     (``test_*``/``val_*`` metrics); a file: every row, the splits' models averaged, and metrics when it has the
     target column."""
     state = json.loads(run.path(PREPROCESS).read_text())
@@ -186,7 +186,7 @@ def predict(cfg, opts: TabularPredictOptions, run, load_split) -> Predictions:
     frame = data.read_file(path)
     X = conform(frame, state["columns"], str(path), run.log)
     rows = np.arange(len(X))
-    preds = [fn(data.apply_features(X, split["features"]), rows) for fn, split in zip(models, state["splits"])]
+    preds = [fn(features.apply_features(X, split["features"]), rows) for fn, split in zip(models, state["splits"])]
     pred = preds[0] if len(preds) == 1 else np.mean(preds, axis=0)
     records = frame.astype(object).where(frame.notna(), None).to_dict("records")
     out = [{**r, **p} for r, p in zip(records, prediction_columns(state, pred, opts.probabilities))]
@@ -205,7 +205,7 @@ def own_split(cfg, opts, run, state: dict, models: list) -> Predictions:
     X = conform(table.X, state["columns"], table.name)
     fitted = []
     for (_, val, test), fn, split in zip(parts, models, state["splits"]):
-        fitted.append((functools.partial(fn, data.apply_features(X, split["features"], run.log)), val, test))
+        fitted.append((functools.partial(fn, features.apply_features(X, split["features"], run.log)), val, test))
     metrics, preds = data.score_splits(run.log, table, fitted)
     rows = []
     for k, ((_, _, test), pred) in enumerate(zip(parts, preds)):

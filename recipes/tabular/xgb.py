@@ -5,8 +5,8 @@ mean-gain importances saved with the run, and every booster as XGBoost JSON (``z
 xgboost-json``). Trees are the strong default on tables (Grinsztajn et al. 2022).
 
 Where the models are fitted is a ``Fitter``: here from the table in memory (``local_fitter``), on a Dask cluster
-(``engine=dask``: ``dask_engine.py``) or here from the file read a chunk at a time (``stream=true``: ``stream.py``);
-the protocol above and the saved outputs are the same for all three.
+(``engine=dask``: ``dask_engine.py``) or here from the file read a chunk at a time (``stream=true``:
+``stream.py``, ``stream_xgb.py``); the protocol above and the saved outputs are the same for all three.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import dask_engine, data, inference, stream
+from recipe_zoo.recipes.tabular import dask_engine, data, inference, stream, stream_xgb
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -69,7 +69,7 @@ class Fitter:
 
 def local_fitter(cfg: XGBConfig, table: Table, view: tuple) -> Fitter:
     """Models fitted here on XGBoost's own threads, on the split's features ``X`` (``dask_engine.fitter``: on a
-    cluster; ``stream.Stream``: from the file a chunk at a time)."""
+    cluster; ``stream_xgb.Stream``: from the file a chunk at a time)."""
     X = view[0]
 
     def fit(depth, lr, seed, seconds, rounds, train, y_train, held, y_held):
@@ -278,7 +278,7 @@ def engine(cfg: XGBConfig, run):
     if cfg.engine == "local" and not cfg.stream:
         yield functools.partial(local_fitter, cfg), {"engine": "local", "threads": os.cpu_count()}
     elif cfg.engine == "local":
-        yield (lambda table, view: stream.Stream(cfg, run, table, view, functools.partial(xgb_params, table, cfg),
+        yield (lambda table, view: stream_xgb.Stream(cfg, run, table, view, functools.partial(xgb_params, table, cfg),
                                                  xgb_predict)), \
             {"engine": "local", "threads": os.cpu_count(), "stream": stream.SETTINGS}
     else:
