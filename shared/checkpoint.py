@@ -1,6 +1,7 @@
 """Checkpoints written atomically and loaded without running pickled code."""
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -62,6 +63,18 @@ class _Writes:
         except OSError as exc:
             self.error = exc
             raise
+
+
+@contextlib.contextmanager
+def replaced(path: Path):
+    """A temporary path beside ``path`` to write to, renamed onto ``path`` when the block ends well and removed
+    when it does not: a reader never sees half a file, and the processes of a torchrun job each write their own."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: str | os.PathLike, map_location="cpu"):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core.checkpoint import read_weights, replaced
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.molecules.data import FEATURE_VERSION, Graphs, MolTable
@@ -110,12 +110,8 @@ def join(parts: list[dict]) -> dict[str, torch.Tensor]:
 def write_chunk(path: Path, value: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the ranks of a torchrun job may write at once
-    try:
+    with replaced(path) as tmp:
         save_file(value, str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def read_chunk(path: Path, n: int, log) -> dict[str, torch.Tensor] | None:

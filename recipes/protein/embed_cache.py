@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import time
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from recipe_zoo.core.checkpoint import replaced
 
 CHUNK_SEQUENCES = 500  # sequences per shard at most ...
 CHUNK_SECONDS = 60.0  # ... or this much embedding: the most work a killed run loses
@@ -63,11 +64,7 @@ class ShardWriter:
         if self.keys:
             self.folder.mkdir(parents=True, exist_ok=True)
             name = hashlib.sha1("".join(self.keys).encode()).hexdigest()[:12]
-            tmp = self.folder / f".shard-{name}.{os.getpid()}.npz"  # the ranks of a torchrun job may write at once
-            try:
-                np.savez(tmp, keys=np.array(self.keys), emb=np.concatenate(self.emb).astype(np.float32))
-                os.replace(tmp, self.folder / f"shard-{name}.npz")
-            finally:
-                tmp.unlink(missing_ok=True)
+            with replaced(self.folder / f"shard-{name}.npz") as tmp, open(tmp, "wb") as f:  # a file: savez adds
+                np.savez(f, keys=np.array(self.keys), emb=np.concatenate(self.emb).astype(np.float32))  # no suffix
             self.shards += 1
         self.keys, self.emb, self.since = [], [], time.monotonic()
