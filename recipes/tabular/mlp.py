@@ -6,6 +6,7 @@ file a chunk at a time and trains from the rows encoded on disk (``encoded.py``)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -183,7 +184,8 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     table, views = reader.prepare(cfg, run)
     reader.inspect_split(run, table, views, loop=True)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
-    with encoded.workspace(run) as folder:  # stream=true: each split's rows encoded there, read a batch at a time
+    # stream=true: each split's rows encoded in a folder of the run's, read a batch at a time
+    with encoded.workspace(run) if cfg.stream else contextlib.nullcontext() as folder:
         metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
             cfg, run, table, X, train, val, budget, f"fold {k}" if k else "",
             encoded.encoder(cfg, run, table, views[k], folder / f"split{k}") if cfg.stream else None))
