@@ -12,6 +12,7 @@ import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
 from recipe_zoo import data as zoo_data, registry
+from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import data as llm_data, gpt, models
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
@@ -135,12 +136,11 @@ def test_optimizer_follows_the_recipe_table():
     assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
 
 
-def test_depth_grows_with_the_budget_and_the_data(monkeypatch):
-    monkeypatch.setattr(gpt, "peak_flops", lambda device: 1e11)  # a fixed machine, not this one's measurement
-    cfg = gpt.GPTConfig()
+def test_depth_grows_with_the_budget_and_the_data():
+    cfg, machine = gpt.GPTConfig(), devices.cpu(peak=1e11, memory=8e9)  # a fixed machine, not this one's measurement
 
     def depth(budget: str, train_tokens: int) -> int:
-        return gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), torch.device("cpu"), log=print)
+        return gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), machine, log=print)
 
     assert depth("10s", 10**9) <= depth("5m", 10**9) < depth("1h", 10**9) < depth("24h", 10**9)
     assert depth("1h", 10**5) > depth("1h", 10**9)  # a small corpus caps the epochs: spend compute on size
@@ -157,12 +157,11 @@ SHAKESPEARE_TRAIN_TOKENS = 361_533
 
 @pytest.mark.parametrize("train_tokens", [SHAKESPEARE_TRAIN_TOKENS, 383_353])
 @pytest.mark.parametrize("peak", [170e9, 220e9, 280e9])
-def test_default_depths_on_tinyshakespeare_are_2_3_4(monkeypatch, train_tokens, peak):
+def test_default_depths_on_tinyshakespeare_are_2_3_4(train_tokens, peak):
     """60 s, 163 s and 5 minutes buy depths 2, 3 and 4 with the training part the split leaves, as they did with
     the old one, across the CPU peaks where they did (165-301 GFLOP/s then; 156-284 now)."""
-    monkeypatch.setattr(gpt, "peak_flops", lambda device: peak)
-    cfg = gpt.GPTConfig()
-    assert [gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), torch.device("cpu"), log=print)
+    cfg, machine = gpt.GPTConfig(), devices.cpu(peak=peak, memory=8e9)
+    assert [gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), machine, log=print)
             for b in ("60s", "163s", "5m")] == [2, 3, 4]
 
 

@@ -297,9 +297,13 @@ def cmd_plan(args) -> int:
 
     sizing = args.params or args.recipe
     if not sizing and not args.data and not args.kind:
-        raise ZooError("zoo plan needs --data PATH, --kind KIND --rows N, --params N or --recipe llm/gpt depth=N")
+        raise ZooError("zoo plan needs --data PATH, --kind KIND --rows N, --params N or --recipe NAME [--budget B]")
     if args.overrides and not args.recipe:
         raise ZooError(f"key=value pairs ({' '.join(args.overrides)}) go with --recipe")
+    if args.budget and not args.recipe:
+        raise ZooError("--budget goes with --recipe NAME: what the recipe would choose for that budget")
+    if args.device and not args.budget:
+        raise ZooError("--device goes with --recipe NAME --budget B")
     if args.data or args.kind:
         if args.data:
             kind, rows, counted = plan.detect(args.data)
@@ -329,6 +333,8 @@ def cmd_plan(args) -> int:
             print(f"compare:     {advice.also}")
         if sizing:
             print()
+    if args.recipe and args.budget:
+        return plan_recipe(args)
     if sizing:
         if args.mfu is not None and not 0 < args.mfu <= 1:
             raise ZooError(f"--mfu {args.mfu}: give a fraction in (0, 1]")
@@ -336,16 +342,34 @@ def cmd_plan(args) -> int:
             raise ZooError(f"--gpus {args.gpus}: give 1 or more")
         shape = cfg = None
         if args.recipe:
-            if args.recipe != "llm/gpt":
-                raise ZooError(f"--recipe {args.recipe}: sizing reads transformer shapes; use llm/gpt depth=N or --params")
-            cfg, shape, params = plan.gpt_shape(args.overrides)
-            print(f"llm/gpt depth {shape.depth}: width {shape.width}, {shape.heads} heads, vocab {shape.vocab}, "
+            cfg, shape, params = plan.recipe_shape(args.recipe, args.overrides)
+            print(f"{args.recipe} depth {shape.depth}: width {shape.width}, {shape.heads} heads, vocab {shape.vocab}, "
                   f"context {shape.seq_len}")
         else:
             params = plan.parse_count(args.params)
         tokens = plan.parse_count(args.tokens) if args.tokens else None
         plan.print_compute(params, tokens=tokens, gpus=args.gpu or list(plan.DEFAULT_GPUS), gpu_count=args.gpus,
                            mfu=args.mfu, shape=shape, cfg=cfg)
+    return 0
+
+
+def plan_recipe(args) -> int:
+    """``zoo plan --recipe NAME --budget B [--gpu NAME [--gpus N] | --device cpu]``."""
+    from recipe_zoo import plan, registry
+    from recipe_zoo.core import devices
+    from recipe_zoo.runs import parse_budget_arg
+
+    if len(args.gpu) > 1 or (args.gpu and args.device):
+        raise ZooError("--recipe with --budget sizes for one device: give one --gpu NAME or --device cpu")
+    if args.gpus < 1:
+        raise ZooError(f"--gpus {args.gpus}: give 1 or more")
+    if args.device and args.device.lower() != "cpu":
+        raise ZooError(f"--device {args.device}: cpu (this machine); for a GPU give --gpu NAME")
+    name = args.gpu[0] if args.gpu else "cpu"
+    profile = devices.named(name, args.gpus)
+    if profile is None:
+        raise ZooError(f"--gpu {name}: unknown; known: {', '.join(plan._gpu_names())} (or --device cpu)")
+    plan.print_sizing(registry.get(args.recipe), args.overrides, parse_budget_arg(args.budget), profile)
     return 0
 
 

@@ -61,17 +61,23 @@ def build() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="which recipe for your data (--data/--kind), what N parameters cost (--params)",
                           description="--data PATH or --kind KIND --rows N: a recipe and starting config from the "
                                       "architecture table by data type and size. --params 125M or --recipe llm/gpt "
-                                      "depth=N: Chinchilla tokens, 6ND FLOPs, memory and time here and on GPUs.")
+                                      "depth=N: Chinchilla tokens, 6ND FLOPs, memory and time here and on GPUs. --recipe "
+                                      "NAME --budget B [--gpu H200 [--gpus N] | --device cpu]: the shape, batch, "
+                                      "steps and throughput the recipe's sizing rule would choose there.")
     plan.add_argument("overrides", nargs="*", help="key=value for --recipe (e.g. depth=12)")
     plan.add_argument("--data", type=Path, help="your file or folder: its type and size are read from it")
     plan.add_argument("--kind", help="image, text, tabular, audio, molecules, protein or medical (with --rows)")
     plan.add_argument("--rows", type=int, help="number of samples (with --kind)")
     plan.add_argument("--params", help="model size: 125M, 1.3B, 7e9")
-    plan.add_argument("--recipe", help="take the size from a recipe config: llm/gpt depth=N")
+    plan.add_argument("--recipe", help="take the size from a recipe config (llm/gpt depth=N); with --budget, what "
+                                       "the recipe's own sizing rule would choose on the device")
+    plan.add_argument("--budget", help="with --recipe: the training budget to size for (30s, 5m, 1h)")
+    plan.add_argument("--device", help="with --recipe and --budget: cpu (this machine; the default without --gpu)")
     plan.add_argument("--tokens", help="training tokens (default: 20 per parameter)")
     plan.add_argument("--gpu", action="append", default=[], help="GPU to time on (repeatable; default H100, A100, RTX 4090)")
     plan.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
-    plan.add_argument("--mfu", type=float, help="model FLOPs utilisation to assume, 0-1 (default 0.5 CPU, 0.4 GPU)")
+    plan.add_argument("--mfu", type=float, help="model FLOPs utilisation to assume, 0-1 (default: the device "
+                                                "profile's share for a transformer)")
 
     runs = sub.add_parser("runs", help="list local runs from the results index")
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")

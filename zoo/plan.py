@@ -4,7 +4,9 @@
 to the zoo's recipes with a starting config and the reason. ``--params 125M`` / ``--recipe llm/gpt
 depth=12``: Chinchilla (20 tokens per parameter) and inference-optimal (100-200) token counts, training
 FLOPs 6·N·D, memory (18-20 bytes per parameter for bf16 Adam training, plus activations) and the time at
-a stated MFU on this machine (measured peak) and on named GPUs (datasheet peaks).
+the share of peak the device profiles (``core.devices``) say a transformer reaches, or a stated MFU, on this
+machine (measured peak) and on named GPUs (datasheet peaks). ``--recipe NAME --budget B``: what the recipe's own
+sizing hook would choose on a device (shape, batch, steps, predicted throughput), through the registry.
 """
 from __future__ import annotations
 
@@ -13,14 +15,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.errors import ZooError
 
 KINDS = ("image", "text", "tabular", "audio", "molecules", "protein", "medical")
 TOKENS_PER_PARAM = 20.0  # Chinchilla, compute-optimal
 INFERENCE_TOKENS_PER_PARAM = (100.0, 200.0)
 TRAIN_BYTES_PER_PARAM = (18.0, 20.0)  # bf16 weights + fp32 master + Adam moments + gradients
-CPU_MFU = 0.5  # llm/gpt measured 50-61% of the fp32 matmul peak on 2 CPU cores (ASSUMED_MFU in recipes/llm/gpt.py)
-GPU_MFU = 0.4  # "good" single-GPU MFU (RECIPE-FACTS: >30% fair, >40% good, >50% excellent)
 DEFAULT_GPUS = ("H100", "A100", "RTX 4090")
 
 IMAGE_EXT = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -273,22 +274,31 @@ def duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def gpt_shape(overrides: list[str]):
-    """The llm/gpt shape a config describes (depth must be given: depth=0 sizes itself at run time)."""
+def recipe_shape(name: str, overrides: list[str]):
+    """The transformer shape a recipe's config describes (its ``shape`` hook; llm/gpt needs depth=N, or --budget
+    for what depth=0 would choose)."""
     from recipe_zoo import config, registry
 
-    spec = registry.get("llm/gpt")
+    spec = registry.get(name)
+    if "shape" not in spec.hooks:
+        shaped = [n for n, r in registry.load_all().items() if "shape" in r.hooks]
+        raise ZooError(f"--recipe {name}: no transformer shape to read; use {', '.join(shaped)}, --params N, or "
+                       f"--budget B for {name}'s own sizing")
     cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
-    if cfg.depth <= 0:
-        raise ZooError("--recipe llm/gpt needs depth=N (depth=0 is sized at run time from the budget)")
+    if getattr(cfg, "depth", 1) <= 0:
+        raise ZooError(f"--recipe {name} needs depth=N (depth=0 is sized at run time: add --budget B to see what "
+                       "it would choose)")
     shape, params = spec.hooks["shape"](cfg)
     return cfg, shape, params
 
 
 def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_count: int, mfu: float | None,
                   shape=None, cfg=None, log=print) -> None:
-    from recipe_zoo.core.flops import cpu_peak_flops, gpu_peak_flops
+    from recipe_zoo.core import devices
 
+    for name in gpus:
+        if devices.gpu(name) is None:
+            raise ZooError(f"--gpu {name}: unknown; known: {', '.join(_gpu_names())}")
     p = compute_plan(params, tokens)
     log(f"parameters N:          {human(params)}")
     log(f"tokens D:              {human(p['tokens'])}" + (" (Chinchilla: 20 per parameter)" if not tokens else ""))
@@ -305,18 +315,59 @@ def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_c
             "(bf16, none recomputed; activation_checkpointing=true keeps about one layer's)")
     log(f"inference weights:     {human(p['weights_bf16_bytes'], 'B')} in bf16")
     log("")
-    cpu = cpu_peak_flops()
-    cpu_mfu = mfu or CPU_MFU
-    log("time for D tokens (FLOPs / (peak x MFU)):")
-    log(f"  this machine:  {duration(p['flops'] / (cpu * cpu_mfu)):>14}  measured fp32 matmul peak "
-        f"{human(cpu, 'FLOP/s')} x MFU {cpu_mfu:.0%}")
-    for name in gpus:
-        peak = gpu_peak_flops(name)
-        if peak is None:
-            raise ZooError(f"--gpu {name}: unknown; known: {', '.join(_gpu_names())}")
-        g_mfu = mfu or GPU_MFU
-        log(f"  {gpu_count} x {name:<9} {duration(p['flops'] / (peak * g_mfu * gpu_count)):>14}  bf16 peak "
-            f"{human(peak, 'FLOP/s')} x MFU {g_mfu:.0%}" + (" each" if gpu_count > 1 else ""))
+    width = shape.width if shape is not None else None
+    log("time for D tokens (FLOPs / (peak x share of it)):")
+    for profile in [devices.cpu()] + [devices.gpu(name, gpu_count) for name in gpus]:
+        share = mfu or profile.share("matmul", width)
+        count = f"{profile.processes} x " if profile.kind == "cuda" else ""
+        label = "this machine" if profile.kind == "cpu" else f"{count}{profile.name}"
+        how = "stated" if mfu else "the device profile's" + (f" at width {width}" if width else "")
+        log(f"  {label + ':':<14} {duration(p['flops'] / (profile.peak * share * profile.processes)):>14}  "
+            f"{profile.peak_source} peak {human(profile.peak, 'FLOP/s')} x {share:.0%} ({how})"
+            + (" each" if profile.processes > 1 else ""))
+
+
+@dataclass
+class PlanRun(SimpleRun):
+    """What a sizing hook may read from a run: the budget and the data (named datasets as ``zoo run`` finds them);
+    it trains nothing and writes nothing."""
+
+    def data_path(self, name: str) -> Path:
+        from recipe_zoo.data import locate
+
+        return locate(name)
+
+    def is_dataset(self, name: str) -> bool:
+        from recipe_zoo.data import DATASETS
+
+        return name in DATASETS
+
+    def data_key(self, data: str) -> str:
+        from recipe_zoo.data import data_key
+
+        return data_key(data)
+
+
+def print_sizing(spec, overrides: list[str], budget, profile, log=print) -> None:
+    """``--recipe NAME --budget B``: the recipe's ``size`` hook on ``profile``."""
+    from recipe_zoo import config
+
+    hook = spec.hooks.get("size")
+    if hook is None:
+        from recipe_zoo import registry
+
+        sized = [name for name, r in registry.load_all().items() if "size" in r.hooks]
+        raise ZooError(f"--recipe {spec.name} --budget: {spec.name} has no sizing rule; the recipes that size "
+                       f"themselves: {', '.join(sized)}")
+    cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
+    plan = hook(cfg, PlanRun(budget, log=lambda *a, **k: None), profile)
+    log(f"{spec.name} for {budget} on {profile.describe(plan.get('work', 'matmul'))}")
+    for key, label in (("shape", "shape"), ("batch", "batch"), ("params", "parameters"), ("steps", "steps"),
+                       ("rate", "throughput"), ("per_param", "per parameter"), ("data", "data"), ("reason", "why")):
+        if key in plan:
+            value = plan[key]
+            value = human(value) if key == "params" else f"{value:,.0f}" if key == "steps" else value
+            log(f"  {label + ':':<15}{value}" + (" (predicted)" if key in ("steps", "rate") else ""))
 
 
 def _gpu_names() -> list[str]:

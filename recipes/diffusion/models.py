@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import metrics
+from recipe_zoo.core import devices, metrics
 from recipe_zoo.core.checkpoint import read_weights
-from recipe_zoo.core.flops import counting_flops, peak_flops
+from recipe_zoo.core.flops import counting_flops
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.diffusion.data import to_model_range, to_uint8
 
@@ -47,9 +47,9 @@ WIDTHS = (128, 96, 64, 48, 32, 24, 16, 8)
 
 def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device, log) -> int:
     """The widest U-Net that trains ``min_steps`` steps in a time budget, predicted from its counted
-    FLOPs per step at 40% of the device's measured (cached) peak on a CPU, 30% on a GPU: the same
-    answer on every run of a machine, where timing a few steps would flip between widths near the
-    threshold. Step and epoch budgets: width 32.
+    FLOPs per step on the device's profile (``core.devices``, ``conv`` work: 40% of the measured, cached peak
+    and no latency on a CPU; on a GPU a per-step latency too): the same answer on every run of a machine, where
+    timing a few steps would flip between widths near the threshold. Step and epoch budgets: width 32.
 
     On mnist at 5 min, width 16 (~900 steps) reached fid_zoo 11.3 where width 8 (~2,000 steps)
     reached 21.5-23.4: the wider net with fewer steps wins, so ``min_steps`` is a floor, not a goal. (Measured
@@ -59,11 +59,11 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
         return cfg.width
     if budget.kind != "seconds":
         return 32
-    peak = peak_flops(device)
-    if peak is None:  # an accelerator missing from the peak table
+    profile = devices.for_device(device)
+    if profile.peak_source == "assumed":  # an accelerator missing from the peak table
         log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
         return 32
-    rate = peak * (0.4 if device.type == "cpu" else 0.3)
+    rate = profile.rate("conv")
     x, t = torch.zeros(2, channels, size, size), torch.zeros(2, dtype=torch.long)
     labels = torch.zeros(2, dtype=torch.long) if cfg.conditional else None
     for width in WIDTHS:
@@ -71,10 +71,11 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
         with counting_flops() as counter:  # on 2 images, scaled to the batch
             model(x, t, class_labels=labels).sample.sum().backward()
         step_flops = counter.get_total_flops() / 2 * cfg.batch_size * cfg.accum_steps
-        steps = budget.amount * rate / step_flops
+        steps = budget.amount * rate / (step_flops + profile.latency("conv") * rate)
         if steps >= cfg.min_steps or width == WIDTHS[-1]:
             log(f"width {width}: {step_flops / 1e9:.1f} GFLOP per step, ~{steps:.0f} steps predicted in "
-                f"{budget.amount:.0f}s at {rate / 1e9:.0f} GFLOP/s (the widest with min_steps={cfg.min_steps})")
+                f"{budget.amount:.0f}s at {rate / 1e9:.0f} GFLOP/s on {profile.name} (the widest with "
+                f"min_steps={cfg.min_steps})")
             return width
     raise AssertionError("unreachable")
 

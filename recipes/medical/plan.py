@@ -5,12 +5,12 @@ plan sizes patch and batch by, and the one-line description the run prints.
 from __future__ import annotations
 
 import math
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from recipe_zoo.core import devices
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.medical.data import RawCase, SegData, parse_floats, parse_ints
 from recipe_zoo.recipes.medical.models import build_model, swin_features
@@ -58,12 +58,6 @@ def _round_up(shape, multiple: int) -> list[int]:
     return [max(multiple, int(math.ceil(s / multiple)) * multiple) for s in shape]
 
 
-def free_memory(device: torch.device) -> float:
-    if device.type == "cuda":
-        return float(torch.cuda.mem_get_info(device)[0])
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-
-
 def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measure) -> dict:
     """The configuration, from the fingerprint; every value the user set wins (listed in ``set_by_user``).
 
@@ -73,7 +67,8 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
     - patch: the median image (capped at 1024 px / 160 voxels a side); levels: halve down to ~8 voxels.
     - batch: what fits 40% of free accelerator memory (25% of free RAM on CPU), at most 5% of the
       training voxels per step (nnU-Net), and, with a time budget, no more than leaves ``min_steps``
-      steps at the expected rate; when even batch 2 cannot, the patch's longest side is halved.
+      steps at the rate and per-step latency of the device's profile (``core.devices``: its ``conv`` work;
+      ``compute_efficiency`` replaces the share); when even batch 2 cannot, the patch's longest side is halved.
 
     ``measure(dims, levels, width) -> (forward FLOPs, activation bytes) per input voxel`` of the network.
     """
@@ -109,10 +104,10 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
     if cfg.batch_size:
         user.append("batch_size")
     patch = list(fixed_patch or [min(s, 1024 if dims == 2 else 160) for s in shape])
-    memory = (0.4 if device.type == "cuda" else 0.25) * free_memory(device)
-    from recipe_zoo.core.flops import peak_flops
-
-    rate = (cfg.compute_efficiency or (0.3 if device.type == "cuda" else 0.4)) * (peak_flops(device) or 1e11)
+    profile = devices.for_device(device)
+    memory = (0.4 if device.type == "cuda" else 0.25) * profile.memory
+    rate = (cfg.compute_efficiency or profile.share("conv")) * profile.peak
+    latency = profile.latency("conv")
     seconds = budget.amount if budget.kind == "seconds" else None
     while True:
         levels = network_levels(patch, cfg.levels)
@@ -127,9 +122,9 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
         sample_flops = 3 * flops * voxels  # forward + backward
         caps = [int(memory // (activation_bytes * voxels)), int(0.05 * fp["total_voxels"] / voxels), 64]
         if seconds:
-            caps.append(int(seconds * rate / (cfg.min_steps * sample_flops)))
+            caps.append(int((seconds - cfg.min_steps * latency) * rate / (cfg.min_steps * sample_flops)))
         batch = cfg.batch_size or max(2, min(caps))
-        steps = int(seconds * rate / (batch * sample_flops)) if seconds else None
+        steps = int(seconds * rate / (batch * sample_flops + latency * rate)) if seconds else None
         short = (steps is not None and steps < cfg.min_steps) or caps[0] < batch
         if fixed_patch or not short or max(patch) <= max(16, smallest):
             break

@@ -1,0 +1,153 @@
+"""The device a run trains on, as sizing sees it: what one optimizer step of given work costs there.
+
+``step seconds = latency + FLOPs per process / (peak x share)``. ``peak`` is measured on a CPU (the fp32 matmul
+``flops.cpu_peak_flops`` caches) and the vendor's dense bf16 figure on a GPU (labelled as a datasheet figure).
+``share`` is the part of that peak a kind of work reaches, and ``latency`` what a step costs whatever its work
+(kernel launches, the loop's Python, synchronisation): both are calibrated from the zoo's own runs, each with its
+source, and a recipe's sizing rule (llm's depth, diffusion's width, medical's patch and batch) reads them instead
+of a guess of its own. Kinds of work: ``matmul`` (transformers: the share grows with the matrices' width) and
+``conv`` (convolutional nets).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Work:
+    """The share of peak one kind of work reached, by matrix width (interpolated in log width, flat past the
+    measured ends), and the per-step latency; ``source`` says where the figures come from. ``optimizer``: the
+    shares were fitted with the optimizer's own FLOPs (Muon's Newton-Schulz) counted in the work; when False they
+    are model FLOPs per second (an MFU), the optimizer's time already inside them."""
+    shares: tuple[tuple[int, float], ...]
+    latency: float
+    source: str
+    optimizer: bool = False
+
+    def share(self, width: int | None = None) -> float:
+        points = self.shares
+        if width is None or len(points) == 1 or width <= points[0][0]:
+            return points[0][1]
+        for (w0, s0), (w1, s1) in zip(points, points[1:]):
+            if width <= w1:
+                t = math.log(width / w0) / math.log(w1 / w0)
+                return s0 + t * (s1 - s0)
+        return points[-1][1]
+
+
+CPU_WORK = {
+    "matmul": Work(((1, 0.5),), 0.0, "llm/gpt depths 2-4 with torch.compile on 2 CPU cores reached 50-61% of the "
+                                     "measured fp32 matmul peak"),
+    "conv": Work(((1, 0.4),), 0.0, "the diffusion and medical U-Nets' step time on 2 CPU cores, ~40% of that peak"),
+}
+GPU_WORK = {
+    # One H200, torch 2.11, bf16, torch.compile (issue 24's table): llm/gpt depth 6 (width 384) at 4,096 tokens a step
+    # took 40.6 ms, almost all of it latency; depth 12 (width 768) at 131,072 tokens 0.46-0.49 s (18-20% of the
+    # datasheet peak, Muon's Newton-Schulz counted); depth 32 (width 2048) at 4,096 tokens 0.353 s (40%).
+    "matmul": Work(((768, 0.20), (2048, 0.40)), 0.040,
+                   "llm/gpt on one H200 (torch 2.11, bf16, compiled): depth 6/12/32 steps", optimizer=True),
+    # No conv run on a GPU has been large enough to measure its share: 0.3 is the guess the recipes used before,
+    # kept and labelled. The latency is measured: vision/resnet, medical/unet and diffusion/flow took 28-31 ms a step
+    # in 20-second runs on one H200.
+    "conv": Work(((1, 0.3),), 0.030, "share: a guess (no large conv run measured on a GPU yet); latency: 28-31 ms "
+                                     "steps of vision/medical/diffusion runs on one H200"),
+}
+GPU_MEMORY_GB = {"H200": 141, "H100": 80, "A100": 80, "A10G": 24, "A10": 24, "L40S": 48, "L4": 24,
+                 "RTX 4090": 24, "RTX 3090": 24, "V100": 32, "T4": 16}
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    kind: str  # "cpu" | "cuda"
+    peak: float  # FLOP/s of one process's device
+    peak_source: str
+    memory: float  # bytes free for training, per process
+    processes: int = 1
+    work: dict = field(default_factory=lambda: dict(CPU_WORK))
+
+    def share(self, work: str, width: int | None = None) -> float:
+        return self.work[work].share(width)
+
+    def rate(self, work: str, width: int | None = None) -> float:
+        """FLOP/s one process reaches on this kind of work."""
+        return self.peak * self.share(work, width)
+
+    def counts_optimizer(self, work: str) -> bool:
+        return self.work[work].optimizer
+
+    def latency(self, work: str) -> float:
+        return self.work[work].latency
+
+    def step_seconds(self, flops: float, work: str, width: int | None = None) -> float:
+        """One optimizer step whose work (all processes together) is ``flops``."""
+        return self.latency(work) + flops / self.processes / self.rate(work, width)
+
+    def steps(self, seconds: float, flops: float, work: str, width: int | None = None) -> float:
+        return seconds / self.step_seconds(flops, work, width)
+
+    def describe(self, work: str = "matmul") -> str:
+        procs = f" x {self.processes} processes" if self.processes > 1 else ""
+        w = self.work[work]
+        shares = ", ".join(f"{s:.0%}" + (f" at width {wd}" if len(w.shares) > 1 else "") for wd, s in w.shares)
+        peak = f"{self.peak / 1e12:,.1f} TFLOP/s" if self.peak >= 1e12 else f"{self.peak / 1e9:,.0f} GFLOP/s"
+        return (f"{self.name}{procs}: peak {peak} ({self.peak_source}), {work} reaches "
+                f"{shares}, {w.latency * 1e3:.0f} ms a step of latency; {self.memory / 2**30:.0f} GiB free")
+
+
+def free_memory(device: torch.device) -> float:
+    """Bytes free now: the accelerator's, or the machine's available RAM."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def cpu(peak: float | None = None, processes: int = 1, memory: float | None = None) -> DeviceProfile:
+    """This machine's CPU (its measured peak), or a CPU of a stated peak (tests, plans for another machine)."""
+    from recipe_zoo.core.envinfo import cpu_model
+    from recipe_zoo.core.flops import cpu_peak_flops
+
+    measured = peak is None
+    return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
+                         "cpu", cpu_peak_flops() if measured else peak,
+                         "measured: fp32 matmul 2048" if measured else "given",
+                         free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
+                         dict(CPU_WORK))
+
+
+def gpu(name: str, processes: int = 1, memory: float | None = None) -> DeviceProfile | None:
+    """A GPU by name (a datasheet peak); None when the name is not in the peak table."""
+    from recipe_zoo.core.flops import gpu_peak_flops
+
+    peak = gpu_peak_flops(name)
+    if peak is None:
+        return None
+    if memory is None:
+        gb = next((v for k, v in GPU_MEMORY_GB.items() if k in name), 24)
+        memory = gb * 1e9
+    return DeviceProfile(name, "cuda", peak, "datasheet dense bf16", memory, processes, dict(GPU_WORK))
+
+
+def for_device(device: torch.device, processes: int = 1) -> DeviceProfile:
+    """The profile of the device this process trains on; an accelerator missing from the peak table gets the
+    H200's shares against a 100 TFLOP/s peak, said in the name."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        found = gpu(name, processes, free_memory(device))
+        if found is not None:
+            return found
+        return DeviceProfile(f"{name} (peak unknown: 100 TFLOP/s assumed)", "cuda", 1e14, "assumed",
+                             free_memory(device), processes, dict(GPU_WORK))
+    if device.type == "cpu":
+        return cpu(processes=processes)
+    return DeviceProfile(f"{device} (peak unknown: 100 GFLOP/s assumed)", device.type, 1e11, "assumed",
+                         free_memory(torch.device("cpu")), processes, dict(CPU_WORK))
+
+
+def named(name: str, processes: int = 1) -> DeviceProfile | None:
+    """``zoo plan``'s device: ``cpu`` (this machine) or a GPU name."""
+    return cpu(processes=processes) if name.lower() == "cpu" else gpu(name, processes)
