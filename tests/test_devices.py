@@ -72,8 +72,8 @@ def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, c
         assert label in out, label
     steps = int(out.split("steps:")[1].split()[0].replace(",", ""))
     assert steps >= gpt.MIN_STEPS
-    assert main(["plan", "--recipe", "llm/gpt", f"data={text}", "vocab_size=300", "eval_bytes=10000", "depth=2", "--budget", "1m",
-                 "--device", "cpu"]) == 0
+    assert main(["plan", "--recipe", "llm/gpt", f"data={text}", "vocab_size=300", "eval_bytes=10000", "depth=2",
+                 "--budget", "1m", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "depth 2," in out and "depth set by you" in out and "measured" in out
 

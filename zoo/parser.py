@@ -61,9 +61,9 @@ def build() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="which recipe for your data (--data/--kind), what N parameters cost (--params)",
                           description="--data PATH or --kind KIND --rows N: a recipe and starting config from the "
                                       "architecture table by data type and size. --params 125M or --recipe llm/gpt "
-                                      "depth=N: Chinchilla tokens, 6ND FLOPs, memory and time here and on GPUs. --recipe "
-                                      "NAME --budget B [--gpu H200 [--gpus N] | --device cpu]: the shape, batch, "
-                                      "steps and throughput the recipe's sizing rule would choose there.")
+                                      "depth=N: Chinchilla tokens, 6ND FLOPs, memory and time here and on GPUs. "
+                                      "--recipe NAME --budget B [--gpu H200 [--gpus N] | --device cpu]: the shape, "
+                                      "batch, steps and throughput the recipe's sizing rule would choose there.")
     plan.add_argument("overrides", nargs="*", help="key=value for --recipe (e.g. depth=12)")
     plan.add_argument("--data", type=Path, help="your file or folder: its type and size are read from it")
     plan.add_argument("--kind", help="image, text, tabular, audio, molecules, protein or medical (with --rows)")
