@@ -115,7 +115,7 @@ def test_config_values_are_checked(key, value):
 
 
 def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
-    summary, _ = run_ok("contrastive/simclr", "width=8", "proj_hidden=64")
+    summary, _ = run_ok("contrastive/simclr", "model=zoo-resnet", "width=8", "proj_hidden=64")
     assert summary["metric"] == "test_knn_accuracy" and summary["status"] == "ok"
     import json
 
