@@ -6,7 +6,7 @@ import pytest
 
 from recipe_zoo.cli import main
 from recipe_zoo.core import devices
-from recipe_zoo.recipes.llm import gpt, models
+from recipe_zoo.recipes.llm import gpt, sizing
 
 SHAKESPEARE_TRAIN_TOKENS = 361_533  # tinyshakespeare's training part under the default BPE (test_llm.py)
 
@@ -35,30 +35,27 @@ def test_the_h200_profile_reproduces_the_steps_it_was_calibrated_on():
     for depth, seq_len, batch_tokens, tokens_per_s in ((6, 256, 4096, 101e3), (12, 1024, 131072, 270e3),
                                                        (32, 256, 4096, 11.6e3)):
         cfg = gpt.GPTConfig(depth=depth, seq_len=seq_len, batch_tokens=batch_tokens)
-        shape = models.GPTShape.from_depth(depth, cfg, 1024)
-        n = models.param_estimate(shape)
-        flops = (6 * n + 12 * depth * shape.width * seq_len) * batch_tokens + gpt.optimizer_flops(shape, h200)
-        predicted = h200.step_seconds(flops, "matmul", shape.width)
-        assert predicted == pytest.approx(batch_tokens / tokens_per_s, rel=0.2), depth
+        steps_per_second = sizing.depth_row(cfg, 1024, depth, 1, 1.0, h200)["steps"]
+        assert 1 / steps_per_second == pytest.approx(batch_tokens / tokens_per_s, rel=0.2), depth
 
 
 def test_on_an_h200_30_s_of_tinyshakespeare_buys_a_small_model_with_200_steps():
     """The flat 50% guess sized a 1.61 B model that got 86 steps there; with the latency counted the depth rule
     stays at or under 50 M parameters and 200 steps."""
-    c = gpt.depth_choice(gpt.GPTConfig(), 1024, SHAKESPEARE_TRAIN_TOKENS, 30, devices.gpu("H200"))
+    c = sizing.depth_choice(gpt.GPTConfig(), 1024, SHAKESPEARE_TRAIN_TOKENS, 30, devices.gpu("H200"))
     assert c["params"] <= 50e6 and c["steps"] >= 200, c
 
 
 def test_an_hour_on_a_large_corpus_lands_at_10_to_40_tokens_per_parameter():
     for profile in (devices.gpu("H200"), devices.cpu(peak=2.36e11, memory=8e9)):
-        c = gpt.depth_choice(gpt.GPTConfig(), 1024, 2_000_000_000, 3600, profile)
+        c = sizing.depth_choice(gpt.GPTConfig(), 1024, 2_000_000_000, 3600, profile)
         assert 10 <= c["tokens_per_param"] <= 40 and c["steps"] >= 200, (profile.name, c)
 
 
 def test_a_short_budget_on_little_data_keeps_the_step_floor():
     """10 s on 100k tokens: the old rule chose depth 2 with ~150 steps; the floor keeps 200."""
-    c = gpt.depth_choice(gpt.GPTConfig(), 1024, 100_000, 10, devices.cpu(peak=1.56e11, memory=8e9))
-    assert c["steps"] >= gpt.MIN_STEPS and c["tokens_per_param"] >= gpt.MIN_TOKENS_PER_PARAM
+    c = sizing.depth_choice(gpt.GPTConfig(), 1024, 100_000, 10, devices.cpu(peak=1.56e11, memory=8e9))
+    assert c["steps"] >= sizing.MIN_STEPS and c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM
 
 
 def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, capsys):
@@ -71,7 +68,7 @@ def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, c
     for label in ("shape:", "batch:", "parameters:", "steps:", "throughput:", "per parameter:", "why:"):
         assert label in out, label
     steps = int(out.split("steps:")[1].split()[0].replace(",", ""))
-    assert steps >= gpt.MIN_STEPS
+    assert steps >= sizing.MIN_STEPS
     assert main(["plan", "--recipe", "llm/gpt", f"data={text}", "vocab_size=300", "eval_bytes=10000", "depth=2",
                  "--budget", "1m", "--device", "cpu"]) == 0
     out = capsys.readouterr().out

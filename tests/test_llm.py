@@ -13,7 +13,7 @@ import torch
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
 from recipe_zoo import data as zoo_data, registry
 from recipe_zoo.core import devices
-from recipe_zoo.recipes.llm import data as llm_data, gpt, models
+from recipe_zoo.recipes.llm import data as llm_data, gpt, models, sizing
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
@@ -140,7 +140,7 @@ def test_depth_grows_with_the_budget_and_the_data():
     cfg, machine = gpt.GPTConfig(), devices.cpu(peak=1e11, memory=8e9)  # a fixed machine, not this one's measurement
 
     def depth(budget: str, train_tokens: int) -> int:
-        return gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), machine, log=print)
+        return sizing.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), machine, log=print)
 
     assert depth("10s", 10**9) <= depth("5m", 10**9) < depth("1h", 10**9) < depth("24h", 10**9)
     assert depth("1h", 10**5) > depth("1h", 10**9)  # a small corpus caps the epochs: spend compute on size
@@ -161,7 +161,7 @@ def test_default_depths_on_tinyshakespeare_are_2_3_4(train_tokens, peak):
     """60 s, 163 s and 5 minutes buy depths 2, 3 and 4 with the training part the split leaves, as they did with
     the old one, across the CPU peaks where they did (165-301 GFLOP/s then; 156-284 now)."""
     cfg, machine = gpt.GPTConfig(), devices.cpu(peak=peak, memory=8e9)
-    assert [gpt.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), machine, log=print)
+    assert [sizing.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), machine, log=print)
             for b in ("60s", "163s", "5m")] == [2, 3, 4]
 
 

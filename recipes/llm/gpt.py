@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
@@ -24,11 +23,10 @@ from torch import nn
 from recipe_zoo.core import artifact, devices, distributed, optim, schedule
 from recipe_zoo.core.api import Count, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.core.checkpoint import export_safetensors
-from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, infer, models, shards
+from recipe_zoo.recipes.llm import data, infer, models, shards, sizing
 
 # =============================================================================================
 # Config
@@ -75,100 +73,6 @@ class GPTConfig(LoopSettings):
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 3.0  # an LM's loss never rises 3x over its first step's
     compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
     fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
-
-
-# =============================================================================================
-# Sizing: the depth the budget buys
-# =============================================================================================
-
-MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
-MIN_TOKENS_PER_PARAM = 0.2  # nor one that sees fewer tokens than this per parameter (the 2-core CPU's picks: 0.3-7)
-
-
-def newton_schulz_flops(shape: models.GPTShape, ns_steps: int = 5) -> float:
-    """Muon's orthogonalisation per optimizer step: each iteration on an m x n matrix (m <= n) costs
-    4 m^2 n + 2 m^3 FLOPs. At depth 32 it is twice the model's work on a 4,096-token step."""
-    d = shape.width
-    q, kv, hidden = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, 4 * d
-    mats = [(d, q), (d, kv), (d, kv), (q, d), (d, hidden), (hidden, d)]
-    return shape.depth * ns_steps * sum(4 * min(m, n) ** 2 * max(m, n) + 2 * min(m, n) ** 3 for m, n in mats)
-
-
-def optimizer_flops(shape: models.GPTShape, profile) -> float:
-    """Muon's work where the profile's shares were fitted with it counted (a GPU's); a CPU's shares are model
-    FLOPs per second, its optimizer's time already inside them."""
-    return newton_schulz_flops(shape) if profile.counts_optimizer("matmul") else 0.0
-
-
-def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, profile) -> dict:
-    """The depth whose token count in ``seconds`` on ``profile`` is nearest the target (Chinchilla's tokens per
-    parameter, or ``max_epochs`` passes over the training tokens when that is fewer), among the depths that get
-    at least ``MIN_STEPS`` steps and ``MIN_TOKENS_PER_PARAM``: a step bound by latency (a GPU's small steps)
-    makes a bigger model look free, and these floors stop the choice there."""
-    best, best_gap, rows = None, float("inf"), []
-    for depth in range(1, 49):
-        shape = models.GPTShape.from_depth(depth, cfg, vocab)
-        n = models.param_estimate(shape)
-        per_token = 6 * n + 12 * depth * shape.width * cfg.seq_len
-        step_flops = per_token * cfg.batch_tokens + optimizer_flops(shape, profile)
-        steps = profile.steps(seconds, step_flops, "matmul", shape.width)
-        tokens = steps * cfg.batch_tokens
-        target = min(cfg.tokens_per_param * n, cfg.max_epochs * train_tokens)
-        row = {"depth": depth, "width": shape.width, "params": n, "steps": steps, "tokens": tokens,
-               "tokens_per_s": tokens / seconds, "tokens_per_param": tokens / n, "target": target}
-        rows.append(row)
-        if steps < MIN_STEPS or tokens < MIN_TOKENS_PER_PARAM * n:
-            continue
-        gap = abs(math.log(tokens / target))
-        if gap < best_gap:
-            best, best_gap = row, gap
-    if best is None:
-        return {**rows[0], "reason": f"no depth gets {MIN_STEPS} steps: depth 1"}
-    limit = "data" if best["target"] < cfg.tokens_per_param * best["params"] else "compute"
-    reason = (f"nearest to {cfg.tokens_per_param:g} tokens/param" if limit == "compute" else
-              f"nearest to {cfg.max_epochs:g} epochs of {train_tokens:,} tokens")
-    return {**best, "reason": f"{reason}, with at least {MIN_STEPS} steps and {MIN_TOKENS_PER_PARAM:g} tokens/param"}
-
-
-def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, profile, log=print) -> int:
-    """``depth_choice`` for a time budget on this device's profile (step and epoch budgets: depth 4).
-
-    On tinyshakespeare (362K training tokens) this picks depth 2 for 60 s, 3 for 163 s and 4 for 5 minutes on
-    2 CPU cores, the best depths the sweep in the LLM issue's closing note found.
-    """
-    if budget.kind != "seconds":
-        log("depth=0 with a step or epoch budget: depth 4")
-        return 4
-    c = depth_choice(cfg, vocab, train_tokens, budget.amount, profile)
-    log(f"depth=0: depth {c['depth']} for {budget} on {profile.name}: ~{c['steps']:,.0f} steps, "
-        f"~{c['tokens_per_s']:,.0f} tokens/s predicted ({c['reason']})")
-    return c["depth"]
-
-
-def size_hook(cfg: GPTConfig, run, profile) -> dict:
-    """``zoo plan --recipe llm/gpt --budget B --gpu NAME``: what a run would choose there, its training tokens
-    counted as the run counts them (the data is read and tokenized as a run reads it)."""
-    budget = run.budget
-    if budget.kind != "seconds":
-        raise ZooError(f"--budget {budget}: llm/gpt sizes itself for a time budget (e.g. 30s, 5m, 1h)")
-    corpus = shards.text_data(cfg, run)
-    vocab = corpus.tok.get_vocab_size()
-    if cfg.depth:
-        shape = models.GPTShape.from_depth(cfg.depth, cfg, vocab)
-        n = models.param_estimate(shape)
-        step_flops = (6 * n + 12 * cfg.depth * shape.width * cfg.seq_len) * cfg.batch_tokens + \
-            optimizer_flops(shape, profile)
-        steps = profile.steps(budget.amount, step_flops, "matmul", shape.width)
-        c = {"depth": cfg.depth, "width": shape.width, "params": n, "steps": steps,
-             "tokens": steps * cfg.batch_tokens, "tokens_per_s": steps * cfg.batch_tokens / budget.amount,
-             "tokens_per_param": steps * cfg.batch_tokens / n, "reason": "depth set by you"}
-    else:
-        c = depth_choice(cfg, vocab, len(corpus.train), budget.amount, profile)
-    return {"shape": f"depth {c['depth']}, width {c['width']}, context {cfg.seq_len}, vocab {vocab}",
-            "batch": f"{cfg.batch_tokens:,} tokens a step", "params": c["params"], "steps": c["steps"],
-            "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
-            "data": f"{len(corpus.train):,} training tokens ({c['tokens'] / len(corpus.train):.1f} epochs)",
-            "reason": c["reason"]}
 
 
 # =============================================================================================
@@ -252,7 +156,7 @@ def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
         scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
-        hooks={"shape": shape_of, "prepare": shards.prepare_tokens, "size": size_hook}, predict=predict_gpt,
+        hooks={"shape": shape_of, "prepare": shards.prepare_tokens, "size": sizing.size_hook}, predict=predict_gpt,
         predict_options=infer.LMPredictOptions)
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
@@ -278,7 +182,8 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     world = distributed.world_size()
     # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
     depth = cfg.depth or distributed.broadcast_object(
-        size_for_budget(cfg, vocab, len(train_tokens), run.budget, devices.for_device(device, world), run.log))
+        sizing.size_for_budget(cfg, vocab, len(train_tokens), run.budget, devices.for_device(device, world),
+                               run.log))
     shape = models.GPTShape.from_depth(depth, cfg, vocab)
     model = models.GPT(shape).to(device)
     run.log(f"GPT depth {depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of {shape.head_dim}, "
