@@ -49,7 +49,7 @@ def test_the_run_saves_a_card_its_test_embeddings_and_predictions(digits_run):
     card = json.loads((digits_run / "model.json").read_text())
     assert card["format_version"] == 1 and card["recipe"] == "contrastive/simclr" and card["task"] == "embedding"
     assert card["classes"] == [str(i) for i in range(10)] and card["selected"] == "final"
-    assert card["architecture"] == {"model": "zoo-resnet", "width": 8, "feature_dim": 32, "channels_last": True}
+    assert card["architecture"] == {"model": "zoo-net", "width": 8, "feature_dim": 32, "channels_last": True}
     pre = card["preprocess"]
     assert pre["image_size"] == 8 and pre["channels"] == 1 and len(pre["mean"]) == len(pre["std"]) == 1
     assert card["evaluation"]["knn_k"] == 200
@@ -128,13 +128,13 @@ def test_predict_bad_inputs_are_one_line(digits_run, folder_run, tmp_path, capfd
 def test_exports(digits_run, tmp_path, capfd):
     from recipe_zoo.cli import main
     from recipe_zoo.recipes.contrastive.models import load_backbone
-    from recipe_zoo.recipes.images import ZooResNet
+    from recipe_zoo.recipes.images import ZooNet
 
     assert main(["export", str(digits_run), "--format", "safetensors", "--out", str(tmp_path / "st")]) == 0
     assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.json", "model.safetensors"]
     card = json.loads((tmp_path / "st" / "model.json").read_text())
     backbone = load_backbone(card, tmp_path / "st" / "model.safetensors")
-    assert isinstance(backbone, ZooResNet) and backbone(torch.zeros(2, 1, 8, 8)).shape == (2, 32)
+    assert isinstance(backbone, ZooNet) and backbone(torch.zeros(2, 1, 8, 8)).shape == (2, 32)
     capfd.readouterr()
     assert main(["export", str(digits_run), "--format", "timm"]) == 2
     assert "zoo's own network" in capfd.readouterr().err
