@@ -166,6 +166,12 @@ def test_bench_refuses_an_uncommitted_checkout(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "CODE_DIR", tmp_path.parent / "not-a-checkout-anywhere")
     with pytest.raises(ZooError, match="not a git checkout"):
         bench.check_provenance(allow_dirty=False)
+    monkeypatch.setenv("ZOO_COMMIT", "e59a2b1dc")  # a copy sent without its git folder names its commit
+    assert runs.code_state() == ("e59a2b1dc-copy", False)
+    bench.check_provenance(allow_dirty=False)
+    monkeypatch.setenv("ZOO_COMMIT", "main")
+    with pytest.raises(ZooError, match="ZOO_COMMIT='main': give the commit"):
+        bench.check_provenance(allow_dirty=False)
 
 
 def test_verify_tolerance_and_floors():

@@ -15,22 +15,41 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     """Returns the row (appended to the board unless ``append`` is off), or None when a seed did not finish ``ok``
     (then nothing is written). Under torchrun every rank trains each seed and rank 0 writes the row."""
     from recipe_zoo.core import distributed
-    from recipe_zoo.data import DATASETS
+
+    budget = runs.parse_budget_arg(budget_text or spec.budget)
+    outcomes = run_seeds(spec, seeds=seeds, budget=budget, overrides=overrides, out_root=out_root, log=log)
+    if outcomes is None or not distributed.is_main():
+        return None
+    row = make_row(spec.name, outcomes, budget=budget, overrides=overrides, command=command)
+    if append:
+        board.append_rows([row])
+    return row
+
+
+def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path, log=print,
+              device: str = "auto") -> list | None:
+    """Seeds 0..n-1 of ``spec`` on its benchmark (``data=`` may override it): their outcomes, or None when one did
+    not finish ``ok`` (the seeds after it are not run)."""
+    from recipe_zoo.core import distributed
 
     data = [f"data={spec.benchmark}"] if "data" in spec.config.__dataclass_fields__ else []
     cfg = config.build(spec.config, spec.defaults, None, data + overrides, spec.name)
-    budget = runs.parse_budget_arg(budget_text or spec.budget)
     outcomes = []
     for seed in range(seeds):
-        outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
+        outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
                                description=" ".join([spec.name, *overrides]))
         outcomes.append(outcome)
         if outcome.code != runs.EXIT_OK:
             if distributed.is_main():
                 log(f"{spec.name} seed {seed} ended {outcome.summary['status']}: no leaderboard row written")
             return None
-    if not distributed.is_main():
-        return None
+    return outcomes
+
+
+def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], command: str) -> dict:
+    """The leaderboard row of finished seeds: mean ± std on test, the validation mean, the provenance."""
+    from recipe_zoo.data import DATASETS
+
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
     values = [o.summary["value"] for o in outcomes]
     mean, std = board.mean_std(values)
@@ -39,16 +58,16 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     info = DATASETS.get(benchmark.split(":")[0])
     measured = [s["metrics"] for s in summaries]
     val_key = "val_" + board.metric_base(metric)
-    row = {
+    return {
         "protocol": board.PROTOCOL,
         "benchmark": benchmark, "metric": metric,
         "split": summaries[0]["extra"].get("split") or (info.split if info else ""),  # what the run says it used
         "val_mean": _mean(m.get(val_key) for m in measured),
         "ci_low": _mean(m.get(f"{metric}_ci_low") for m in measured),
         "ci_high": _mean(m.get(f"{metric}_ci_high") for m in measured),
-        "higher_is_better": summaries[0]["higher_is_better"], "recipe": spec.name,
+        "higher_is_better": summaries[0]["higher_is_better"], "recipe": recipe,
         "overrides": config.parse_overrides(overrides), "mean": mean, "std": std, "n": len(values),
-        "values": values, "seeds": list(range(seeds)), "budget": str(budget),
+        "values": values, "seeds": list(range(len(outcomes))), "budget": str(budget),
         "train_seconds": sum(s["train_seconds"] for s in summaries) / len(summaries),
         "params_M": summaries[0]["params_M"],
         "peak_mem_mb": max((s["peak_mem_mb"] for s in summaries if s["peak_mem_mb"] is not None), default=None),
@@ -56,9 +75,6 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
         "dirty": bool(env["dirty"]), "inputs": summaries[0].get("inputs", {}),
         "date": time.strftime("%Y-%m-%d"), "command": command,
     }
-    if append:
-        board.append_rows([row])
-    return row
 
 
 def _mean(values) -> float | None:

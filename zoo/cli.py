@@ -397,6 +397,8 @@ def cmd_data(args) -> int:
 def cmd_bench(args) -> int:
     from recipe_zoo import bench, registry, runs
 
+    if args.suite or args.copy_data or args.scale != 1.0:
+        return _suite(args)
     targets = args.targets or [r["name"] for r in registry.static_list()]
     overrides = [t for t in targets if "=" in t]
     budget = [f"--budget {args.budget}"] if args.budget else []
@@ -410,6 +412,21 @@ def cmd_bench(args) -> int:
         _join(spec, "auto")
     return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
                        out_root=args.out or runs.default_out(), allow_dirty=args.allow_dirty)
+
+
+def _suite(args) -> int:
+    from recipe_zoo import runs, suite
+
+    if not args.suite:
+        raise ZooError("--scale and --copy-data go with --suite NAME")
+    if args.targets or args.budget or args.nproc or args.seeds != 3:
+        raise ZooError("--suite runs its own recipes, budgets and one seed each: drop targets, --budget, --seeds "
+                       "and --nproc (or drop --suite)")
+    if args.copy_data:
+        suite.copy_data(args.suite, args.copy_data)
+        return 0
+    return suite.run_suite(args.suite, scale=args.scale, out_root=args.out or runs.default_out(),
+                           allow_dirty=args.allow_dirty)
 
 
 def cmd_verify(args) -> int:

@@ -91,6 +91,12 @@ def build() -> argparse.ArgumentParser:
     bench.add_argument("--nproc", type=int, default=None, metavar="N", help="each run on N processes under torchrun")
     bench.add_argument("--allow-dirty", action="store_true",
                        help="bench from a checkout with uncommitted changes (the row records it)")
+    bench.add_argument("--suite", metavar="NAME", help="run a named suite instead of targets: gpu (every torch "
+                                                      "recipe briefly, one seed each; see zoo/suite.py)")
+    bench.add_argument("--scale", type=float, default=1.0, metavar="F",
+                       help="--suite: budgets x F with small settings (F < 1: a CPU check of the suite, no rows)")
+    bench.add_argument("--copy-data", type=Path, metavar="DIR",
+                       help="--suite: copy the data it reads from the data cache into DIR, then stop")
 
     verify = sub.add_parser("verify", help="re-run leaderboard rows by their command: do they hold?",
                             description="Re-runs rows (default: the rank-1 row of every table measured on this "

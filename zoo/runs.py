@@ -35,12 +35,20 @@ SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_secon
 
 
 def code_state() -> tuple[str, bool]:
-    """(commit, dirty) of the code that runs: the checkout's git state, or an installed package's version."""
+    """(commit, dirty) of the code that runs: the checkout's git state, or an installed package's version. A copy
+    of a checkout without its git folder (as sent to a lent GPU machine) names the commit it was copied from in
+    ``ZOO_COMMIT``; its rows record it as ``COMMIT-copy``."""
     from recipe_zoo import board
     from recipe_zoo.core.envinfo import git_state
 
     if board.in_checkout():
-        return git_state(CODE_DIR, ignore=RESULT_FILES)
+        commit, dirty = git_state(CODE_DIR, ignore=RESULT_FILES)
+        copied = os.environ.get("ZOO_COMMIT", "")
+        if commit == "unknown" and copied:
+            if not (7 <= len(copied) <= 40 and all(c in "0123456789abcdef" for c in copied)):
+                raise ZooError(f"ZOO_COMMIT={copied!r}: give the commit the copy was made from (7-40 hex digits)")
+            return copied + "-copy", False
+        return commit, dirty
     from importlib import metadata
 
     return f"recipe-zoo=={metadata.version('recipe-zoo')}", False
@@ -51,7 +59,7 @@ def fingerprint() -> dict:
     from recipe_zoo.core import envinfo
 
     env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)  # a checkout's git state
-    if not board.in_checkout():  # an installed package: its version
+    if not board.in_checkout() or env["commit"] == "unknown":  # an installed package's version, or a copy's commit
         env["commit"], env["dirty"] = code_state()
     return env
 
