@@ -81,6 +81,15 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
+def peak_label(device: torch.device, peak: float) -> str:
+    """What MFU is a percentage of on ``device``, for the summary. On a CPU the peak is one fp32 matmul measured
+    here, not a datasheet's, and oneDNN's convolutions can run past it (vision/resnet measured 101%): a conv net's
+    CPU MFU is its model FLOP/s relative to that matmul. ``peak``: ``peak_flops(device)``."""
+    if device.type == "cuda":
+        return f"{peak / 1e12:.1f} TFLOP/s, dense bf16 from the {torch.cuda.get_device_name(device)} datasheet"
+    return f"{peak / 1e9:.0f} GFLOP/s, an fp32 2048x2048 matmul measured on this CPU (convolutions can exceed it)"
+
+
 @contextlib.contextmanager
 def counting_flops():
     """Context manager counting FLOPs of the ops run inside it (forward and backward); yields the counter."""

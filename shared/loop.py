@@ -28,7 +28,7 @@ from torch import nn
 from recipe_zoo.core import checkpoint as ckpt
 from recipe_zoo.core import distributed
 from recipe_zoo.core.api import Count, Fraction, NonNegative, Range, Run, Unit
-from recipe_zoo.core.flops import counting_flops, peak_flops
+from recipe_zoo.core.flops import counting_flops, peak_flops, peak_label
 from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
                               resolve_precision)
 
@@ -389,6 +389,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     flops_per_step = max(state.flops_per_step, 0.0)
     mfu = (100 * flops_per_step * timing.steps / timing.seconds / peak if peak and timing.seconds > 0
            else float("nan"))
+    if peak:
+        run.report("mfu_of", peak_label(device, peak))
     return FitResult(steps=state.step, epochs=state.step / steps_per_epoch, train_seconds=state.train_seconds,
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
                      peak_mem_mb=peak_memory_mb(device), final_train_loss=state.last_loss,

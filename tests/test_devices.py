@@ -75,6 +75,52 @@ def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, c
     assert "depth 2," in out and "depth set by you" in out and "measured" in out
 
 
+def plan_lines(capsys) -> dict:
+    return {line.split(":")[0].strip(): line.split(":", 1)[1].strip()
+            for line in capsys.readouterr().out.splitlines()[1:] if ":" in line}
+
+
+def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys):
+    """The hook's width is choose_width's on the same profile (the rule a run calls); an H200 buys a wider net
+    than this CPU in the same 60 s."""
+    import torch
+
+    from recipe_zoo.core.budget import parse_budget
+    from recipe_zoo.recipes.diffusion import ddpm, models
+
+    widths = {}
+    for device in (["--device", "cpu"], ["--gpu", "H200"]):
+        assert main(["plan", "--recipe", "diffusion/flow", "data=digits", "--budget", "60s", *device]) == 0
+        lines = plan_lines(capsys)
+        widths[device[-1]] = int(lines["shape"].split("(")[1].split(",")[0])
+        assert "images a step" in lines["batch"] and "training images" in lines["data"]
+        assert float(lines["steps"].split()[0].replace(",", "")) >= ddpm.DiffusionConfig().min_steps
+    cfg = ddpm.DiffusionConfig(data="digits", method="flow")
+    assert widths["cpu"] == models.choose_width(cfg, parse_budget("60s"), 1, 8, 10, torch.device("cpu"),
+                                                lambda *a: None)
+    assert widths["H200"] > widths["cpu"]
+
+
+def test_zoo_plan_prints_the_medical_plan_fold_0_would_make(capsys):
+    assert main(["plan", "--recipe", "medical/unet", "--budget", "60s", "--device", "cpu"]) == 0
+    cpu = plan_lines(capsys)
+    assert main(["plan", "--recipe", "medical/unet", "--budget", "60s", "--gpu", "H200"]) == 0
+    gpu = plan_lines(capsys)
+    assert "from width 16" in cpu["shape"] and "from width 32" in gpu["shape"]  # nnU-Net-style width per device
+    assert "patches a step" in cpu["batch"] and "fold 0 trains on" in cpu["data"]
+    assert main(["plan", "--recipe", "medical/swinunetr", "width=24", "--budget", "30s", "--device", "cpu"]) == 0
+    assert "set by you: width" in plan_lines(capsys)["why"]
+
+
+def test_the_summary_says_what_mfu_is_a_share_of():
+    import torch
+
+    from recipe_zoo.core.flops import peak_label
+
+    label = peak_label(torch.device("cpu"), 1.8e11)
+    assert label.startswith("180 GFLOP/s") and "matmul measured on this CPU" in label
+
+
 @pytest.mark.parametrize("args, needle", [
     (["plan", "--recipe", "tabular/xgb", "--budget", "30s"], "no sizing rule"),
     (["plan", "--recipe", "llm/gpt", "--budget", "30s", "--device", "tpu"], "--device tpu"),

@@ -37,7 +37,7 @@ from recipe_zoo.core.api import (Auto, Count, Fraction, NonNegative, NonNegative
                                  recipe)
 from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, to_model_range, to_uint8
 from recipe_zoo.recipes.diffusion.models import (InceptionFeatures, build_unet, choose_width, feature_net, fid,
-                                                 fids_on_test, load_unet, unet_config)
+                                                 fids_on_test, load_unet, size_hook, unet_config)
 from recipe_zoo.recipes.diffusion.sampling import (network_evaluations, noise_scheduler, predict_labels,
                                                    resolve_sampler, sample, save_grid, save_pretrained, write_images)
 
@@ -182,21 +182,21 @@ def export_pretrained(cfg: DiffusionConfig, run, out: Path) -> list[Path]:
 
 @recipe("diffusion/ddpm", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
-        exports={"pretrained": export_pretrained},
+        exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
         summary="DDPM: cosine schedule, v target (or eps), diffusers U-Net sized for the budget, EMA, DDIM sampling")
 @recipe("diffusion/flow", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
-        exports={"pretrained": export_pretrained},
+        exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
         summary="flow matching: straight noise-to-data paths, velocity target, EMA, Heun (or Euler) sampling",
         defaults={"method": "flow"})
 @recipe("diffusion/ddpm-cfg", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
-        exports={"pretrained": export_pretrained},
+        exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
         summary="class-conditional DDPM: 10% label dropout, classifier-free guidance 1.5 at sampling",
         defaults={"conditional": True})
 @recipe("diffusion/flow-cfg", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
-        exports={"pretrained": export_pretrained},
+        exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
         summary="class-conditional flow matching: 10% label dropout, classifier-free guidance 1.5",
         defaults={"method": "flow", "conditional": True})
 def train(cfg: DiffusionConfig, run) -> dict[str, float]:

@@ -50,6 +50,7 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
     FLOPs per step on the device's profile (``core.devices``, ``conv`` work: 40% of the measured, cached peak
     and no latency on a CPU; on a GPU a per-step latency too): the same answer on every run of a machine, where
     timing a few steps would flip between widths near the threshold. Step and epoch budgets: width 32.
+    ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``).
 
     On mnist at 5 min, width 16 (~900 steps) reached fid_zoo 11.3 where width 8 (~2,000 steps)
     reached 21.5-23.4: the wider net with fewer steps wins, so ``min_steps`` is a floor, not a goal. (Measured
@@ -59,25 +60,55 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
         return cfg.width
     if budget.kind != "seconds":
         return 32
-    profile = devices.for_device(device)
+    profile = device if isinstance(device, devices.DeviceProfile) else devices.for_device(device)
     if profile.peak_source == "assumed":  # an accelerator missing from the peak table
         log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
         return 32
-    rate = profile.rate("conv")
-    x, t = torch.zeros(2, channels, size, size), torch.zeros(2, dtype=torch.long)
-    labels = torch.zeros(2, dtype=torch.long) if cfg.conditional else None
     for width in WIDTHS:
-        model = build_unet(cfg, width, channels, size, num_classes)
-        with counting_flops() as counter:  # on 2 images, scaled to the batch
-            model(x, t, class_labels=labels).sample.sum().backward()
-        step_flops = counter.get_total_flops() / 2 * cfg.batch_size * cfg.accum_steps
-        steps = budget.amount * rate / (step_flops + profile.latency("conv") * rate)
-        if steps >= cfg.min_steps or width == WIDTHS[-1]:
-            log(f"width {width}: {step_flops / 1e9:.1f} GFLOP per step, ~{steps:.0f} steps predicted in "
-                f"{budget.amount:.0f}s at {rate / 1e9:.0f} GFLOP/s on {profile.name} (the widest with "
+        row = width_row(cfg, width, channels, size, num_classes, budget.amount, profile)
+        if row["steps"] >= cfg.min_steps or width == WIDTHS[-1]:
+            log(f"width {width}: {row['step_flops'] / 1e9:.1f} GFLOP per step, ~{row['steps']:.0f} steps predicted "
+                f"in {budget.amount:.0f}s at {row['rate'] / 1e9:.0f} GFLOP/s on {profile.name} (the widest with "
                 f"min_steps={cfg.min_steps})")
             return width
     raise AssertionError("unreachable")
+
+
+def width_row(cfg, width: int, channels: int, size: int, num_classes: int, seconds: float, profile) -> dict:
+    """What a U-Net of ``width`` costs on ``profile``: its parameters, counted FLOPs per optimizer step (on 2
+    images, scaled to the batch) and the steps ``seconds`` buy."""
+    model = build_unet(cfg, width, channels, size, num_classes)
+    x, t = torch.zeros(2, channels, size, size), torch.zeros(2, dtype=torch.long)
+    labels = torch.zeros(2, dtype=torch.long) if cfg.conditional else None
+    with counting_flops() as counter:
+        model(x, t, class_labels=labels).sample.sum().backward()
+    step_flops = counter.get_total_flops() / 2 * cfg.batch_size * cfg.accum_steps
+    rate = profile.rate("conv")
+    return {"width": width, "params": sum(p.numel() for p in model.parameters()), "step_flops": step_flops,
+            "rate": rate, "steps": seconds * rate / (step_flops + profile.latency("conv") * rate)}
+
+
+def size_hook(cfg, run, profile) -> dict:
+    """``zoo plan --recipe diffusion/flow --budget B --gpu NAME``: the width a run would choose there, on the data
+    as a run reads it."""
+    from recipe_zoo.recipes.diffusion.data import load_data
+
+    data = load_data(cfg, run)
+    channels, size, num_classes = data.train_x.shape[1], data.train_x.shape[-1], len(data.classes)
+    width = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)
+    seconds = run.budget.amount if run.budget.kind == "seconds" else 0.0
+    row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
+    reason = ("width set by you" if cfg.width else f"the widest with {cfg.min_steps} steps" if seconds
+              else "a step or epoch budget: width 32")
+    samples = row["steps"] * cfg.batch_size * cfg.accum_steps
+    out = {"work": "conv", "shape": f"U-Net widths {tuple(width * min(2 ** i, 4) for i in range(cfg.levels))}, "
+                                    f"{channels}x{size}x{size} images",
+           "batch": f"{cfg.batch_size * cfg.accum_steps} images a step", "params": row["params"],
+           "data": f"{len(data.train_x):,} training images", "reason": reason}
+    if seconds:
+        out |= {"steps": row["steps"], "rate": f"{samples / seconds:,.0f} images/s",
+                "data": f"{len(data.train_x):,} training images ({samples / len(data.train_x):.1f} epochs)"}
+    return out
 
 
 # =============================================================================================

@@ -12,7 +12,8 @@ import torch
 
 from recipe_zoo.core import devices
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.medical.data import RawCase, SegData, parse_floats, parse_ints
+from recipe_zoo.core.budget import Budget
+from recipe_zoo.recipes.medical.data import RawCase, SegData, load_data, parse_floats, parse_ints, split_cases
 from recipe_zoo.recipes.medical.models import build_model, swin_features
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _round_up(shape, multiple: int) -> list[int]:
     return [max(multiple, int(math.ceil(s / multiple)) * multiple) for s in shape]
 
 
-def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measure) -> dict:
+def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
     """The configuration, from the fingerprint; every value the user set wins (listed in ``set_by_user``).
 
     - dims: 2 for images, and for volumes whose coarsest spacing is over 3x the finest (slices then
@@ -71,7 +72,9 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
       ``compute_efficiency`` replaces the share); when even batch 2 cannot, the patch's longest side is halved.
 
     ``measure(dims, levels, width) -> (forward FLOPs, activation bytes) per input voxel`` of the network.
+    ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``).
     """
+    profile = device if isinstance(device, devices.DeviceProfile) else devices.for_device(device)
     user: list[str] = []
 
     def pick(key, value, planned):
@@ -95,7 +98,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
     shape = [s * a / b for s, a, b in zip(fp["median_shape"], fp["median_spacing"], spacing)]
     if slice_axis is not None:
         shape.pop(slice_axis)
-    width = pick("width", cfg.width, 32 if device.type == "cuda" else 16)
+    width = pick("width", cfg.width, 32 if profile.kind == "cuda" else 16)
     fixed_patch = parse_ints(cfg.patch, "patch")
     if fixed_patch is not None:
         user.append("patch")
@@ -104,8 +107,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device: torch.device, budget, measur
     if cfg.batch_size:
         user.append("batch_size")
     patch = list(fixed_patch or [min(s, 1024 if dims == 2 else 160) for s in shape])
-    profile = devices.for_device(device)
-    memory = (0.4 if device.type == "cuda" else 0.25) * profile.memory
+    memory = (0.4 if profile.kind == "cuda" else 0.25) * profile.memory
     rate = (cfg.compute_efficiency or profile.share("conv")) * profile.peak
     latency = profile.latency("conv")
     seconds = budget.amount if budget.kind == "seconds" else None
@@ -178,3 +180,27 @@ def network_cost(cfg: MedicalConfig, in_channels: int, classes: int):
         return cache[key]
 
     return measure
+
+
+def size_hook(cfg: MedicalConfig, run, profile) -> dict:
+    """``zoo plan --recipe medical/unet --budget B --gpu NAME``: fold 0's plan there, from its training cases as a
+    run reads them (the budget is shared evenly by the folds, as in a run)."""
+    data = load_data(cfg, run)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    budget = Budget(run.budget.kind, run.budget.amount / len(folds))
+    fp = fingerprint(data, folds[0].train)
+    in_channels = data.cases[0].image.shape[0]
+    plan = make_plan(fp, cfg, profile, budget, network_cost(cfg, in_channels, len(data.classes)))
+    model = build_model(cfg.model, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"], cfg)
+    steps = plan["expected_steps"]
+    out = {"work": "conv", "shape": f"{plan['network']}, {plan['dims']}-D patch {'x'.join(map(str, plan['patch']))}",
+           "batch": f"{plan['batch_size']} patches a step ({plan['gflop_per_step']} GFLOP)",
+           "params": sum(p.numel() for p in model.parameters()),
+           "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
+                   f"{len(folds[0].train)}",
+           "reason": "nnU-Net's rules on the data's fingerprint; batch and patch cut to keep "
+                     f"{cfg.min_steps} steps" + (f"; set by you: {', '.join(plan['set_by_user'])}"
+                                                 if plan["set_by_user"] else "")}
+    if steps:
+        out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
+    return out

@@ -35,7 +35,7 @@ from recipe_zoo.recipes.medical.data import (Fold, PatchBatches, SegData, augmen
                                              parse_ints, preprocess, slices, split_cases)
 from recipe_zoo.recipes.medical.inference import evaluate, mean_dice, score_cases, summarize
 from recipe_zoo.recipes.medical.models import build_loss, build_model, class_weights
-from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_plan, network_cost
+from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_plan, network_cost, size_hook
 
 # =============================================================================================
 # Config: every 0 / '' / 'auto' is filled in by the plan (printed, saved as plan.json)
@@ -210,11 +210,11 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
 
 @recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU",
-        predict=segment, predict_options=MedicalPredictOptions)
+        predict=segment, predict_options=MedicalPredictOptions, hooks={"size": size_hook})
 @recipe("medical/swinunetr", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="the same pipeline on MONAI SwinUNETR (3-D volumes, or 2-D), AdamW 1e-3",
         defaults={"model": "swinunetr", "lr": 1e-3, "weight_decay": 1e-2}, predict=segment,
-        predict_options=MedicalPredictOptions)
+        predict_options=MedicalPredictOptions, hooks={"size": size_hook})
 def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
