@@ -54,8 +54,9 @@ class OutOfMemory(RuntimeError):
     """A training step ran out of device (or host) memory; carries what the fixes need to name."""
 
     def __init__(self, step: int, micro_batch: int, accum_steps: int, device: torch.device, precision: str,
-                 can_checkpoint: bool, detail: str):
+                 can_checkpoint: bool, detail: str, recoverable: bool = False):
         self.step, self.micro_batch, self.accum_steps = step, micro_batch, accum_steps
+        self.recoverable = recoverable  # an accelerator allocator's clean error (torch.OutOfMemoryError)
         self.device, self.precision, self.can_checkpoint = device, precision, can_checkpoint
         self.detail = detail.strip().splitlines()[-1][:200] if detail.strip() else "out of memory"
         super().__init__(f"out of memory at step {step} with a micro-batch of {micro_batch} "
@@ -438,7 +439,7 @@ def _timed_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings
         if not is_out_of_memory(exc):
             raise
         raise OutOfMemory(state.step, batches.batch_size, s.accum_steps, device, precision, hasattr(model, "blocks"),
-                          str(exc)) from None
+                          str(exc), recoverable=isinstance(exc, torch.OutOfMemoryError)) from None
     if counting:
         state.flops_per_step = float(counter.get_total_flops())
     if slow is not None and (state.step + 1) % 5 == 0:

@@ -2,6 +2,7 @@
 many runs at once. Each must end with a clear answer and nothing lost or corrupted."""
 import csv
 import errno
+import json
 import multiprocessing
 import os
 import resource
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, roundtrip, small_run_args, summary_block, zoo
+from conftest import ROOT, roundtrip, small_run_args, summary_block, without_timing, zoo
 from test_board import row
 from recipe_zoo import board, results
 
@@ -250,6 +251,68 @@ def test_out_of_memory_in_the_first_step_names_the_batch_and_the_fixes(tmp_path)
     assert "Try, in order: 1) micro_batch=256 (accumulation doubles to keep batch_tokens); " \
            "2) activation_checkpointing=true" in line and line.endswith("a smaller model or shorter inputs")
     assert [r["status"] for r in results.all_rows(tmp_path / "runs" / "index.sqlite")] == ["crash"]
+
+
+OOMY_RECIPE = '''
+from dataclasses import dataclass
+import torch
+from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.api import recipe
+
+
+@dataclass
+class Config(LoopSettings):
+    batch_size: int = 16  # micro-batch
+    fits: int = 4  # the largest micro-batch the "accelerator" holds
+
+
+@recipe("mine/oomy", config=Config, benchmark="synthetic", metric="loss", higher_is_better=False, budget="4steps")
+def train(cfg, run):
+    x = torch.randn(64, 4)
+    y = x.sum(1, keepdim=True)
+    model = torch.nn.Linear(4, 1)
+
+    def loss_fn(m, b):
+        if len(b[0]) > cfg.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return torch.nn.functional.mse_loss(m(b[0]), b[1])
+
+    res = fit(model, torch.optim.SGD(model.parameters(), lr=0.05), TensorBatches((x, y), cfg.batch_size, seed=0),
+              loss_fn, run, device=torch.device("cpu"), settings=LoopSettings.of(cfg), update_hparams=lambda *a: 1.0,
+              evaluate=lambda m: {"loss": torch.nn.functional.mse_loss(m(x), y).item()})
+    torch.save(model.state_dict(), run.dir / "weights.pt")
+    return {**res.stats(), **res.metrics}
+'''
+
+
+def test_an_accelerator_out_of_memory_in_the_first_step_halves_the_micro_batch(tmp_path, capfd):
+    """An accelerator's out-of-memory error (torch.OutOfMemoryError) in step 0: the run starts again with half the
+    micro-batch and twice the accumulation until it fits, says so, records the config that trained, and trains as
+    a run started with that config does (reseeded, bit for bit). In-process: the runs cost no imports."""
+    from recipe_zoo.cli import main
+
+    recipe_file = tmp_path / "oomy.py"
+    recipe_file.write_text(OOMY_RECIPE)
+    assert main(["run", str(recipe_file), "--out", str(tmp_path / "a")]) == 0
+    out = capfd.readouterr().out
+    assert "micro-batch of 16: starting again with batch_size=8 accum_steps=2" in out
+    assert "micro-batch of 8: starting again with batch_size=4 accum_steps=4" in out
+    (run_a,) = (tmp_path / "a" / "mine" / "oomy").iterdir()
+    config = json.loads((run_a / "config.json").read_text())["config"]
+    assert (config["batch_size"], config["accum_steps"]) == (4, 4)
+    assert main(["run", str(recipe_file), "batch_size=4", "accum_steps=4", "--out", str(tmp_path / "b")]) == 0
+    (run_b,) = (tmp_path / "b" / "mine" / "oomy").iterdir()
+    assert all(torch.equal(u, v) for u, v in zip(torch.load(run_a / "weights.pt").values(),
+                                                  torch.load(run_b / "weights.pt").values()))
+    rows = [without_timing(list(csv.DictReader(open(run / "metrics.csv")))) for run in (run_a, run_b)]
+    assert rows[0] == rows[1] and len(rows[0]) > 0
+    capfd.readouterr()
+    assert main(["run", str(recipe_file), "fits=0", "--out", str(tmp_path / "c")]) == 1  # nothing fits: the fixes
+    out, err = capfd.readouterr()
+    assert "starting again with batch_size=1 accum_steps=16" in out
+    (line,) = err.strip().splitlines()
+    assert line.startswith("zoo: error: out of memory at step 0 with a micro-batch of 1 (x16 accumulation)")
 
 
 @pytest.mark.slow

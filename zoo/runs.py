@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo.core.budget import Budget, parse_budget
-from recipe_zoo import extras, results
+from recipe_zoo import extras, memory, results
 from recipe_zoo.core.errors import ResourceError, ZooError
 from recipe_zoo.core.api import RecipeSpec
 
@@ -437,7 +437,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     seed_everything(seed)  # the same on every rank: the model is initialised alike
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
     try:
-        metrics = spec.train(cfg, run)
+        metrics, cfg = memory.train_backing_off(spec, cfg, run, reseed=lambda: seed_everything(seed))
         status, code = "ok", EXIT_OK
         if not math.isfinite(metrics.get(run.metric, float("nan"))):
             raise RuntimeError(f"recipe returned no finite {run.metric!r}")
@@ -445,7 +445,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
         run.log(f"error: {exc}")
         status, code, input_error = "crash", exc.exit_code, exc
     except OutOfMemory as exc:
-        input_error = ResourceError(oom_advice(exc, cfg))
+        input_error = ResourceError(memory.oom_advice(exc, cfg))
         run.log(f"error: {input_error}")
         status, code = "crash", input_error.exit_code
     except Diverged as exc:
@@ -517,27 +517,6 @@ def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
     fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
     kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
     return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"
-
-
-def oom_advice(exc, cfg) -> str:
-    """The out-of-memory message with the fixes in the order they cost least: the same global batch in smaller
-    micro-batches, activation checkpointing, bf16 on a GPU, then a smaller model or shorter inputs."""
-    names = {f.name for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(cfg) else set()
-    b, a = exc.micro_batch, exc.accum_steps
-    fixes = []
-    if b > 1:
-        if {"micro_batch", "batch_tokens"} <= names:
-            fixes.append(f"micro_batch={b // 2} (accumulation doubles to keep batch_tokens)")
-        elif {"batch_size", "accum_steps"} <= names:
-            fixes.append(f"batch_size={b // 2} accum_steps={2 * a} (the same global batch)")
-        else:
-            fixes.append(f"a micro-batch of {b // 2} with {2 * a} accumulation steps (the same global batch)")
-    if exc.can_checkpoint and "activation_checkpointing" in names:
-        fixes.append("activation_checkpointing=true (recompute each block in backward)")
-    if exc.device.type == "cuda" and exc.precision == "fp32" and "precision" in names:
-        fixes.append("precision=bf16")
-    fixes.append("a smaller model or shorter inputs")
-    return f"{exc}. Try, in order: " + "; ".join(f"{i}) {fix}" for i, fix in enumerate(fixes, 1))
 
 
 def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:

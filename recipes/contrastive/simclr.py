@@ -48,6 +48,7 @@ Jitter = Annotated[float, Range(0, 2)]  # at most 2: the hue jitter, a quarter o
 class ContrastiveConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("eval_data", "val_fraction", "test_fraction", "knn_k", "knn_temperature",
                                              "probe_c")
+    BATCH_IN_LOSS: ClassVar[bool] = True  # the micro-batch is the negatives: out of memory never halves it
 
     method: Literal["simclr", "byol"] = "simclr"  # simclr (negatives, NT-Xent) | byol (EMA target + predictor)
     data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (of class folders, or unlabelled with eval_data)
