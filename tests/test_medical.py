@@ -33,6 +33,20 @@ def plan(fp, budget="5m", measure=lambda dims, levels, width: (2e4, 500.0), **cf
     return planner.make_plan(fp, unet.MedicalConfig(**cfg), torch.device("cpu"), parse_budget(budget), measure)
 
 
+def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
+    """6 s a fold on an H200 (30 ms a step) buys at most 200 steps at any patch: the plan keeps ISBI's 512 px
+    slices and the deep net rather than shrinking the patch towards 16 px for steps it cannot get; a CPU, with no
+    latency, still shrinks the patch for min_steps."""
+    from recipe_zoo.core import devices
+
+    fp = fingerprint()
+    h200 = planner.make_plan(fp, unet.MedicalConfig(), devices.gpu("H200", memory=1e11), parse_budget("6s"),
+                             lambda dims, levels, width: (2e4, 500.0))
+    assert h200["patch"] == [512, 512] and h200["levels"] == 6 and h200["expected_steps"] >= 100
+    cpu = plan(fp, budget="6s")
+    assert max(cpu["patch"]) < 512 and cpu["expected_steps"] >= 600 or max(cpu["patch"]) <= 16
+
+
 def test_plan_follows_the_data():
     p = plan(fingerprint(), budget="100steps")
     assert p["dims"] == 2 and p["patch"] == [512, 512] and p["normalize"] == "zscore" and p["set_by_user"] == []

@@ -70,6 +70,8 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
       training voxels per step (nnU-Net), and, with a time budget, no more than leaves ``min_steps``
       steps at the rate and per-step latency of the device's profile (``core.devices``: its ``conv`` work;
       ``compute_efficiency`` replaces the share); when even batch 2 cannot, the patch's longest side is halved.
+      Where a step's latency alone would put ``min_steps`` out of reach, the floor is the steps whose time is at
+      least half compute (a smaller patch would not buy more steps).
 
     ``measure(dims, levels, width) -> (forward FLOPs, activation bytes) per input voxel`` of the network.
     ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``).
@@ -111,6 +113,9 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
     rate = (cfg.compute_efficiency or profile.share("conv")) * profile.peak
     latency = profile.latency("conv")
     seconds = budget.amount if budget.kind == "seconds" else None
+    # A step's latency alone can put min_steps out of reach (6 s a fold at 30 ms a step buys 200): a smaller patch
+    # cannot help then, so the floor becomes the steps whose time is at least half compute.
+    min_steps = max(1, min(cfg.min_steps, int(seconds / (2 * latency)))) if seconds and latency else cfg.min_steps
     while True:
         levels = network_levels(patch, cfg.levels)
         multiple = 32 if cfg.model == "swinunetr" else 2 ** (levels - 1)
@@ -124,10 +129,10 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
         sample_flops = 3 * flops * voxels  # forward + backward
         caps = [int(memory // (activation_bytes * voxels)), int(0.05 * fp["total_voxels"] / voxels), 64]
         if seconds:
-            caps.append(int((seconds - cfg.min_steps * latency) * rate / (cfg.min_steps * sample_flops)))
+            caps.append(int((seconds - min_steps * latency) * rate / (min_steps * sample_flops)))
         batch = cfg.batch_size or max(2, min(caps))
         steps = int(seconds * rate / (batch * sample_flops + latency * rate)) if seconds else None
-        short = (steps is not None and steps < cfg.min_steps) or caps[0] < batch
+        short = (steps is not None and steps < min_steps) or caps[0] < batch
         if fixed_patch or not short or max(patch) <= max(16, smallest):
             break
         axis = int(np.argmax(patch))  # halve the longest side and look again
