@@ -42,7 +42,8 @@ GPT2_SMALL = ("depth=12", "aspect=64", "head_dim=64", "seq_len=1024", "batch_tok
 # on one H200 (each entry's wall time is printed, to re-size the budgets from).
 SUITES: dict[str, tuple[Entry, ...]] = {"gpu": (
     Entry("llm/gpt", "20s", small=SMALL_TEXT, why="the depth the device profile chooses for 20 s"),
-    Entry("llm/gpt", "30s", GPT2_SMALL, ("depth=1", *SMALL_TEXT), why="GPT-2-small shape (768 wide, 12 blocks, 1024 context): MFU"),
+    Entry("llm/gpt", "30s", GPT2_SMALL, ("depth=1", *SMALL_TEXT),
+          why="GPT-2-small shape (768 wide, 12 blocks, 1024 context): MFU"),
     Entry("vision/resnet", "15s", small=SMALL_IMAGES + ("tta=0",)),
     Entry("contrastive/simclr", "15s", small=SMALL_IMAGES + ("proj_hidden=32",)),
     Entry("contrastive/byol", "10s", small=SMALL_IMAGES + ("proj_hidden=32",)),
@@ -129,9 +130,9 @@ def run_suite(name: str, *, scale: float, out_root: Path, allow_dirty: bool, dev
         bench.check_provenance(allow_dirty)
     lines, written, start = [], [], time.perf_counter()
     for entry, spec, budget, settings in plan:
-        began, failure = time.perf_counter(), "see its run log"
+        began, failure, parsed = time.perf_counter(), "see its run log", runs.parse_budget_arg(budget)
         try:
-            outcomes = bench.run_seeds(spec, seeds=1, budget=runs.parse_budget_arg(budget), overrides=settings,
+            outcomes = bench.run_seeds(spec, seeds=1, budget=parsed, overrides=settings,
                                        out_root=out_root, device=device)
         except ZooError as exc:  # bad input in one entry (its data missing, say): the others still run
             outcomes, failure = None, str(exc)
@@ -142,8 +143,7 @@ def run_suite(name: str, *, scale: float, out_root: Path, allow_dirty: bool, dev
         lines.append(line)
         if outcomes and not checking:
             command = " ".join(["zoo bench", entry.recipe, "--seeds 1", f"--budget {budget}", *settings])
-            written.append(bench.make_row(entry.recipe, outcomes, budget=runs.parse_budget_arg(budget),
-                                          overrides=settings, command=command))
+            written.append(bench.make_row(entry.recipe, outcomes, budget=parsed, overrides=settings, command=command))
     total = time.perf_counter() - start
     if written:
         board.append_rows(written)
