@@ -281,3 +281,32 @@ def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metri
         "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
     return (f"{better + 1} of {len(table) + 1} on {benchmark} @ {budget}, {hardware} "
             f"(best {value_text(best)}, {label(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
+
+
+def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
+    """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
+    bench = summary["benchmark"]
+    rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
+    return rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
+                           metric=summary["metric"], higher=higher, rows=rows)
+
+
+def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:
+    """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config)."""
+    from recipe_zoo import results
+
+    pooled: dict[tuple, list[dict]] = {}
+    for r in results.all_rows(index):
+        if r["benchmark"] == benchmark and r["status"] == "ok" and r["run_id"] != exclude and r["metric"] is not None:
+            pooled.setdefault((r["description"], r["budget"], r["hardware"], r["metric_name"]), []).append(r)
+    rows = []
+    for (description, budget, hardware, metric), runs in pooled.items():
+        mean, std = mean_std([r["metric"] for r in runs])
+        rows.append({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
+                     "hardware": hardware,
+                     "recipe": description, "mean": mean, "std": std, "n": len(runs),
+                     "higher_is_better": bool(runs[0]["higher_is_better"]),
+                     "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),
+                     "params_M": runs[0]["params_M"], "commit": runs[-1]["commit_id"],
+                     "date": (runs[-1]["finished"] or "")[:10], "command": f"zoo run {description}"})
+    return rows

@@ -295,82 +295,7 @@ def cmd_sweep(args) -> int:
 def cmd_plan(args) -> int:
     from recipe_zoo import plan
 
-    sizing = args.params or args.recipe
-    if not sizing and not args.data and not args.kind:
-        raise ZooError("zoo plan needs --data PATH, --kind KIND --rows N, --params N or --recipe NAME [--budget B]")
-    if args.overrides and not args.recipe:
-        raise ZooError(f"key=value pairs ({' '.join(args.overrides)}) go with --recipe")
-    if args.budget and not args.recipe:
-        raise ZooError("--budget goes with --recipe NAME: what the recipe would choose for that budget")
-    if args.device and not args.budget:
-        raise ZooError("--device goes with --recipe NAME --budget B")
-    if args.data or args.kind:
-        if args.data:
-            kind, rows, counted = plan.detect(args.data)
-            print(f"{args.data}: {kind}, {rows:,} {counted}")
-        else:
-            if args.rows is None:
-                raise ZooError("--kind needs --rows N (the number of samples)")
-            kind, rows = args.kind, args.rows
-        advice = plan.recommend(kind, rows, str(args.data) if args.data else "PATH")
-        print(f"architecture table ({kind}, {rows:,} {'tokens' if kind == 'corpus' else 'samples'}): {advice.table}")
-        if advice.recipe:
-            pairs, note = plan.data_arguments(kind, args.data) if args.data else ("", "")
-            command = f"{advice.recipe} {advice.config} {pairs}".rstrip()
-            print(f"start with:  zoo run {command}")
-            if note:
-                print(f"             {note}")
-            if advice.then:
-                print(f"then:        zoo sweep {command} {advice.then}")
-            else:
-                from recipe_zoo import registry
-                from recipe_zoo.doctor import lr_fields
-
-                lr = next(iter(lr_fields(registry.get(advice.recipe).config).values()), ("lr",))[0]
-                print(f"then:        zoo doctor {command}; zoo sweep {command} {lr}=A,B,C around the LR it suggests")
-        print(f"why:         {advice.reason}")
-        if advice.also:
-            print(f"compare:     {advice.also}")
-        if sizing:
-            print()
-    if args.recipe and args.budget:
-        return plan_recipe(args)
-    if sizing:
-        if args.mfu is not None and not 0 < args.mfu <= 1:
-            raise ZooError(f"--mfu {args.mfu}: give a fraction in (0, 1]")
-        if args.gpus < 1:
-            raise ZooError(f"--gpus {args.gpus}: give 1 or more")
-        shape = cfg = None
-        if args.recipe:
-            cfg, shape, params = plan.recipe_shape(args.recipe, args.overrides)
-            print(f"{args.recipe} depth {shape.depth}: width {shape.width}, {shape.heads} heads, vocab {shape.vocab}, "
-                  f"context {shape.seq_len}")
-        else:
-            params = plan.parse_count(args.params)
-        tokens = plan.parse_count(args.tokens) if args.tokens else None
-        plan.print_compute(params, tokens=tokens, gpus=args.gpu or list(plan.DEFAULT_GPUS), gpu_count=args.gpus,
-                           mfu=args.mfu, shape=shape, cfg=cfg)
-    return 0
-
-
-def plan_recipe(args) -> int:
-    """``zoo plan --recipe NAME --budget B [--gpu NAME [--gpus N] | --device cpu]``."""
-    from recipe_zoo import plan, registry
-    from recipe_zoo.core import devices
-    from recipe_zoo.runs import parse_budget_arg
-
-    if len(args.gpu) > 1 or (args.gpu and args.device):
-        raise ZooError("--recipe with --budget sizes for one device: give one --gpu NAME or --device cpu")
-    if args.gpus < 1:
-        raise ZooError(f"--gpus {args.gpus}: give 1 or more")
-    if args.device and args.device.lower() != "cpu":
-        raise ZooError(f"--device {args.device}: cpu (this machine); for a GPU give --gpu NAME")
-    name = args.gpu[0] if args.gpu else "cpu"
-    profile = devices.named(name, args.gpus)
-    if profile is None:
-        raise ZooError(f"--gpu {name}: unknown; known: {', '.join(plan._gpu_names())} (or --device cpu)")
-    plan.print_sizing(registry.get(args.recipe), args.overrides, parse_budget_arg(args.budget), profile)
-    return 0
+    return plan.command(args)
 
 
 def cmd_runs(args) -> int:
@@ -450,7 +375,7 @@ def cmd_board(args) -> int:
         if not args.data.exists():
             raise ZooError(f"{args.data}: file or folder not found")
         key = own_data_key(args.data)
-        rows = runs.local_board_rows(runs.index_path(args.out or runs.default_out()), key)
+        rows = board.local_board_rows(runs.index_path(args.out or runs.default_out()), key)
         print(f"runs on {args.data} ({key}):\n")
         print(board.render(rows, []).split("\n", 4)[-1] if rows else "no finished runs on this data yet")
         return 0
@@ -468,7 +393,7 @@ def cmd_board(args) -> int:
 def cmd_compare(args) -> int:
     import json
 
-    from recipe_zoo import runs
+    from recipe_zoo import board, runs
 
     entries = []
     for run_dir in args.run_dirs:
@@ -486,7 +411,7 @@ def cmd_compare(args) -> int:
             continue
         index = runs.index_path(runs.runs_root(run_dir, summary["recipe"]))
         print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
-              f"{runs.standing(summary, hardware, higher, index, run_dir.name)}")
+              f"{board.standing(summary, hardware, higher, index, run_dir.name)}")
     groups: dict[tuple, list] = {}
     for run_dir, summary, hardware, higher in entries:
         if summary["status"] == "ok":

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo.core.budget import Budget, parse_budget
-from recipe_zoo import extras, memory, results
+from recipe_zoo import board, extras, memory, results
 from recipe_zoo.core.errors import ResourceError, ZooError
 from recipe_zoo.core.api import RecipeSpec
 
@@ -38,7 +38,6 @@ def code_state() -> tuple[str, bool]:
     """(commit, dirty) of the code that runs: the checkout's git state, or an installed package's version. A copy
     of a checkout without its git folder (as sent to a lent GPU machine) names the commit it was copied from in
     ``ZOO_COMMIT``; its rows record it as ``COMMIT-copy``."""
-    from recipe_zoo import board
     from recipe_zoo.core.envinfo import git_state
 
     if board.in_checkout():
@@ -55,7 +54,6 @@ def code_state() -> tuple[str, bool]:
 
 
 def fingerprint() -> dict:
-    from recipe_zoo import board
     from recipe_zoo.core import envinfo
 
     env = envinfo.fingerprint(CODE_DIR, ignore=RESULT_FILES)  # a checkout's git state
@@ -477,7 +475,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
                      **run.extra}
     summary = _summary(run, metrics, status)
     if status == "ok":
-        summary["rank"] = standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
+        summary["rank"] = board.standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
                                            "inputs": input_files(cfg) if status == "ok" else {}})
     _plot_curves(run)
@@ -517,37 +515,6 @@ def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
     fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
     kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
     return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"
-
-
-def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
-    """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
-    from recipe_zoo import board
-
-    bench = summary["benchmark"]
-    rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else board.load_rows()
-    return board.rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
-                           metric=summary["metric"], higher=higher, rows=rows)
-
-
-def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:
-    """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config)."""
-    from recipe_zoo import board
-
-    pooled: dict[tuple, list[dict]] = {}
-    for r in results.all_rows(index):
-        if r["benchmark"] == benchmark and r["status"] == "ok" and r["run_id"] != exclude and r["metric"] is not None:
-            pooled.setdefault((r["description"], r["budget"], r["hardware"], r["metric_name"]), []).append(r)
-    rows = []
-    for (description, budget, hardware, metric), runs in pooled.items():
-        mean, std = board.mean_std([r["metric"] for r in runs])
-        rows.append({"protocol": board.PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
-                     "hardware": hardware,
-                     "recipe": description, "mean": mean, "std": std, "n": len(runs),
-                     "higher_is_better": bool(runs[0]["higher_is_better"]),
-                     "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),
-                     "params_M": runs[0]["params_M"], "commit": runs[-1]["commit_id"],
-                     "date": (runs[-1]["finished"] or "")[:10], "command": f"zoo run {description}"})
-    return rows
 
 
 def _summary(run: Run, metrics: dict, status: str) -> dict:
