@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
+
+from recipe_zoo.core import distributed
 
 
 def save_atomic(obj, path: str | os.PathLike) -> None:
@@ -117,12 +121,88 @@ def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata
     """Weights only, in safetensors (shared tensors are de-duplicated by safetensors itself)."""
     from safetensors.torch import save_file, save_model
 
-    from recipe_zoo.core.distributed import fsdp_sharded, gathered_state
-
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-    if fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes
-        full = gathered_state(model)
+    if distributed.fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes
+        full = distributed.gathered_state(model)
         if full:
             save_file({k: v.contiguous() for k, v in full.items()}, str(path), metadata=metadata)
         return
     save_model(model, str(path), metadata=metadata)
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy(), *rest))
+    random.setstate(state["python"])
+
+
+def save_training(path, model, optimizer, scaler, ema, slow, batches, state, keep: dict, metrics: dict,
+                  fsdp: bool = False) -> None:
+    """The training loop's checkpoint (``fit``'s: model, optimizer, scaler, averages, data position, loop state
+    and RNG): rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
+    if fsdp:
+        model_state, optim_state = distributed.gathered_state(model, optimizer)
+    else:
+        model_state, optim_state = model.state_dict(), optimizer.state_dict()
+    rng_ranks = distributed.gather_states(rng_state())
+    if distributed.is_main():
+        save_atomic({
+            "model": model_state, "optimizer": optim_state, "scaler": scaler.state_dict(),
+            "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
+            "lookahead": slow.state_dict() if slow is not None else None,
+            "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
+            "keep": {name: obj.state_dict() for name, obj in keep.items()}, "metrics": dict(metrics),
+        }, path)
+    distributed.barrier()  # nobody goes on (or exits) before the file is complete
+
+
+def load_training(path, model, optimizer, scaler, ema, slow, batches, state, keep: dict,
+                  fsdp: bool = False) -> dict[str, float]:
+    """``save_training``'s checkpoint back into the loop's objects. Every rank reads rank 0's checkpoint; each
+    takes back its own RNG state when the world size matches. Returns the last evaluation's metrics (a run killed
+    after its final evaluation has nothing left to run)."""
+    blob = load(path)
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        full = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, blob["model"], options=full)
+        for saved, group in zip(blob["optimizer"]["param_groups"], optimizer.param_groups):
+            for key, value in saved.items():  # keys schedules add later (base_lr, ...) must exist to be loaded
+                if key != "params":
+                    group.setdefault(key, value)
+        set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=full)
+    else:
+        model.load_state_dict(blob["model"])
+        optimizer.load_state_dict(blob["optimizer"])
+    scaler.load_state_dict(blob["scaler"])
+    if ema is not None and blob["ema"] is not None:
+        ema.load_state_dict(blob["ema"])
+    if slow is not None and blob.get("lookahead") is not None:
+        slow.load_state_dict(blob["lookahead"])
+    batches.load_state_dict(blob["batches"])
+    saved = blob.get("keep") or {}
+    for name, obj in keep.items():
+        if name not in saved:
+            raise ValueError(f"{path}: the checkpoint holds no {name!r} state (written by another version)")
+        obj.load_state_dict(saved[name])
+    for k, v in blob["loop"].items():
+        setattr(state, k, v)
+    ranks = blob.get("rng_ranks") or [blob["rng"]]
+    if len(ranks) != distributed.world_size():
+        raise ValueError(f"{path}: written by {len(ranks)} process(es); resume it with --nproc {len(ranks)} "
+                         "(the data position and RNG states are per process)")
+    set_rng_state(ranks[distributed.rank()])
+    return dict(blob.get("metrics") or {})

@@ -78,6 +78,7 @@ class LoopSettings:
     ema_decay: Fraction = 0.0  # EMA of weights used for evaluation (0 = off)
     lookahead: Fraction = 0.0  # every 5 steps pull the weights to their EMA, decay this^5 x progress^3 (0 = off)
     eval_every: Unit = 0.25  # fraction of the budget between evaluations (0 = only at the end)
+    epoch_cap: NonNegative = 0.0  # time budgets: training also ends after this many epochs, schedule too (0 = none)
     checkpoint_every: NonNegative = 120.0  # seconds of wall time between checkpoints
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 10.0  # diverged when loss > this x first, or NaN/inf
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on GPUs with it, else fp16; CPU fp32
@@ -197,23 +198,6 @@ class _StopSignals:
             signal.signal(sig, old)
 
 
-def rng_state() -> dict:
-    np_state = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
-            "python": random.getstate()}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy(), *rest))
-    random.setstate(state["python"])
-
-
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -305,7 +289,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     keep = keep or {}
     last_metrics: dict[str, float] = {}
     if resume_from is not None:
-        last_metrics = _restore(resume_from, model, optimizer, scaler, ema, slow, batches, state, keep, fsdp)
+        last_metrics = ckpt.load_training(resume_from, model, optimizer, scaler, ema, slow, batches, state, keep, fsdp)
         log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
     thresholds = eval_thresholds(s.eval_every)
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
@@ -323,10 +307,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
 
     def save():
         if checkpoint_path is not None:
-            _save(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, keep, last_metrics, fsdp)
+            ckpt.save_training(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, keep,
+                               last_metrics, fsdp)
 
-    def progress_now() -> float:
-        return budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
+    capped = s.epoch_cap > 0 and budget.kind == "seconds"
+
+    def progress_now() -> float:  # under an epoch cap, the further along of the time and the epochs
+        done = budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
+        return max(done, min(1.0, state.step / (s.epoch_cap * steps_per_epoch))) if capped else done
 
     try:
         with _StopSignals() as stop:
@@ -384,6 +372,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {loss_value:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
         save()
+        if capped and state.train_seconds < budget.amount:
+            log(f"epoch_cap={s.epoch_cap:g}: stopped after {state.step / steps_per_epoch:.2f} epochs, "
+                f"{state.train_seconds:.1f}s of the {budget} budget")
     finally:
         gc.enable()
         gc.unfreeze()
@@ -540,62 +531,3 @@ def _train_row(state: _State, progress, steps_per_epoch, optimizer, grad_norm) -
            "lr": optimizer.param_groups[0]["lr"], "grad_norm": float(grad_norm)}
     state.train_window_loss, state.train_window_steps = 0.0, 0
     return row
-
-
-def _save(path, model, optimizer, scaler, ema, slow, batches, state: _State, keep: dict, metrics: dict,
-          fsdp: bool = False) -> None:
-    """Rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
-    if fsdp:
-        model_state, optim_state = distributed.gathered_state(model, optimizer)
-    else:
-        model_state, optim_state = model.state_dict(), optimizer.state_dict()
-    rng_ranks = distributed.gather_states(rng_state())
-    if distributed.is_main():
-        ckpt.save_atomic({
-            "model": model_state, "optimizer": optim_state, "scaler": scaler.state_dict(),
-            "ema": ema.state_dict() if ema is not None else None, "batches": batches.state_dict(),
-            "lookahead": slow.state_dict() if slow is not None else None,
-            "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
-            "keep": {name: obj.state_dict() for name, obj in keep.items()}, "metrics": dict(metrics),
-        }, path)
-    distributed.barrier()  # nobody goes on (or exits) before the file is complete
-
-
-def _restore(path, model, optimizer, scaler, ema, slow, batches, state: _State, keep: dict,
-             fsdp: bool = False) -> dict[str, float]:
-    """Every rank reads rank 0's checkpoint; each takes back its own RNG state when the world size matches.
-    Returns the last evaluation's metrics (a run killed after its final evaluation has nothing left to run)."""
-    blob = ckpt.load(path)
-    if fsdp:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
-
-        full = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(model, blob["model"], options=full)
-        for saved, group in zip(blob["optimizer"]["param_groups"], optimizer.param_groups):
-            for key, value in saved.items():  # keys schedules add later (base_lr, ...) must exist to be loaded
-                if key != "params":
-                    group.setdefault(key, value)
-        set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=full)
-    else:
-        model.load_state_dict(blob["model"])
-        optimizer.load_state_dict(blob["optimizer"])
-    scaler.load_state_dict(blob["scaler"])
-    if ema is not None and blob["ema"] is not None:
-        ema.load_state_dict(blob["ema"])
-    if slow is not None and blob.get("lookahead") is not None:
-        slow.load_state_dict(blob["lookahead"])
-    batches.load_state_dict(blob["batches"])
-    saved = blob.get("keep") or {}
-    for name, obj in keep.items():
-        if name not in saved:
-            raise ValueError(f"{path}: the checkpoint holds no {name!r} state (written by another version)")
-        obj.load_state_dict(saved[name])
-    for k, v in blob["loop"].items():
-        setattr(state, k, v)
-    ranks = blob.get("rng_ranks") or [blob["rng"]]
-    if len(ranks) != distributed.world_size():
-        raise ValueError(f"{path}: written by {len(ranks)} process(es); resume it with --nproc {len(ranks)} "
-                         "(the data position and RNG states are per process)")
-    set_rng_state(ranks[distributed.rank()])
-    return dict(blob.get("metrics") or {})

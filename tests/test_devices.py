@@ -35,7 +35,7 @@ def test_the_h200_profile_reproduces_the_steps_it_was_calibrated_on():
     for depth, seq_len, batch_tokens, tokens_per_s in ((6, 256, 4096, 101e3), (12, 1024, 131072, 270e3),
                                                        (32, 256, 4096, 11.6e3)):
         cfg = gpt.GPTConfig(depth=depth, seq_len=seq_len, batch_tokens=batch_tokens)
-        steps_per_second = sizing.depth_row(cfg, 1024, depth, 1, 1.0, h200)["steps"]
+        steps_per_second = sizing.depth_row(cfg, 1024, depth, 10**12, 1.0, h200)["steps"]  # data: no cap
         assert 1 / steps_per_second == pytest.approx(batch_tokens / tokens_per_s, rel=0.2), depth
 
 
@@ -44,6 +44,21 @@ def test_on_an_h200_30_s_of_tinyshakespeare_buys_a_small_model_with_200_steps():
     stays at or under 50 M parameters and 200 steps."""
     c = sizing.depth_choice(gpt.GPTConfig(), 1024, SHAKESPEARE_TRAIN_TOKENS, 30, devices.gpu("H200"))
     assert c["params"] <= 50e6 and c["steps"] >= 200, c
+
+
+def test_a_gpu_with_little_data_stops_at_the_epoch_cap_and_sizes_by_the_data_not_the_budget():
+    """Without the cap an hour on an H200 chose 525 M parameters for ~290 passes over tinyshakespeare (and 86 M at
+    5 min); with it the run ends after epoch_cap passes, and 5 min and 1 h choose the same model, which keeps the
+    tokens-per-parameter floor on the capped tokens."""
+    cfg, h200 = gpt.GPTConfig(), devices.gpu("H200")
+    picks = [sizing.depth_choice(cfg, 1024, SHAKESPEARE_TRAIN_TOKENS, s, h200) for s in (300, 3600)]
+    for c in picks:
+        assert c["capped"] and c["tokens"] < cfg.epoch_cap * SHAKESPEARE_TRAIN_TOKENS + cfg.batch_tokens, c
+        assert c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM and c["steps"] >= sizing.MIN_STEPS
+        assert "epoch_cap=16" in c["reason"]
+    assert picks[0]["depth"] == picks[1]["depth"] and picks[0]["params"] <= 50e6
+    uncapped = sizing.depth_choice(gpt.GPTConfig(epoch_cap=0), 1024, SHAKESPEARE_TRAIN_TOKENS, 3600, h200)
+    assert uncapped["params"] > 200e6 and uncapped["tokens"] > 100 * SHAKESPEARE_TRAIN_TOKENS
 
 
 def test_an_hour_on_a_large_corpus_lands_at_10_to_40_tokens_per_parameter():
@@ -68,7 +83,8 @@ def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, c
     for label in ("shape:", "batch:", "parameters:", "steps:", "throughput:", "per parameter:", "why:"):
         assert label in out, label
     steps = int(out.split("steps:")[1].split()[0].replace(",", ""))
-    assert steps >= sizing.MIN_STEPS
+    # 41,311 tokens: 16 passes (the cap, reached by every depth up to the one chosen) are 162 steps of 4,096
+    assert steps == 162 and "epoch_cap=16" in out and "16.1 epochs" in out
     assert main(["plan", "--recipe", "llm/gpt", f"data={text}", "vocab_size=300", "eval_bytes=10000", "depth=2",
                  "--budget", "1m", "--device", "cpu"]) == 0
     out = capsys.readouterr().out

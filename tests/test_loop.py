@@ -38,7 +38,8 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
     batches = TensorBatches((x, y), batch_size, seed=7, transform=kw.pop("transform", None))
     update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
     settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
-                            ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0))
+                            ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0),
+                            epoch_cap=kw.pop("epoch_cap", 0.0))
     run = SimpleRun(budget, log=lambda s: None, **kw)
     result = fit(model, opt, batches, loss_fn, run, device=torch.device("cpu"),
                  evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings)
@@ -168,6 +169,21 @@ def test_time_budget_stops_near_budget():
     res, rows = run_fit(model, x, y, Budget("seconds", 0.5))
     assert 0.5 <= res.train_seconds < 1.5 and res.steps > 1
     assert rows[-1]["progress"] == 1.0
+
+
+def test_an_epoch_cap_ends_a_time_budget_like_an_epoch_budget():
+    """A minute's budget with epoch_cap=2 stops after 2 epochs (12 steps), its schedule and evaluations run to the
+    end with it, and the weights are those of a 2-epoch budget, bit for bit; without the cap a 2 s run goes past it."""
+    capped, x, y = make_problem()
+    res, rows = run_fit(capped, x, y, Budget("seconds", 60), epoch_cap=2)
+    by_epochs, _, _ = make_problem()
+    ref, ref_rows = run_fit(by_epochs, x, y, Budget("epochs", 2))
+    assert res.steps == ref.steps == 12 and res.train_seconds < 30
+    assert [(r["step"], r["progress"]) for r in rows] == [(r["step"], r["progress"]) for r in ref_rows]
+    for a, b in zip(capped.parameters(), by_epochs.parameters()):
+        assert torch.equal(a, b)
+    uncapped, _, _ = make_problem()
+    assert run_fit(uncapped, x, y, Budget("seconds", 2))[0].steps > 12
 
 
 def test_loss_falls():

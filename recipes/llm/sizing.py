@@ -37,9 +37,13 @@ def depth_row(cfg: GPTConfig, vocab: int, depth: int, train_tokens: int, seconds
     per_token = 6 * n + 12 * depth * shape.width * cfg.seq_len
     steps = profile.steps(seconds, per_token * cfg.batch_tokens + optimizer_flops(shape, profile), "matmul",
                           shape.width)
+    rate = steps * cfg.batch_tokens / seconds
+    capped = cfg.epoch_cap > 0 and steps * cfg.batch_tokens > cfg.epoch_cap * train_tokens
+    if capped:  # the run ends at the cap, before the budget
+        steps = math.ceil(cfg.epoch_cap * train_tokens / cfg.batch_tokens)
     tokens = steps * cfg.batch_tokens
     return {"depth": depth, "width": shape.width, "params": n, "steps": steps, "tokens": tokens,
-            "tokens_per_s": tokens / seconds, "tokens_per_param": tokens / n,
+            "tokens_per_s": rate, "tokens_per_param": tokens / n, "capped": capped,
             "target": min(cfg.tokens_per_param * n, cfg.max_epochs * train_tokens)}
 
 
@@ -47,22 +51,30 @@ def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, 
     """The depth whose token count in ``seconds`` on ``profile`` is nearest the target (Chinchilla's tokens per
     parameter, or ``max_epochs`` passes over the training tokens when that is fewer), among the depths that get
     at least ``MIN_STEPS`` steps and ``MIN_TOKENS_PER_PARAM``: a step bound by latency (a GPU's small steps)
-    makes a bigger model look free, and these floors stop the choice there."""
+    makes a bigger model look free, and these floors stop the choice there.
+
+    Where the budget buys more than ``epoch_cap`` passes the run ends at the cap, so those depths' tokens are the
+    cap's and tie: the largest of them that keeps the floors is chosen (on a GPU with little data, one size
+    whatever the budget, instead of the biggest model hundreds of epochs could feed)."""
     best, best_gap, rows = None, float("inf"), []
     for depth in range(1, 49):
         row = depth_row(cfg, vocab, depth, train_tokens, seconds, profile)
         rows.append(row)
         n, tokens, target = row["params"], row["tokens"], row["target"]
-        if row["steps"] < MIN_STEPS or tokens < MIN_TOKENS_PER_PARAM * n:
-            continue
+        if (row["steps"] < MIN_STEPS and not row["capped"]) or tokens < MIN_TOKENS_PER_PARAM * n:
+            continue  # (the cap's steps are the data's: fewer than MIN_STEPS is all a small corpus gives)
         gap = abs(math.log(tokens / target))
-        if gap < best_gap:
+        if gap < best_gap or (gap == best_gap and row["capped"]):
             best, best_gap = row, gap
     if best is None:
         return {**rows[0], "reason": f"no depth gets {MIN_STEPS} steps: depth 1"}
     limit = "data" if best["target"] < cfg.tokens_per_param * best["params"] else "compute"
     reason = (f"nearest to {cfg.tokens_per_param:g} tokens/param" if limit == "compute" else
               f"nearest to {cfg.max_epochs:g} epochs of {train_tokens:,} tokens")
+    if best["capped"]:
+        return {**best, "reason": f"every depth up to this one reaches epoch_cap={cfg.epoch_cap:g} passes over "
+                                  f"{train_tokens:,} tokens before the budget ends: the largest of them, with at "
+                                  f"least {MIN_TOKENS_PER_PARAM:g} tokens/param"}
     return {**best, "reason": f"{reason}, with at least {MIN_STEPS} steps and {MIN_TOKENS_PER_PARAM:g} tokens/param"}
 
 
