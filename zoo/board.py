@@ -288,7 +288,7 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
     bench = summary["benchmark"]
     rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
     return rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
-                           metric=summary["metric"], higher=higher, rows=rows)
+                     metric=summary["metric"], higher=higher, rows=rows)
 
 
 def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:

@@ -68,13 +68,13 @@ def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, 
             best, best_gap = row, gap
     if best is None:
         return {**rows[0], "reason": f"no depth gets {MIN_STEPS} steps: depth 1"}
-    limit = "data" if best["target"] < cfg.tokens_per_param * best["params"] else "compute"
-    reason = (f"nearest to {cfg.tokens_per_param:g} tokens/param" if limit == "compute" else
-              f"nearest to {cfg.max_epochs:g} epochs of {train_tokens:,} tokens")
     if best["capped"]:
         return {**best, "reason": f"every depth up to this one reaches epoch_cap={cfg.epoch_cap:g} passes over "
                                   f"{train_tokens:,} tokens before the budget ends: the largest of them, with at "
                                   f"least {MIN_TOKENS_PER_PARAM:g} tokens/param"}
+    limit = "data" if best["target"] < cfg.tokens_per_param * best["params"] else "compute"
+    reason = (f"nearest to {cfg.tokens_per_param:g} tokens/param" if limit == "compute" else
+              f"nearest to {cfg.max_epochs:g} epochs of {train_tokens:,} tokens")
     return {**best, "reason": f"{reason}, with at least {MIN_STEPS} steps and {MIN_TOKENS_PER_PARAM:g} tokens/param"}
 
 
