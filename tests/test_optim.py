@@ -100,6 +100,30 @@ def test_adamw_path_matches_torch_adamw():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_muon_batches_same_shape_matrices_with_each_result_as_alone(monkeypatch):
+    """Same-shape matrices (and conv filters) are orthogonalised as one stack, also when the stack is cut in
+    chunks: every parameter ends exactly where the one-matrix-at-a-time update (``muon_update``) takes it."""
+    torch.manual_seed(0)
+    shapes = [(16, 8), (16, 8), (8, 24), (16, 8), (8, 4, 3), (8, 4, 3), (24, 8)]
+    params = [nn.Parameter(torch.randn(*s)) for s in shapes]
+    alone = [p.detach().clone() for p in params]
+    buffers = [torch.zeros_like(p) for p in params]
+    lr, wd = 0.05, 0.1
+    monkeypatch.setattr(optim, "MUON_BATCH_ELEMENTS", 2 * 16 * 8)  # the three 16x8 go as a chunk of 2, then 1
+    opt = optim.MuonAdamW([{"params": params, "optimizer": "muon", "lr": lr, "weight_decay": wd, "momentum": 0.9}])
+    for _ in range(3):
+        grads = [torch.randn(*s) for s in shapes]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+        for i, g in enumerate(grads):
+            update = optim.muon_update(g, buffers[i], 0.9)
+            alone[i].sub_(alone[i] * ((update * alone[i]) > 0), alpha=lr * wd)
+            alone[i].sub_(update, alpha=lr)
+    for p, a in zip(params, alone):
+        assert torch.equal(p.detach(), a)
+
+
 def test_cautious_weight_decay_only_where_signs_agree():
     p = nn.Parameter(torch.tensor([[1.0, -1.0], [1.0, -1.0]]))
     opt = optim.MuonAdamW([{"params": [p], "optimizer": "muon", "lr": 0.0, "weight_decay": 0.5}])
