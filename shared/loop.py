@@ -27,7 +27,7 @@ from torch import nn
 
 from recipe_zoo.core import checkpoint as ckpt
 from recipe_zoo.core import distributed
-from recipe_zoo.core.api import Count, Fraction, NonNegative, Range, Run, Unit
+from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Range, Run, Unit
 from recipe_zoo.core.flops import counting_flops, peak_flops, peak_label
 from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
                               resolve_precision)
@@ -85,6 +85,7 @@ class LoopSettings:
     compile: bool = False  # torch.compile the model for training
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
+    sync_every: NonNegativeInt = 0  # steps between reads of the loss off the device (0 = 1 on CPU, 16 on GPUs)
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # under N processes: LR x sqrt N (the batch rule), x N
     sync_batchnorm: bool = True  # under N GPU processes, batch-norm statistics over the global batch
 
@@ -254,7 +255,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
 
     Under torchrun (N processes) ``batches`` is sharded by rank, the model trains under DDP (or as the
     recipe sharded it with FSDP2), and the loss, step time and stop/save decisions are agreed by all ranks
-    each step, so every rank takes the same number of steps; rank 0 writes the checkpoint.
+    each time the losses are read (``sync_every``), so every rank takes the same number of steps; rank 0 writes
+    the checkpoint.
     """
     if run.fit_handler is not None:
         return run.fit_handler(model=model, optimizer=optimizer, batches=batches, loss_fn=loss_fn, device=device,
@@ -296,25 +298,63 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     global_batch = batches.batch_size * s.accum_steps * world
     log(f"global batch {global_batch} = {batches.batch_size} per device x {s.accum_steps} accumulation step(s) x "
         f"{world} process(es)" + (" (FSDP2)" if fsdp else " (DDP)" if world > 1 else ""))
+    sync_every = s.sync_every or (1 if device.type == "cpu" else 16)
+    if sync_every > 1:
+        log(f"the loss is read off the device every {sync_every} steps (divergence check, step time)")
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
     peak = peak_flops(device)
     timing = _Timing()
     last_ckpt = last_log = time.time()
     grad_norm = torch.zeros(())
     lr_mult = 0.0
-    gc_frozen = False
-    stop_now = save_now = False
+    stop_now = save_now = gc_frozen = False
+    capped = s.epoch_cap > 0 and budget.kind == "seconds"
+    # Under a time budget a window of unread steps also closes after half a train row's share of the budget
+    # (the CPU's clock; one process only: the ranks must close their windows at the same steps).
+    window_seconds = TRAIN_LOG_EVERY * budget.amount / 2 if budget.kind == "seconds" and world == 1 else math.inf
+
+    def progress_now() -> float:  # under an epoch cap, the further along of the time and the epochs
+        done = budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
+        return max(done, min(1.0, state.step / (s.epoch_cap * steps_per_epoch))) if capped else done
+
+    def next_threshold() -> float:  # the next progress at which the loop records or stops
+        marks = [state.next_train_log * TRAIN_LOG_EVERY, 1.0]
+        return min(marks + thresholds[state.next_eval:state.next_eval + 1]) - 1e-12
+
+    window = _Window()
+
+    def close_window(stop) -> None:
+        """Read the window's losses (one sync), agree them across processes, check them, charge its time."""
+        nonlocal stop_now, save_now, gc_frozen
+        if not window.losses:
+            return
+        values = window.read(device)
+        if world > 1:  # one small all-reduce: every rank sees the same losses, time and decisions
+            wants_save = rank == 0 and time.time() - last_ckpt > s.checkpoint_every
+            reduced = distributed.all_reduce_sum(values + [window.seconds, float(stop.signum is not None),
+                                                           float(wants_save)])
+            values = [v / world for v in reduced[:len(values)]]
+            window.seconds, stop_now, save_now = reduced[-3] / world, reduced[-2] > 0, reduced[-1] > 0
+        first = state.step - len(values)
+        for i, value in enumerate(values):
+            _check_divergence(state, first + i, value, s.diverge_factor)
+            _count_loss(state, value)
+        if window.timed:
+            state.train_seconds += window.seconds
+            timing.steps += len(values)
+            timing.seconds += window.seconds
+        window.clear()
+        if gc_frozen:
+            return
+        gc_frozen = True
+        gc.collect()  # after the first step the long-lived objects are made: stop the collector scanning them
+        gc.freeze()
+        gc.disable()
 
     def save():
         if checkpoint_path is not None:
             ckpt.save_training(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, keep,
                                last_metrics, fsdp)
-
-    capped = s.epoch_cap > 0 and budget.kind == "seconds"
-
-    def progress_now() -> float:  # under an epoch cap, the further along of the time and the epochs
-        done = budget.progress(seconds=state.train_seconds, steps=state.step, steps_per_epoch=steps_per_epoch)
-        return max(done, min(1.0, state.step / (s.epoch_cap * steps_per_epoch))) if capped else done
 
     try:
         with _StopSignals() as stop:
@@ -332,45 +372,42 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 if world == 1:
                     stop_now = stop.signum is not None
                     save_now = time.time() - last_ckpt > s.checkpoint_every
+                if stop_now or save_now:
+                    close_window(stop)
                 if stop_now:
                     save()
                     raise Interrupted(stop.signum or signal.SIGTERM, state.step)
                 if save_now:
                     save()
-                    last_ckpt = time.time()
+                    last_ckpt, save_now = time.time(), False
                 if on_step:
                     on_step(progress, state.step)
                     now = trainable()
                     if len(now) != len(params) or any(p is not q for p, q in zip(now, params)):
                         params, train_model = now, wrap()
                 lr_mult = update_hparams(optimizer, progress, state.step)
-                loss_value, grad_norm, dt, counted = _timed_step(train_model, model, optimizer, batches, loss_fn, s,
-                                                                 scaler, params, device, precision, state, ema, slow,
-                                                                 progress)
-                if world > 1:  # one small all-reduce: every rank sees the same loss, time and decisions
-                    wants_save = rank == 0 and time.time() - last_ckpt > s.checkpoint_every
-                    total, dt_sum, stops, saves = distributed.all_reduce_sum(
-                        [loss_value, dt, float(stop.signum is not None), float(wants_save)])
-                    loss_value, dt, stop_now, save_now = total / world, dt_sum / world, stops > 0, saves > 0
-                _check_divergence(state, loss_value, s.diverge_factor)
-                if not gc_frozen:
-                    gc_frozen = True
-                    gc.collect()
-                    gc.freeze()  # the long-lived objects are made: stop the collector scanning them
-                    gc.disable()
-                _count_step(state, timing, loss_value, dt, global_batch,
-                            timed=state.step >= untimed_steps and not counted)
+                if not window.losses:
+                    window.open()
+                loss, grad_norm, counted = _one_step(train_model, model, optimizer, batches, loss_fn, s, scaler,
+                                                     params, device, precision, state, ema, slow, progress)
+                window.add(loss, timed=state.step >= untimed_steps and not counted)
+                state.step += 1
+                state.samples += global_batch
+                if (len(window.losses) >= sync_every or not window.timed or window.elapsed() > window_seconds
+                        or progress_now() >= next_threshold()):
+                    close_window(stop)
                 progress = progress_now()
                 if progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                     row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
                     while progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                         state.next_train_log += 1
                     run.record_train(row)
-                if time.time() - last_log > s.log_every:
+                if time.time() - last_log > s.log_every and not window.losses:
                     last_log = time.time()
                     rate = global_batch * timing.steps / max(timing.seconds, 1e-9)
-                    log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {loss_value:.4f} | "
+                    log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {state.last_loss:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
+            close_window(stop)
         save()
         if capped and state.train_seconds < budget.amount:
             log(f"epoch_cap={s.epoch_cap:g}: stopped after {state.step / steps_per_epoch:.2f} epochs, "
@@ -414,14 +451,44 @@ class _Timing:
     seconds: float = 0.0
 
 
-def _timed_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision,
-                state: _State, ema, slow, progress: float) -> tuple[float, torch.Tensor, float, bool]:
-    """One optimizer step with the EMA and lookahead updates: (loss, grad norm, seconds, whether FLOPs were counted).
+class _Window:
+    """Steps whose losses are still on the device. Reading a loss waits for the device to finish; on a GPU
+    that sync each step leaves it idle while the host prepares the next one, so the losses are read, checked
+    and charged their wall time together every few steps (``sync_every``)."""
+
+    def __init__(self):
+        self.losses: list[torch.Tensor] = []
+        self.timed, self.t0, self.seconds = True, 0.0, 0.0
+
+    def open(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, timed: bool) -> None:
+        self.losses.append(loss)
+        self.timed = self.timed and timed
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def read(self, device: torch.device) -> list[float]:
+        values = [self.losses[0].item()] if len(self.losses) == 1 else torch.stack(self.losses).tolist()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.seconds = self.elapsed()
+        return values
+
+    def clear(self) -> None:
+        self.losses, self.timed = [], True
+
+
+def _one_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision,
+              state: _State, ema, slow, progress: float) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """One optimizer step with the EMA and lookahead updates: (loss on the device, grad norm, whether FLOPs were
+    counted).
 
     FLOPs are counted once, on the run's first step (which is then not timed). The counter runs the ops under a
     dispatch mode, which can round differently: a resumed run reuses the saved count."""
     counting = state.flops_per_step < 0
-    t0 = time.perf_counter()
     try:
         with counting_flops() if counting else contextlib.nullcontext() as counter:
             loss, grad_norm = _train_step(train_model, optimizer, batches, loss_fn, s, scaler, params, device,
@@ -438,19 +505,10 @@ def _timed_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings
         slow.copy_to(model)
     if ema is not None:
         ema.update(model)
-    loss_value = loss.item()  # one sync per step: needed for the divergence check
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return loss_value, grad_norm, time.perf_counter() - t0, counting
+    return loss, grad_norm, counting
 
 
-def _count_step(state: _State, timing: _Timing, loss: float, dt: float, global_batch: int, timed: bool) -> None:
-    if timed:
-        state.train_seconds += dt
-        timing.steps += 1
-        timing.seconds += dt
-    state.step += 1
-    state.samples += global_batch
+def _count_loss(state: _State, loss: float) -> None:
     state.window_loss += loss
     state.window_steps += 1
     state.train_window_loss += loss
@@ -495,12 +553,12 @@ def _train_step(model, optimizer, batches, loss_fn, s: LoopSettings, scaler, par
     return total / s.accum_steps, distributed.local_value(grad_norm)
 
 
-def _check_divergence(state: _State, loss: float, factor: float) -> None:
-    if state.step == 0:
+def _check_divergence(state: _State, step: int, loss: float, factor: float) -> None:
+    if step == 0:
         state.first_loss = loss
     bound = factor * state.first_loss if state.first_loss > 0 else float("inf")
     if not math.isfinite(loss) or loss > bound:
-        raise Diverged(state.step, loss, bound)
+        raise Diverged(step, loss, bound)
 
 
 def _evaluate(model, ema, evaluate, device, precision, fsdp: bool = False) -> dict[str, float]:

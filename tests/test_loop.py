@@ -39,7 +39,7 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
     update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
     settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
                             ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0),
-                            epoch_cap=kw.pop("epoch_cap", 0.0))
+                            epoch_cap=kw.pop("epoch_cap", 0.0), sync_every=kw.pop("sync_every", 0))
     run = SimpleRun(budget, log=lambda s: None, **kw)
     result = fit(model, opt, batches, loss_fn, run, device=torch.device("cpu"),
                  evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings)
@@ -55,9 +55,10 @@ def test_accumulation_equals_larger_batch():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_resume_after_stop_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("sync_every", [1, 3])
+def test_resume_after_stop_equals_uninterrupted(tmp_path, sync_every):
     """Data order, augmentation, dropout RNG, optimizer, schedule, EMA, Lookahead and eval rows all
-    continue exactly."""
+    continue exactly; also when the losses are read every few steps."""
     budget = Budget("steps", 24)
     ref_model, x, y = make_problem(dropout=0.2)
     ref, ref_rows = run_fit(ref_model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25, lookahead=0.95)
@@ -72,14 +73,14 @@ def test_resume_after_stop_equals_uninterrupted(tmp_path):
 
     with pytest.raises(Interrupted) as info:
         run_fit(model, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25, update=interrupt_at_10,
-                checkpoint_path=ckpt, lookahead=0.95)
+                checkpoint_path=ckpt, lookahead=0.95, sync_every=sync_every)
     assert info.value.step == 11 and info.value.signum == signal.SIGINT
 
     # a fresh process would build everything again from scratch: do the same, then resume
     model2, _, _ = make_problem(seed=99, dropout=0.2)
     torch.manual_seed(12345)  # the RNG state must come from the checkpoint, not from here
     res, rows = run_fit(model2, x, y, budget, transform=noisy, ema_decay=0.9, eval_every=0.25,
-                        checkpoint_path=ckpt, resume_from=ckpt, lookahead=0.95)
+                        checkpoint_path=ckpt, resume_from=ckpt, lookahead=0.95, sync_every=sync_every)
     assert res.steps == ref.steps == 24
     for a, b in zip(ref_model.parameters(), model2.parameters()):
         assert torch.equal(a, b)
@@ -147,6 +148,49 @@ def test_nan_loss_diverges():
     x[0, 0] = float("nan")
     with pytest.raises(Diverged, match="non-finite.*lower the LR"):
         run_fit(model, x, y, Budget("steps", 10), batch_size=96)
+
+
+def test_losses_read_every_few_steps_change_nothing_but_when_they_are_read(monkeypatch):
+    """sync_every=5 (what a GPU does, 16 there): the same weights, evaluations and train rows as reading every
+    step; a loss gone NaN is still caught and named by its own step, not the step that read it. (The budgets
+    are long enough that the train rows, read every 1%, leave the windows whole.)"""
+    from recipe_zoo.core import loop
+
+    runs, reads, read = [], [], loop._Window.read
+    monkeypatch.setattr(loop._Window, "read", lambda self, device: reads.append(len(self.losses)) or read(self, device))
+    for k in (1, 5):
+        model, x, y = make_problem()
+        run = SimpleRun(Budget("steps", 1000), log=lambda s: None)
+        fit(model, torch.optim.SGD(model.parameters(), lr=0.1), TensorBatches((x, y), 16, seed=7), loss_fn, run,
+            device=torch.device("cpu"), evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()},
+            update_hparams=lambda o, p, s: 1.0, settings=LoopSettings(eval_every=0.3, log_every=0, sync_every=k,
+                                                                      ema_decay=0.9))
+        runs.append((model, run))
+    (a, run_a), (b, run_b) = runs
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert len(run_a.train_rows) == 100 and len(run_a.eval_rows) == 4
+    assert reads[:1000] == [1] * 1000 and max(reads[1000:]) == 5 and len(reads) < 1000 + 1000 / 3
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]  # noqa: E731
+    assert drop(run_a.train_rows) == drop(run_b.train_rows) and drop(run_a.eval_rows) == drop(run_b.eval_rows)
+
+    def nan_from_step_6(batch, g):
+        calls.append(1)
+        return (batch[0] * float("nan"), batch[1]) if len(calls) > 6 else batch
+
+    for k in (1, 4):
+        calls = []
+        model, x, y = make_problem()
+        with pytest.raises(Diverged) as info:
+            run_fit(model, x, y, Budget("steps", 2000), transform=nan_from_step_6, sync_every=k)
+        # step 0 (FLOPs counted, untimed) is read alone, then steps 1-4 and 5-8 together
+        assert info.value.step == 6 and len(calls) == (7 if k == 1 else 9)
+
+
+def test_time_budget_with_losses_read_every_few_steps():
+    model, x, y = make_problem()
+    res, rows = run_fit(model, x, y, Budget("seconds", 0.5), sync_every=8)
+    assert 0.5 <= res.train_seconds < 1.5 and res.steps > 8
+    assert rows[-1]["progress"] == 1.0
 
 
 def test_exploding_loss_diverges():
