@@ -19,6 +19,16 @@ import torch
 Transform = Callable[[tuple[torch.Tensor, ...], torch.Generator], tuple[torch.Tensor, ...]]
 
 
+def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host batch onto ``device`` without stalling the host. A copy from ordinary (pageable) memory to a GPU
+    first waits for the GPU's queue to drain, a sync per step; from pinned memory it is queued behind the work
+    already there (the pinned block is kept until the copy is done: torch's caching host allocator)."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device, non_blocking=True)
+
+
 def batch_seed(seed: int, epoch: int, index: int) -> int:
     """The seed of one batch's draws: a function of its position alone, so resume replays it."""
     return ((seed * 1_000_003 + epoch) * 1_000_003 + index) % 2**63
@@ -107,7 +117,7 @@ class TensorBatches:
             batch = tuple(take(t, idx) for t in self.tensors)
         self.epoch, self.index = self.advance(self.epoch, self.index)
         if self.device is not None:
-            batch = tuple(t.to(self.device, non_blocking=True) for t in batch)
+            batch = tuple(to_device(t, self.device) for t in batch)
         if self.transform is not None:
             g = torch.Generator(device=batch[0].device)
             g.manual_seed(batch_seed(self.seed, epoch, slot))

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from recipe_zoo.core.batches import to_device
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes import images
 
@@ -149,7 +150,7 @@ def normalizer(mean: torch.Tensor, std: torch.Tensor, device, memory_format):
         return ((x01 - mean) / std).contiguous(memory_format=memory_format)
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
-        return standardize(x_uint8.to(device, non_blocking=True).float().div_(255))
+        return standardize(to_device(x_uint8, device).float().div_(255))
 
     return normalize, standardize
 

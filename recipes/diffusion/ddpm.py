@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import artifact, distributed, optim, schedule
+from recipe_zoo.core.batches import to_device
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
@@ -269,8 +270,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
 
     def loss_fn(model, batch) -> torch.Tensor:
         x, y = batch
-        x0 = to_model_range(x.to(device, non_blocking=True))
-        labels = drop_labels(y.to(device), null, cfg.cond_drop) if cfg.conditional else None
+        x0 = to_model_range(to_device(x, device))
+        labels = drop_labels(to_device(y, device), null, cfg.cond_drop) if cfg.conditional else None
         if cfg.method == "ddpm":
             return diffusion_loss(model, x0, labels, cfg, scheduler)
         return flow_loss(model, x0, labels, cfg)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from recipe_zoo.core import metrics, splits as core_splits
+from recipe_zoo.core.batches import to_device
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.llm.textfiles import read_text, sources
 
@@ -270,8 +271,10 @@ class TokenWindows:
     Under N processes ``index`` counts micro-batch slots and rank r takes slot ``index + r``, as one process
     accumulating N micro-batches does, across an epoch's end too (as ``core.batches.TensorBatches``)."""
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int, batch_size: int, seed: int, source: str = ""):
+    def __init__(self, tokens: torch.Tensor, seq_len: int, batch_size: int, seed: int, source: str = "",
+                 device: torch.device | str = "cpu"):
         self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
+        self.device = torch.device(device)  # where the batches go (one pinned copy of the rows a step)
         self.windows = (len(tokens) - 1 - seq_len) // seq_len  # a grid shifted by < seq_len still fits
         if self.windows < batch_size:
             raise ZooError(f"{source + ': ' if source else ''}the training split has {len(tokens):,} tokens: fewer "
@@ -312,7 +315,7 @@ class TokenWindows:
         ahead, slot = divmod(self.index + self.rank, per_epoch)
         starts = self._epoch_grid(self.epoch + ahead)[slot * self.batch_size:(slot + 1) * self.batch_size]
         self.index += self.world
-        rows = self.tokens[starts[:, None] + self.offsets].long()
+        rows = to_device(self.tokens[starts[:, None] + self.offsets].long(), self.device)
         return rows[:, :-1], rows[:, 1:]
 
     def state_dict(self) -> dict:

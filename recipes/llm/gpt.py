@@ -198,7 +198,8 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
                 f"{per_micro}: using {accum * per_micro}")
     settings = LoopSettings.of(cfg)
     settings.accum_steps = accum
-    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=corpus.name)
+    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=corpus.name,
+                                device=device)
     if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
         distributed.fully_shard_blocks(model)
         run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")

@@ -277,7 +277,8 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
 
         val_tokens, val_bytes = encode_text(tokenizer, start, [texts["validation"]])
-        batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name)
+        batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name,
+                                    device=device)
         run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores "
                 f"{len(texts['validation'].encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
         run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))

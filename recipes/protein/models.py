@@ -15,7 +15,7 @@ from scipy.linalg import cho_solve
 from torch import nn
 
 from recipe_zoo.core import optim, schedule, splits
-from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
 from recipe_zoo.core.metrics import score
@@ -299,7 +299,7 @@ def train_supervised(cfg: HeadFields, run, data: ProteinData, model: nn.Module, 
 
     def loss_fn(m: nn.Module, b) -> torch.Tensor:
         x, t = b
-        return head_loss(m(x.to(device, non_blocking=True)), t.to(device, non_blocking=True), data.task)
+        return head_loss(m(to_device(x, device)), to_device(t, device), data.task)
 
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,

@@ -17,7 +17,7 @@ from torch import nn
 
 from recipe_zoo.core import artifact, optim, schedule, streams
 from recipe_zoo.core.api import recipe
-from recipe_zoo.core.batches import TensorBatches
+from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.loop import BestState, LoopSettings, fit
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.tabular import data, encoded, inference, models, stream
@@ -69,7 +69,7 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
         return {f"val_{k}": v for k, v in values.items()}
 
     def loss_fn(m: nn.Module, b) -> torch.Tensor:
-        num, cat, y, weight = (t.to(device, non_blocking=True) for t in b)
+        num, cat, y, weight = (to_device(t, device) for t in b)
         raw = m(num, cat)
         if table.task == "regression":
             loss = F.mse_loss(raw[:, 0], y, reduction="none")
