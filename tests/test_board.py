@@ -71,7 +71,15 @@ def test_data_fingerprint_stable_across_order_and_changes_with_content(tmp_path)
     assert own_data_key(a).startswith("own:")
 
 
-def test_bench_appends_rows_and_renders(tmp_path):
+def test_bench_appends_rows_and_renders(tmp_path, capsys):
+    from recipe_zoo.cli import main
+
+    def zoo_here(*args) -> str:  # in-process: a subprocess spends seconds importing torch
+        code = main([*map(str, args)])
+        out = capsys.readouterr().out
+        assert code == 0, out[-2000:]
+        return out
+
     out = tmp_path / "runs"
     proc = zoo("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
                "eval_every=0", "--out", out, "--allow-dirty")
@@ -89,15 +97,16 @@ def test_bench_appends_rows_and_renders(tmp_path):
     proc = zoo("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
     assert summary_block(proc.stdout)["rank"].split(" of ")[1].startswith("2 on digits @ 4steps")
     run_dirs = sorted((out / "vision" / "resnet").iterdir())
-    cmp = zoo("compare", *run_dirs[:2])
-    assert cmp.returncode == 0 and cmp.stdout.count(" of 2 on digits @ 4steps") == 2
-    assert "digits · test_accuracy · 4steps" in cmp.stdout and "  1. " in cmp.stdout and "  2. " in cmp.stdout
-    plot = zoo("board", "--plot")
-    assert plot.returncode == 0 and list((board.board_dir() / "benchmarks" / "plots").glob("digits-4steps*.png"))
-    shown = zoo("show", "vision/resnet")
-    assert "leaderboard: no measured rows yet" in shown.stdout  # the bench row carries overrides
+    cmp = zoo_here("compare", *run_dirs[:2])
+    assert cmp.count(" of 2 on digits @ 4steps") == 2
+    assert "digits · test_accuracy · 4steps" in cmp and "  1. " in cmp and "  2. " in cmp
+    zoo_here("board", "--plot")
+    assert list((board.board_dir() / "benchmarks" / "plots").glob("digits-4steps*.png"))
+    shown = zoo_here("show", "vision/resnet")
+    assert "leaderboard: no measured rows yet" in shown  # the bench row carries overrides
 
 
+@pytest.mark.slow
 def test_board_for_own_data(tmp_path):
     import numpy as np
     from PIL import Image
@@ -185,6 +194,7 @@ def test_verify_tolerance_and_floors():
     assert verify.spread(rmse) == pytest.approx(400.0)  # 1% of the value for a metric with a scale
 
 
+@pytest.mark.slow
 def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
     """The rank-1 row is re-run by its command: an honest row holds; a row whose value was written wrong fails,
     stays on the board, and is flagged there."""

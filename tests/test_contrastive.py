@@ -142,6 +142,7 @@ def _write_images(folder, n, size=12, corrupt=False):
         (folder / "broken.png").write_bytes(b"not a png")
 
 
+@pytest.mark.slow
 def test_byol_on_own_unlabelled_and_labelled_folders(tmp_path):
     _write_images(tmp_path / "unlabelled" / "batch1", 20)
     (tmp_path / "unlabelled" / "notes.txt").write_text("skipped, and counted")

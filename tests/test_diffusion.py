@@ -119,6 +119,7 @@ def test_flow_cfg_end_to_end_on_digits(tmp_path):
     assert metrics["test_fid_zoo_ci_low"] <= metrics["test_fid_zoo"] <= metrics["test_fid_zoo_ci_high"]
 
 
+@pytest.mark.slow
 def test_ddpm_on_an_own_folder_and_a_corrupt_image(tmp_path):
     folder = tmp_path / "imgs"
     rng = np.random.default_rng(0)

@@ -253,6 +253,7 @@ def train(cfg, run):
 '''
 
 
+@pytest.mark.slow
 def test_one_failing_rank_ends_the_job_within_seconds(tmp_path):
     recipe = tmp_path / "failing.py"
     recipe.write_text(FAILING)

@@ -304,6 +304,7 @@ def decathlon(tmp_path):
     return root
 
 
+@pytest.mark.slow
 def test_decathlon_folder_plans_2d_across_thick_slices(decathlon):
     summary, proc = run_ok("medical/unet", f"data={decathlon}", *TINY, budget="3steps")
     assert "2-D, patch" in summary["plan"] and "ct normalisation" in summary["plan"]
@@ -349,6 +350,7 @@ def png_folder(root: Path, n: int = 6) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_png_folder_and_its_bad_inputs(tmp_path):
     root = png_folder(tmp_path / "cells")
     summary, _ = run_ok("medical/unet", f"data={root}", *TINY, "flip_axes=0,1", budget="3steps")

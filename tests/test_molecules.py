@@ -154,6 +154,7 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
     assert "test_rmse_std" in metrics["metrics"]
 
 
+@pytest.mark.slow
 def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
     rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
     data = write_table(tmp_path / "cls.csv", rows)
@@ -174,6 +175,7 @@ def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_bench_row_takes_the_metric_the_data_chose(tmp_path):
     rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
     data = write_table(tmp_path / "cls.csv", rows)

@@ -205,6 +205,7 @@ def test_mlp_head_on_precomputed_embeddings(tmp_path):
     assert s["embeddings"].startswith("precomputed, 16 wide")
 
 
+@pytest.mark.slow
 def test_classification_labels_from_fasta_headers(tmp_path):
     seqs, y, _ = variants(600, 0)
     labels = ["high" if v > np.median(y) else "low" for v in y]
@@ -267,6 +268,7 @@ def test_embeddings_match_a_direct_forward_and_are_cached(tiny_esm, tmp_path):
     assert "embedded 1 new" in logs[2] and not np.allclose(bos[0], emb[0])  # pooling is part of the key
 
 
+@pytest.mark.slow
 def test_esm_embed_recipe_end_to_end(variant_fasta, tiny_esm):
     s, r = run_ok("protein/esm-embed", f"data={variant_fasta}", f"esm_weights={tiny_esm}")
     assert s["status"] == "ok" and "layer 2, mean pooled, 32 wide" in s["embeddings"]
@@ -278,6 +280,7 @@ def test_esm_embed_recipe_end_to_end(variant_fasta, tiny_esm):
 # Fine-tuning
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_lora_trains_adapters_and_head_only(variant_fasta, tiny_esm, tmp_path):
     s, r = run_ok("protein/esm-finetune", f"data={variant_fasta}", f"esm_weights={tiny_esm}", "hidden=16",
                   "batch_size=8", "lora_r=4")
@@ -311,6 +314,7 @@ def test_layer_decay_groups():
     assert sum(len(g["params"]) for g in groups) == sum(1 for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.slow
 def test_scratch_model_trains_end_to_end(variant_fasta):
     s, r = run_ok("protein/esm-finetune", f"data={variant_fasta}", "esm_model=scratch", "scratch_dim=16",
                   "scratch_layers=1", "hidden=16", "batch_size=16")
@@ -634,6 +638,7 @@ def test_bootstrap_statistic_is_the_metric():
         (scores[idx].argmax(1) == labels[idx]).mean())
 
 
+@pytest.mark.slow
 def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path):
     """4,800 training rows: the full kernel ridge grid (25 Cholesky fits of 4,800 x 4,800) does not fit in a few
     seconds; the grid shrinks (said in the log) and train_seconds, which counts it, stays within the budget."""

@@ -109,19 +109,21 @@ def test_xgb_own_csv_with_categories_missing_values_and_ids(houses):
     assert float(s["value"]) < 20_000 and s["metric"] == "test_rmse"  # the noise is 10,000
 
 
+@pytest.mark.slow
 def test_cross_validation_reports_a_spread(houses):
     r = zoo("run", "tabular/xgb", f"data={houses}", "target=price", "bagging=1", "folds=3", "--budget", "6s")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "per fold:" in r.stdout + r.stderr and summary_block(r.stdout)["benchmark"].endswith(":target=price:folds=3")
 
 
-@pytest.mark.parametrize("model", ["mlp", "ft-transformer"])
+@pytest.mark.parametrize("model", ["mlp", pytest.param("ft-transformer", marks=pytest.mark.slow)])
 def test_networks_learn(houses, model):
     s, _ = run_ok("tabular/mlp", f"data={houses}", "target=price", f"model={model}", "hidden=64", "layers=2",
                   budget="400steps" if model == "mlp" else "250steps")
     assert float(s["value"]) < 25_000 and model in s["network"]
 
 
+@pytest.mark.slow
 def test_multiclass_network_with_quantiles():
     s, _ = run_ok("tabular/mlp", "data=wine", "quantile=true", budget="150steps")
     assert s["metric"] == "test_accuracy" and float(s["value"]) > 0.85 and "quantile" in s["network"]

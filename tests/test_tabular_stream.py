@@ -131,7 +131,8 @@ def test_a_word_in_a_later_chunk_is_the_in_memory_error(tmp_path, capfd, monkeyp
 
 @pytest.mark.parametrize("name, args", [
     ("houses.csv", ["target=price", "quantile=true"]),
-    ("classes.parquet", ["target=label", "categorical=code", "target_nan=drop", "folds=2"]),
+    pytest.param("classes.parquet", ["target=label", "categorical=code", "target_nan=drop", "folds=2"],
+                 marks=pytest.mark.slow),
 ])
 def test_mlp_streams_bitwise_as_in_memory(tables, tmp_path, monkeypatch, name, args):
     """Up to the sample's size, the encoding and every batch are stream=false's: the same weights to the bit."""

@@ -1,4 +1,6 @@
 """--track tensorboard / mlflow write where those tools read (both local, no server)."""
+import pytest
+
 from conftest import summary_block, zoo
 
 ARGS = ["vision/resnet", "width=8", "eval_every=0.5", "--budget", "4steps"]
@@ -18,6 +20,7 @@ def test_tensorboard_scalars_and_config(tmp_path):
     assert "config/text_summary" in events.Tags()["tensors"]
 
 
+@pytest.mark.slow
 def test_mlflow_params_metrics_artifacts(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

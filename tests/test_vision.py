@@ -133,6 +133,7 @@ def test_finetune_hub_offline_is_clear(tmp_path):
     assert proc.returncode == 2 and "weights=hub: cannot get pretrained test_resnet" in proc.stderr
 
 
+@pytest.mark.slow
 def test_finetune_from_local_timm_weights(tmp_path):
     """A tiny real timm model saved locally stands in for downloaded pretrained weights."""
     import timm

@@ -68,6 +68,7 @@ def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
     roundtrip(prep_dir)
 
 
+@pytest.mark.slow
 def test_a_run_asking_for_other_prepared_settings_is_one_line(tmp_path):
     folder = image_folder(tmp_path / "imgs", n=8)
     assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "image_size=16", "--out",
