@@ -10,7 +10,8 @@ from recipe_zoo.core import checkpoint
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
-from recipe_zoo.core.loop import BestState, Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
+from recipe_zoo.core.loop import Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
+from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.schedule import apply_schedules, make_schedule
 
 
@@ -312,7 +313,7 @@ def test_lookahead_pulls_weights_towards_their_average():
 
 
 def test_best_state_keeps_the_best_weights_in_either_direction():
-    from recipe_zoo.core.loop import BestState
+    from recipe_zoo.core.weights import BestState
 
     model = torch.nn.Linear(2, 1)
     for higher, values, kept in ((True, [0.5, 0.9, 0.7], 0.9), (False, [0.5, 0.9, 0.3], 0.3)):

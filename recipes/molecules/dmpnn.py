@@ -19,7 +19,8 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.loop import BestState, LoopSettings, fit
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.molecules import data, feature_cache, inference, models

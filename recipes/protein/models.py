@@ -17,7 +17,8 @@ from torch import nn
 from recipe_zoo.core import optim, schedule, splits
 from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.budget import Budget
-from recipe_zoo.core.loop import BestState, LoopSettings, fit, peak_memory_mb
+from recipe_zoo.core.loop import LoopSettings, fit, peak_memory_mb
+from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.protein.config import HeadFields

@@ -18,7 +18,8 @@ from torch import nn
 from recipe_zoo.core import artifact, optim, schedule, streams
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches, to_device
-from recipe_zoo.core.loop import BestState, LoopSettings, fit
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.tabular import data, encoded, inference, models, stream
 from recipe_zoo.recipes.tabular.config import MLPConfig
