@@ -267,9 +267,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         marks = [state.next_train_log * TRAIN_LOG_EVERY, 1.0]
         return min(marks + thresholds[state.next_eval:state.next_eval + 1]) - 1e-12
 
-    window = _Window()
+    window, stop = _Window(), _StopSignals()
 
-    def close_window(stop) -> None:
+    def close_window() -> None:
         """Read the window's losses (one sync), agree them across processes, check them, charge its time."""
         nonlocal stop_now, save_now, gc_frozen
         if not window.losses:
@@ -298,12 +298,13 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         gc.disable()
 
     def save():
+        close_window()  # a checkpoint holds only steps whose losses were read and counted
         if checkpoint_path is not None:
             ckpt.save_training(checkpoint_path, model, optimizer, scaler, ema, slow, batches, state, keep,
                                last_metrics, fsdp)
 
     try:
-        with _StopSignals() as stop:
+        with stop:
             while True:
                 progress = progress_now()
                 if state.next_eval < len(thresholds) and progress >= thresholds[state.next_eval] - 1e-12:
@@ -318,8 +319,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 if world == 1:
                     stop_now = stop.signum is not None
                     save_now = time.time() - last_ckpt > s.checkpoint_every
-                if stop_now or save_now:
-                    close_window(stop)
                 if stop_now:
                     save()
                     raise Interrupted(stop.signum or signal.SIGTERM, state.step)
@@ -341,7 +340,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                 state.samples += global_batch
                 if (len(window.losses) >= sync_every or not window.timed or window.elapsed() > window_seconds
                         or progress_now() >= next_threshold()):
-                    close_window(stop)
+                    close_window()
                 progress = progress_now()
                 if progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                     row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
@@ -353,7 +352,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     rate = global_batch * timing.steps / max(timing.seconds, 1e-9)
                     log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {state.last_loss:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
-            close_window(stop)
         save()
         if capped and state.train_seconds < budget.amount:
             log(f"epoch_cap={s.epoch_cap:g}: stopped after {state.step / steps_per_epoch:.2f} epochs, "
