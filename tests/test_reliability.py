@@ -200,7 +200,7 @@ def test_full_disk_at_a_checkpoint_gives_one_line_and_keeps_the_run_resumable(tm
 
 
 def test_write_errors_name_the_file_and_the_fix(tmp_path):
-    from recipe_zoo.runs import write_advice
+    from recipe_zoo.execution import write_advice
 
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.pt"))
     assert write_advice(full, tmp_path, has_checkpoint=True) == (

@@ -6,7 +6,7 @@ import statistics
 import time
 from pathlib import Path
 
-from recipe_zoo import board, config, runs
+from recipe_zoo import board, config, execution, runs
 from recipe_zoo.core.errors import ZooError
 
 
@@ -36,10 +36,10 @@ def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path,
     cfg = config.build(spec.config, spec.defaults, None, data + overrides, spec.name)
     outcomes = []
     for seed in range(seeds):
-        outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
+        outcome = execution.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
                                description=" ".join([spec.name, *overrides]))
         outcomes.append(outcome)
-        if outcome.code != runs.EXIT_OK:
+        if outcome.code != execution.EXIT_OK:
             if distributed.is_main():
                 log(f"{spec.name} seed {seed} ended {outcome.summary['status']}: no leaderboard row written")
             return None

@@ -152,7 +152,7 @@ def _resolve_spec(target: str):
 
 def cmd_run(args) -> int:
     from recipe_zoo import config as config_mod
-    from recipe_zoo import runs
+    from recipe_zoo import execution, runs
 
     out_root = args.out or runs.default_out()
     if args.nproc is not None and args.nproc < 1:
@@ -169,7 +169,7 @@ def cmd_run(args) -> int:
         if _should_launch(spec, nproc):
             return launch(nproc, _without_nproc(args.argv))
         _join(spec, saved.get("device", "auto"))
-        return runs.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
+        return execution.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
                             device=saved.get("device", "auto"), description=saved.get("description", ""),
                             resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"),
                             track=saved.get("track", [])).code
@@ -184,7 +184,7 @@ def cmd_run(args) -> int:
     _join(spec, args.device)
     description = " ".join([spec.name, *args.overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
-    return runs.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
+    return execution.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
                         description=description, recipe_file=recipe_file, track=args.track).code
 
 

@@ -1,37 +1,29 @@
-"""A run: its directory, log, metrics, checkpoint, summary, index row and the final summary block."""
+"""A run's handle (``Run``): its directory, log, metrics, checkpoint and parts; the code state its rows record.
+Running one from start to its summary block is ``execution``."""
 from __future__ import annotations
 
 import csv
 import dataclasses
-import errno
 import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import secrets
-import shutil
 import sys
-import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recipe_zoo.core.budget import Budget, parse_budget
-from recipe_zoo import board, extras, memory, results
-from recipe_zoo.core.errors import ResourceError, ZooError
+from recipe_zoo import board
+from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import RecipeSpec
 
 CODE_DIR = Path(__file__).resolve().parent.parent
-EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
 RESULT_FILES = ("leaderboard.md", "benchmarks/results.jsonl", "benchmarks/verify.jsonl", "benchmarks/plots")
-SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "peak_rss_mb",
-                "params_M",
-                "mfu_percent", "seed", "run_dir", "status", "rank")
 
 
 def code_state() -> tuple[str, bool]:
@@ -314,249 +306,6 @@ def make_logger(run_dir: Path) -> logging.Logger:
         handler.setFormatter(fmt)
         logger.addHandler(handler)
     return logger
-
-
-def _trim_metrics(run: Run) -> None:
-    """On resume keep only the rows the checkpoint already contains (and check the process count)."""
-    import torch
-
-    from recipe_zoo.core import distributed
-
-    blob = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
-    processes = len(blob.get("rng_ranks") or [None])
-    if processes != distributed.world_size():
-        raise ZooError(f"{run.checkpoint_path}: written by {processes} process(es), resumed with "
-                       f"{distributed.world_size()}; resume with --nproc {processes}")
-    if not run.main:
-        return
-    step = blob["loop"]["step"]
-    for name, attr in (("metrics.csv", "eval_rows"), ("train.csv", "train_rows")):
-        path = run.dir / name
-        if path.exists():
-            with open(path, newline="") as f:
-                rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
-            setattr(run, attr, [r for r in rows if r["step"] <= step])
-
-
-def _number(text: str):
-    try:
-        value = float(text)
-        return int(value) if value.is_integer() and "." not in text and "e" not in text else value
-    except ValueError:
-        return text
-
-
-@dataclass
-class Outcome:
-    code: int  # the process exit status
-    run_dir: Path
-    summary: dict
-
-
-def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path, device: str = "auto",
-            description: str = "", resume_dir: Path | None = None, recipe_file: str | None = None,
-            track: list[str] | tuple = ()) -> Outcome:
-    """Run ``spec`` with ``cfg``: the run directory, index row, summary block and exit status.
-
-    Under torchrun every rank trains; rank 0 alone writes the run directory, index row and summary, and
-    the other ranks send their side files to a scratch folder that is removed at the end.
-    """
-    from recipe_zoo.core import distributed
-
-    extras.require(spec.name)
-    if distributed.is_main():
-        run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
-        run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
-                  resuming=resume_dir is not None, logger=make_logger(run_dir))
-    else:
-        run_dir = _agree(None)
-        run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=Path(tempfile.mkdtemp(prefix="zoo-rank-")),
-                  device=device, resuming=resume_dir is not None, logger=logging.getLogger("zoo.rank"),
-                  home=run_dir)
-    try:
-        return _execute(run, spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
-                        description=description, resume_dir=resume_dir, recipe_file=recipe_file, track=track)
-    finally:
-        if not run.main:
-            shutil.rmtree(run.dir, ignore_errors=True)
-
-
-def _agree(make_dir):
-    """Rank 0 makes the run directory (or fails with a message); every rank gets the same outcome."""
-    from recipe_zoo.core import distributed
-
-    payload = None
-    if make_dir is not None:
-        try:
-            payload = ("ok", str(make_dir()))
-        except ZooError as exc:
-            payload = ("error", str(exc))
-    payload = distributed.broadcast_object(payload)
-    if payload[0] == "error":
-        raise ZooError(payload[1])
-    return Path(payload[1])
-
-
-def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
-             track) -> Outcome:
-    from recipe_zoo.core import distributed
-    from recipe_zoo.core.loop import Diverged, Interrupted, OutOfMemory
-    from recipe_zoo.core.precision import seed_everything
-
-    run_dir = run.home or run.dir
-    index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
-    env = fingerprint() if run.main else {}
-    if run.resuming:
-        if not run.checkpoint_path.exists():
-            raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "
-                           f"checkpoint, or {spec.name} trains without the core loop); start it again")
-        _trim_metrics(run)
-    elif run.main:
-        _write_json(run_dir / "config.json", {
-            "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
-            "budget": str(budget), "seed": seed, "device": device, "processes": distributed.world_size(),
-            "description": description, "track": list(track), "argv": sys.argv[1:]})
-    row = {}
-    if run.main:
-        _write_json(run_dir / "env.json", env)
-        row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
-               "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
-               "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
-               "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
-               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        results.upsert(index, row)
-        if track:
-            from recipe_zoo.track import open_trackers
-
-            run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
-        world = distributed.world_size()
-        run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed}"
-                + (f", {world} processes" if world > 1 else "") + f" -> {run_dir}")
-    seed_everything(seed)  # the same on every rank: the model is initialised alike
-    metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
-    try:
-        metrics, cfg = memory.train_backing_off(spec, cfg, run, reseed=lambda: seed_everything(seed))
-        status, code = "ok", EXIT_OK
-        if not math.isfinite(metrics.get(run.metric, float("nan"))):
-            raise RuntimeError(f"recipe returned no finite {run.metric!r}")
-    except ZooError as exc:
-        run.log(f"error: {exc}")
-        status, code, input_error = "crash", exc.exit_code, exc
-    except OutOfMemory as exc:
-        input_error = ResourceError(memory.oom_advice(exc, cfg))
-        run.log(f"error: {input_error}")
-        status, code = "crash", input_error.exit_code
-    except Diverged as exc:
-        run.log(f"diverged: {exc}")
-        status, code = "diverged", EXIT_DIVERGED
-    except Interrupted as exc:
-        run.log(f"interrupted: {exc}. Resume with: zoo run --resume {run_dir}")
-        status, code = "interrupted", 128 + exc.signum
-    except KeyboardInterrupt:
-        run.log("interrupted twice: stopped without a new checkpoint")
-        status, code = "interrupted", 130
-    except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:  # not a full or read-only disk: a crash like any other
-            status, code = _crash(run)
-        else:
-            input_error = ResourceError(write_advice(exc, run_dir, run.checkpoint_path.exists()))
-            run.log(f"error: {input_error}")
-            status, code = "crash", input_error.exit_code
-    except Exception:  # a bug or an unexpected failure: keep the traceback in the log
-        status, code = _crash(run)
-    if not run.main:
-        if input_error is not None:
-            raise input_error
-        if status == "ok":  # leave together: a rank exiting while rank 0 still talks can abort gloo's peer
-            distributed.barrier()
-        return Outcome(code, run_dir, {})
-    if "processes" in metrics and metrics["processes"] > 1:
-        run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
-                     **run.extra}
-    summary = _summary(run, metrics, status)
-    if status == "ok":
-        summary["rank"] = board.standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
-    _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
-                                           "inputs": input_files(cfg) if status == "ok" else {}})
-    _plot_curves(run)
-    for tracker in run.trackers:
-        tracker.finish(summary, run_dir)
-    results.upsert(index, {**row, "status": status, "metric": summary["value"], "metric_name": run.metric,
-                           "higher_is_better": int(run.higher_is_better),
-                           "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
-                           "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
-                           "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    print(format_summary(summary), flush=True)
-    for handler in run.logger.handlers:
-        handler.close()
-    run.logger.handlers.clear()
-    if input_error is not None:
-        raise input_error  # the CLI prints it as one line on stderr and exits 2
-    if status == "ok":
-        distributed.barrier()
-    return Outcome(code, run_dir, summary)
-
-
-def _crash(run: Run) -> tuple[str, int]:
-    from recipe_zoo.core import distributed
-
-    run.log("crash:\n" + traceback.format_exc())
-    if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
-        print(f"[rank {distributed.rank()}] crash:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-    return "crash", EXIT_CRASH
-
-
-WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
-
-
-def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
-    """One line for a full, read-only or forbidden path met mid-run."""
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-    fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
-    kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
-    return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"
-
-
-def _summary(run: Run, metrics: dict, status: str) -> dict:
-    from recipe_zoo.core.loop import peak_rss_mb  # rank 0's under torchrun
-
-    value = metrics.get(run.metric)
-    return {"recipe": run.spec.name, "benchmark": run.benchmark, "metric": run.metric,
-            "higher_is_better": run.higher_is_better,
-            "value": value if status == "ok" else None, "budget": str(run.budget),
-            "train_seconds": metrics.get("train_seconds"), "peak_mem_mb": metrics.get("peak_mem_mb"),
-            "peak_rss_mb": peak_rss_mb(), "params_M": metrics.get("params_M"), "mfu_percent": metrics.get("mfu_percent"), "seed": run.seed,
-            "status": status, "run_dir": str(run.dir), "extra": dict(run.extra) if status == "ok" else {}}
-
-
-def format_summary(summary: dict) -> str:
-    lines = ["---"]
-    for key in SUMMARY_KEYS:
-        value = summary.get(key)
-        if isinstance(value, float):
-            value = f"{value:.4f}" if key == "value" else f"{value:.1f}"
-        lines.append(f"{key + ':':<16} {'n/a' if value is None else value}")
-        if key == "mfu_percent":
-            lines += [f"{k + ':':<16} {v}" for k, v in summary.get("extra", {}).items()]
-    return "\n".join(lines)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-def _plot_curves(run: Run) -> None:
-    if not run.eval_rows:
-        return
-    from recipe_zoo.plots import plot_curves
-
-    try:
-        plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.metric, run.dir / "curves.png",
-                    title=f"{run.spec.name} on {run.benchmark}")
-    except Exception as exc:  # a plot must never turn a finished run into a crash
-        run.log(f"warning: could not draw curves.png: {exc}")
 
 
 def load_run_config(run_dir: Path) -> dict:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe_zoo import config, runs
+from recipe_zoo import config, execution, runs
 from recipe_zoo.core.errors import ZooError
 
 BATCH_KEYS = ("batch_size", "batch_tokens")
@@ -144,10 +144,10 @@ def sweep(spec, overrides: list[str], *, seeds: int, budget_text: str | None, ou
         trial = Trial(dict(over))
         cfg = config.build(spec.config, spec.defaults, config_file, [f"{k}={v}" for k, v in over.items()], spec.name)
         for seed in range(seeds):
-            outcome = runs.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
+            outcome = execution.execute(spec, cfg, budget=budget, seed=seed, out_root=out_root,
                                    description=describe(spec.name, over), recipe_file=recipe_file)
             trial.run_dirs.append(str(outcome.run_dir))
-            if outcome.code != runs.EXIT_OK:
+            if outcome.code != execution.EXIT_OK:
                 trial.status = outcome.summary.get("status", "crash")
                 break
             higher = outcome.summary["higher_is_better"]
