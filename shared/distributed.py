@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
+import random
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -208,3 +211,44 @@ def gradient_sync(model: nn.Module, sync: bool):
             inner.set_requires_gradient_sync(True)
     else:
         yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Joining a training loop's processes (core.loop.fit)
+# ---------------------------------------------------------------------------------------------
+
+def join_processes(model: nn.Module, optimizer: torch.optim.Optimizer, batches, device: torch.device, fsdp: bool,
+                   sync_batchnorm: bool, lr_scaling: str, log) -> None:
+    """Under N processes: each rank's share of the batches, one starting point, batch-norm statistics over the
+    global batch, per-rank seeds, and the LR rule for the N-times larger batch."""
+    world, this = world_size(), rank()
+    if not hasattr(batches, "shard"):
+        raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
+    batches.shard(this, world)
+    if not fsdp:  # one starting point before the EMA and lookahead copies are made (DDP would sync only later)
+        broadcast_state(model)
+    if sync_batchnorm and not fsdp:
+        convert_sync_batchnorm(model, device)
+    seed_per_rank(this)  # dropout, noise and mixing differ per rank; the weights were made alike
+    if lr_scaling != "none":
+        scale_lrs(optimizer, world, lr_scaling, log)
+
+
+def seed_per_rank(index: int) -> None:
+    """Reseed the global generators from a draw every rank shares, offset by the rank's index."""
+    base = int(torch.randint(2**62, (1,)))
+    random.seed(base + index)
+    np.random.seed((base + index) % 2**32)
+    torch.manual_seed(base + index)
+
+
+def scale_lrs(optimizer: torch.optim.Optimizer, world: int, rule: str, log) -> None:
+    """The batch grows N times with N processes: LR x sqrt(N) (the core's rule) or x N (linear)."""
+    if rule not in ("sqrt", "linear"):
+        raise ValueError(f"lr_scaling={rule!r}: choose none, sqrt or linear")
+    factor = math.sqrt(world) if rule == "sqrt" else float(world)
+    for g in optimizer.param_groups:
+        g["lr"] *= factor
+        if "base_lr" in g:
+            g["base_lr"] *= factor
+    log(f"learning rates x{factor:.3f} ({rule} rule, {world} processes)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import random
 import resource
 import signal
 import sys
@@ -20,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -214,7 +212,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     if fsdp and (s.ema_decay > 0 or s.lookahead > 0):
         raise ValueError("EMA and lookahead keep a full copy of the weights: turn them off under FSDP")
     if world > 1:
-        _join_processes(model, optimizer, batches, s, device, fsdp, log)
+        distributed.join_processes(model, optimizer, batches, device, fsdp, s.sync_batchnorm, s.lr_scaling, log)
     precision = resolve_precision(device, s.precision)
     scaler = grad_scaler(device, precision)
     ema = EMA(model, s.ema_decay) if s.ema_decay > 0 else None
@@ -371,22 +369,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                      global_batch=global_batch, processes=world)
 
 
-def _join_processes(model, optimizer, batches, s: LoopSettings, device, fsdp: bool, log) -> None:
-    """Under N processes: each rank's share of the batches, one starting point, batch-norm statistics over the
-    global batch, per-rank seeds, and the LR rule for the N-times larger batch."""
-    world, rank = distributed.world_size(), distributed.rank()
-    if not hasattr(batches, "shard"):
-        raise TypeError(f"{type(batches).__name__} cannot be split over processes: it needs shard(rank, world)")
-    batches.shard(rank, world)
-    if not fsdp:  # one starting point before the EMA and lookahead copies are made (DDP would sync only later)
-        distributed.broadcast_state(model)
-    if s.sync_batchnorm and not fsdp:
-        distributed.convert_sync_batchnorm(model, device)
-    _seed_per_rank(rank)  # dropout, noise and mixing differ per rank; the weights were made alike
-    if s.lr_scaling != "none":
-        _scale_lrs(optimizer, world, s.lr_scaling, log)
-
-
 @dataclass
 class _Timing:
     """The steps this process timed (not compiling steps, not the FLOP-counting one): throughput and MFU."""
@@ -458,26 +440,6 @@ def _count_loss(state: _State, loss: float) -> None:
     state.train_window_loss += loss
     state.train_window_steps += 1
     state.last_loss = loss
-
-
-def _seed_per_rank(rank: int) -> None:
-    """Reseed the global generators from a draw every rank shares, offset by the rank."""
-    base = int(torch.randint(2**62, (1,)))
-    random.seed(base + rank)
-    np.random.seed((base + rank) % 2**32)
-    torch.manual_seed(base + rank)
-
-
-def _scale_lrs(optimizer: torch.optim.Optimizer, world: int, rule: str, log) -> None:
-    """The batch grows N times with N processes: LR x sqrt(N) (the core's rule) or x N (linear)."""
-    if rule not in ("sqrt", "linear"):
-        raise ValueError(f"lr_scaling={rule!r}: choose none, sqrt or linear")
-    factor = math.sqrt(world) if rule == "sqrt" else float(world)
-    for g in optimizer.param_groups:
-        g["lr"] *= factor
-        if "base_lr" in g:
-            g["base_lr"] *= factor
-    log(f"learning rates x{factor:.3f} ({rule} rule, {world} processes)")
 
 
 def _train_step(model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision):
