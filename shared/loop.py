@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from recipe_zoo.core import checkpoint as ckpt
-from recipe_zoo.core import distributed
+from recipe_zoo.core import distributed, profiling
 from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Range, Run, Unit
 from recipe_zoo.core.flops import counting_flops, peak_flops, peak_label
 from recipe_zoo.core.precision import (autocast, enable_activation_checkpointing, grad_scaler, maybe_compile,
@@ -84,6 +84,7 @@ class LoopSettings:
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
     sync_every: NonNegativeInt = 0  # steps between reads of the loss off the device (0 = 1 on CPU, 16 on GPUs)
+    profile: NonNegativeInt = 0  # steps traced by torch.profiler after the compiling ones, untimed (profile.txt)
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # under N processes: LR x sqrt N (the batch rule), x N
     sync_batchnorm: bool = True  # under N GPU processes, batch-norm statistics over the global batch
 
@@ -108,10 +109,11 @@ class FitResult:
     eval_model: nn.Module | None = None
     global_batch: int = 0  # per-device micro-batch x accumulation steps x processes
     processes: int = 1
+    samples_per_s: float = math.nan  # over the timed steps only (not compiling, FLOP-counting or traced ones)
 
     def stats(self) -> dict[str, float]:
         return {"train_seconds": self.train_seconds, "steps": self.steps, "epochs": self.epochs,
-                "samples_per_s": self.samples / max(self.train_seconds, 1e-9), "params_M": self.params_M,
+                "samples_per_s": self.samples_per_s, "params_M": self.params_M,
                 "mfu_percent": self.mfu_percent, "peak_mem_mb": self.peak_mem_mb,
                 "final_train_loss": self.final_train_loss, "global_batch": self.global_batch,
                 "processes": self.processes}
@@ -247,7 +249,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         log(f"the loss is read off the device every {sync_every} steps (divergence check, step time)")
     params_M = sum(p.numel() for p in model.parameters()) / 1e6
     peak = peak_flops(device)
-    timing = _Timing()
+    timing = profiling.Timing()
     last_ckpt = last_log = time.time()
     grad_norm = torch.zeros(())
     lr_mult = 0.0
@@ -265,7 +267,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
         marks = [state.next_train_log * TRAIN_LOG_EVERY, 1.0]
         return min(marks + thresholds[state.next_eval:state.next_eval + 1]) - 1e-12
 
-    window, stop = _Window(), _StopSignals()
+    window, stop = profiling.LossWindow(), _StopSignals()
+    # Every rank counts the traced steps (untimed alike, so the ranks' clocks agree); rank 0 records them.
+    tracer = profiling.StepTrace(s.profile, device, run.dir, log, record=rank == 0)
 
     def close_window() -> None:
         """Read the window's losses (one sync), agree them across processes, check them, charge its time."""
@@ -329,16 +333,23 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     if len(now) != len(params) or any(p is not q for p, q in zip(now, params)):
                         params, train_model = now, wrap()
                 lr_mult = update_hparams(optimizer, progress, state.step)
+                if not tracer.done and not tracer.active and state.step >= untimed_steps and state.flops_per_step >= 0:
+                    close_window()  # the traced steps make windows of their own
+                    tracer.start()
                 if not window.losses:
                     window.open()
                 loss, grad_norm, counted = _one_step(train_model, model, optimizer, batches, loss_fn, s, scaler,
                                                      params, device, precision, state, ema, slow, progress)
-                window.add(loss, timed=state.step >= untimed_steps and not counted)
+                tracer.traced += tracer.active
+                window.add(loss, timed=state.step >= untimed_steps and not counted and not tracer.active)
                 state.step += 1
                 state.samples += global_batch
-                if (len(window.losses) >= sync_every or not window.timed or window.elapsed() > window_seconds
-                        or progress_now() >= next_threshold()):
+                if (len(window.losses) >= sync_every or (not window.timed and not tracer.active)
+                        or window.elapsed() > window_seconds or progress_now() >= next_threshold()):
                     close_window()
+                if tracer.active and tracer.traced >= tracer.steps:
+                    close_window()
+                    tracer.stop()
                 progress = progress_now()
                 if progress >= state.next_train_log * TRAIN_LOG_EVERY - 1e-12:
                     row = _train_row(state, progress, steps_per_epoch, optimizer, grad_norm)
@@ -351,10 +362,13 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                     log(f"step {state.step} | {100 * progress_now():5.1f}% | loss {state.last_loss:.4f} | "
                         f"lr x{lr_mult:.3f} | {rate:.0f} samples/s | {state.train_seconds:.1f}s")
         save()
+        if tracer.active:  # the run ended inside the trace
+            tracer.stop()
         if capped and state.train_seconds < budget.amount:
             log(f"epoch_cap={s.epoch_cap:g}: stopped after {state.step / steps_per_epoch:.2f} epochs, "
                 f"{state.train_seconds:.1f}s of the {budget} budget")
     finally:
+        tracer.abandon()
         gc.enable()
         gc.unfreeze()
     flops_per_step = max(state.flops_per_step, 0.0)
@@ -366,45 +380,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
                      samples=state.samples, params_M=params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
                      peak_mem_mb=peak_memory_mb(device), final_train_loss=state.last_loss,
                      metrics=last_metrics, eval_model=ema.module if ema else model,
-                     global_batch=global_batch, processes=world)
-
-
-@dataclass
-class _Timing:
-    """The steps this process timed (not compiling steps, not the FLOP-counting one): throughput and MFU."""
-
-    steps: int = 0
-    seconds: float = 0.0
-
-
-class _Window:
-    """Steps whose losses are still on the device. Reading a loss waits for the device to finish; on a GPU
-    that sync each step leaves it idle while the host prepares the next one, so the losses are read, checked
-    and charged their wall time together every few steps (``sync_every``)."""
-
-    def __init__(self):
-        self.losses: list[torch.Tensor] = []
-        self.timed, self.t0, self.seconds = True, 0.0, 0.0
-
-    def open(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def add(self, loss: torch.Tensor, timed: bool) -> None:
-        self.losses.append(loss)
-        self.timed = self.timed and timed
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def read(self, device: torch.device) -> list[float]:
-        values = [self.losses[0].item()] if len(self.losses) == 1 else torch.stack(self.losses).tolist()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        self.seconds = self.elapsed()
-        return values
-
-    def clear(self) -> None:
-        self.losses, self.timed = [], True
+                     global_batch=global_batch, processes=world,
+                     samples_per_s=global_batch * timing.steps / timing.seconds if timing.seconds > 0 else math.nan)
 
 
 def _one_step(train_model, model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision,
@@ -445,17 +422,21 @@ def _count_loss(state: _State, loss: float) -> None:
 def _train_step(model, optimizer, batches, loss_fn, s: LoopSettings, scaler, params, device, precision):
     total = torch.zeros((), device=device)
     for i in range(s.accum_steps):
-        batch = batches.next_batch()
-        with distributed.gradient_sync(model, i == s.accum_steps - 1):  # all-reduce once, on the last micro-batch
+        with profiling.section("zoo::batch"):
+            batch = batches.next_batch()
+        # all-reduce once, on the last micro-batch
+        with profiling.section("zoo::forward_backward"), distributed.gradient_sync(model, i == s.accum_steps - 1):
             with autocast(device, precision):
                 loss = loss_fn(model, batch)
             scaler.scale(loss / s.accum_steps).backward()
         total += loss.detach().float()
-    scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
+    with profiling.section("zoo::clip"):
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
+    with profiling.section("zoo::optimizer"):
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
     return total / s.accum_steps, distributed.local_value(grad_norm)
 
 

@@ -194,10 +194,10 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
 
 @pytest.mark.slow
 def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
-    """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP and under FSDP2 (fsdp=true)."""
+    """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP (two steps traced) and under FSDP2."""
     common = [*gpt_args(tmp_path), "--budget", "8steps"]
     one = zoo("run", *common, "micro_batch=8", "--out", tmp_path / "one")
-    ddp = zoo("run", *common, "micro_batch=4", "--nproc", "2", "--out", tmp_path / "ddp")
+    ddp = zoo("run", *common, "micro_batch=4", "profile=2", "--nproc", "2", "--out", tmp_path / "ddp")
     fsdp = zoo("run", *common, "micro_batch=4", "fsdp=true", "--nproc", "2", "--out", tmp_path / "fsdp")
     for proc in (one, ddp, fsdp):
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -209,6 +209,8 @@ def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
         got = losses(rows)  # the first step sees the same tokens; later ones drift by fp32 rounding only
         assert got[0] == pytest.approx(reference[0], rel=1e-6) and got == pytest.approx(reference, rel=1e-3), out
         assert json.loads((run_dir / "summary.json").read_text())["metrics"]["tokens"] == 8 * 256
+    traced = next((tmp_path / "ddp" / "llm" / "gpt").iterdir()) / "profile.txt"  # rank 0 records, both count
+    assert traced.read_text().startswith("2 optimizer steps traced")
     from safetensors.torch import load_file  # the FSDP export is the whole model, gathered
 
     full = load_file(next((tmp_path / "one" / "llm" / "gpt").iterdir()) / "model.safetensors")

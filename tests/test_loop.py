@@ -40,7 +40,8 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
     update = kw.pop("update", None) or (lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("cosine", warmup=0.1)))
     settings = LoopSettings(accum_steps=accum, eval_every=kw.pop("eval_every", 0.5), log_every=1e9,
                             ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0),
-                            epoch_cap=kw.pop("epoch_cap", 0.0), sync_every=kw.pop("sync_every", 0))
+                            epoch_cap=kw.pop("epoch_cap", 0.0), sync_every=kw.pop("sync_every", 0),
+                            profile=kw.pop("profile", 0))
     run = SimpleRun(budget, log=lambda s: None, **kw)
     result = fit(model, opt, batches, loss_fn, run, device=torch.device("cpu"),
                  evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings)
@@ -155,10 +156,10 @@ def test_losses_read_every_few_steps_change_nothing_but_when_they_are_read(monke
     """sync_every=5 (what a GPU does, 16 there): the same weights, evaluations and train rows as reading every
     step; a loss gone NaN is still caught and named by its own step, not the step that read it. (The budgets
     are long enough that the train rows, read every 1%, leave the windows whole.)"""
-    from recipe_zoo.core import loop
+    from recipe_zoo.core import profiling
 
-    runs, reads, read = [], [], loop._Window.read
-    monkeypatch.setattr(loop._Window, "read", lambda self, device: reads.append(len(self.losses)) or read(self, device))
+    runs, reads, read = [], [], profiling.LossWindow.read
+    monkeypatch.setattr(profiling.LossWindow, "read", lambda self, device: reads.append(len(self.losses)) or read(self, device))
     for k in (1, 5):
         model, x, y = make_problem()
         run = SimpleRun(Budget("steps", 1000), log=lambda s: None)
@@ -185,6 +186,30 @@ def test_losses_read_every_few_steps_change_nothing_but_when_they_are_read(monke
             run_fit(model, x, y, Budget("steps", 2000), transform=nan_from_step_6, sync_every=k)
         # step 0 (FLOPs counted, untimed) is read alone, then steps 1-4 and 5-8 together
         assert info.value.step == 6 and len(calls) == (7 if k == 1 else 9)
+
+
+def test_profile_traces_steps_without_changing_or_timing_them(tmp_path):
+    """profile=4: steps 1-4 (after the FLOP-counting step 0) are traced into profile.txt and trace.json.gz; the
+    weights are those of an untraced run, and throughput counts only the 15 timed steps of 20."""
+    import gzip
+    import json
+
+    traced, x, y = make_problem()
+    res, _ = run_fit(traced, x, y, Budget("steps", 20), profile=4, sync_every=3, dir=tmp_path)
+    plain, _, _ = make_problem()
+    run_fit(plain, x, y, Budget("steps", 20))
+    assert all(torch.equal(a, b) for a, b in zip(traced.parameters(), plain.parameters()))
+    text = (tmp_path / "profile.txt").read_text()
+    assert text.startswith("4 optimizer steps traced on cpu")
+    for name in ("zoo::batch", "zoo::forward_backward", "zoo::clip", "zoo::optimizer", "aten::addmm"):
+        assert name in text, name
+    events = json.loads(gzip.decompress((tmp_path / "trace.json.gz").read_bytes()))["traceEvents"]
+    assert sum(e.get("name") == "zoo::optimizer" for e in events) == 4
+    assert res.samples_per_s * res.train_seconds == pytest.approx(15 * 16)
+
+    short, _, _ = make_problem()  # the run ends inside the trace: what was traced is still written
+    run_fit(short, x, y, Budget("steps", 3), profile=10, dir=tmp_path / "short")
+    assert (tmp_path / "short" / "profile.txt").read_text().startswith("2 optimizer steps traced")
 
 
 def test_time_budget_with_losses_read_every_few_steps():

@@ -133,4 +133,6 @@ def test_the_suite_runs_on_a_cpu_at_a_small_scale(tmp_path):
     lines = [line for line in summary if line.startswith("  ")]
     assert len(lines) == len(suite.entries("gpu")) and all(line.endswith("ok") for line in lines)
     assert "tok/s" in lines[0] and "MFU" in lines[0]
+    traced = [line for line in proc.stdout.splitlines() if "llm/gpt's traced steps:" in line]  # GPT-2-small's
+    assert len(traced) == 1 and "5 optimizer steps traced" in open(traced[0].split(": ")[-1]).read()
     assert not (tmp_path / "board").exists() or not any((tmp_path / "board").iterdir())

@@ -36,14 +36,14 @@ SMALL_MEDICAL = ("width=8", "levels=3", "tta=false", "batch_size=2")
 SMALL_TEXT = ("seq_len=64", "batch_tokens=256", "micro_batch=4", "vocab_size=300", "eval_bytes=2000", "samples=0",
               "compile=false")
 GPT2_SMALL = ("depth=12", "aspect=64", "head_dim=64", "seq_len=1024", "batch_tokens=131072", "micro_batch=32",
-              "samples=0")
+              "samples=0", "profile=5")
 
 # Budgets sum to 190 s of training; compiling, data loading and evaluation take the rest of the 420 s it aims at
 # on one H200 (each entry's wall time is printed, to re-size the budgets from).
 SUITES: dict[str, tuple[Entry, ...]] = {"gpu": (
     Entry("llm/gpt", "20s", small=SMALL_TEXT, why="the depth the device profile chooses for 20 s"),
     Entry("llm/gpt", "30s", GPT2_SMALL, ("depth=1", *SMALL_TEXT),
-          why="GPT-2-small shape (768 wide, 12 blocks, 1024 context): MFU"),
+          why="GPT-2-small shape (768 wide, 12 blocks, 1024 context): MFU, and 5 steps traced (profile.txt)"),
     Entry("vision/resnet", "15s", small=SMALL_IMAGES + ("tta=0",)),
     Entry("contrastive/simclr", "15s", small=SMALL_IMAGES + ("proj_hidden=32",)),
     Entry("contrastive/byol", "10s", small=SMALL_IMAGES + ("proj_hidden=32",)),
@@ -139,6 +139,9 @@ def run_suite(name: str, *, scale: float, out_root: Path, allow_dirty: bool, dev
         wall = time.perf_counter() - began
         summary = json.loads((outcomes[0].run_dir / "summary.json").read_text()) if outcomes else None
         line = _line(entry.recipe, settings, budget, summary, wall, failure)
+        traced = outcomes[0].run_dir / "profile.txt" if outcomes else None
+        if traced is not None and traced.exists():
+            print(f"suite {name}: {entry.recipe}'s traced steps: {traced}", flush=True)
         print(f"suite {name}: {line}", flush=True)
         lines.append(line)
         if outcomes and not checking:

@@ -233,7 +233,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     with autocast(device, precision):
         write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
     tokens = result.samples * cfg.seq_len
-    tokens_per_s = tokens / max(result.train_seconds, 1e-9)
+    tokens_per_s = result.samples_per_s * cfg.seq_len  # the timed steps': not compiling or traced ones
     peak = peak_flops(device)
     mfu = 100 * model.flops_per_token() * tokens_per_s / (peak * world) if peak else float("nan")
     stats = {**result.stats(), **result.metrics, **test, "tokens": tokens, "tokens_per_s": tokens_per_s,
