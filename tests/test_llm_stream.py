@@ -93,7 +93,7 @@ def write_sources(root, kind: str) -> str:
 def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path, monkeypatch, kind, tokenizer):
     """Read in blocks of a few bytes (multi-byte characters straddle them) and encoded in small chunks, the shards
     hold what memory holds: the same split (items, sizes, line), tokenizer, tokens (<|bos|> once per document)
-    and scored text."""
+    and scored text; and memory's chunks give the tokenizer and tokens of whole documents."""
     monkeypatch.setattr(textfiles, "BLOCK_BYTES", 1000)
     monkeypatch.setattr(shards, "CHUNK_CHARS", 200)
     monkeypatch.setattr(shards, "BATCH_CHARS", 1500)
@@ -102,6 +102,9 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
                         test_fraction=0.15)
     run = SimpleRun(Budget("steps", 1), log=lambda message: None)
     memory = shards.text_data(cfg, run)
+    splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
+    whole = llm_data.load_tokenizer(cfg, splits.train)
+    assert memory.tok.to_str() == whole.to_str() and torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert isinstance(streamed.train, NpyArray) and streamed.train.dtype == np.uint16
@@ -132,6 +135,9 @@ def test_a_tokenizer_file_past_65536_tokens_gives_uint32_shards(tmp_path):
     cfg = gpt.GPTConfig(data=str(tmp_path / "c.txt"), tokenizer=str(tmp_path / "big.json"), eval_bytes=500)
     run = SimpleRun(Budget("steps", 1), log=lambda message: None)
     memory = shards.text_data(cfg, run)
+    splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
+    whole = llm_data.load_tokenizer(cfg, splits.train)
+    assert memory.tok.to_str() == whole.to_str() and torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert streamed.train.dtype == np.uint32 and streamed.train[0:2].dtype == torch.int64
