@@ -104,7 +104,8 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
     memory = shards.text_data(cfg, run)
     splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
     whole = llm_data.load_tokenizer(cfg, splits.train)
-    assert memory.tok.to_str() == whole.to_str() and torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
+    assert memory.tok.to_str() == whole.to_str()
+    assert torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert isinstance(streamed.train, NpyArray) and streamed.train.dtype == np.uint16
@@ -137,7 +138,8 @@ def test_a_tokenizer_file_past_65536_tokens_gives_uint32_shards(tmp_path):
     memory = shards.text_data(cfg, run)
     splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
     whole = llm_data.load_tokenizer(cfg, splits.train)
-    assert memory.tok.to_str() == whole.to_str() and torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
+    assert memory.tok.to_str() == whole.to_str()
+    assert torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert streamed.train.dtype == np.uint32 and streamed.train[0:2].dtype == torch.int64
