@@ -1,5 +1,7 @@
 """Dataset registry and ``zoo data fetch`` against a local HTTP server (never the internet)."""
+import dataclasses
 import functools
+import gzip
 import hashlib
 import http.server
 import io
@@ -10,7 +12,7 @@ import zipfile
 import pytest
 
 from conftest import zoo
-from recipe_zoo import data
+from recipe_zoo import data, packaged
 from recipe_zoo.core.errors import ZooError
 
 
@@ -166,3 +168,79 @@ def test_cli_fetch_through_a_mirror_verifies_checksums(server, tmp_path):
     proc = zoo("data", "fetch", "mnist-test", env={"ZOO_DATA": str(tmp_path / "cache"), "ZOO_MIRROR": url})
     assert proc.returncode == 2 and "sha256 mismatch" in proc.stderr and "t10k-images" in proc.stderr
     assert not (tmp_path / "cache" / "vision" / "mnist_test").exists()
+
+
+def _deb(path, files: dict, links: dict | None = None):
+    """A Debian binary package: an ar archive of debian-binary, control.tar.xz and data.tar.xz (``files``)."""
+    data_tar = io.BytesIO()
+    with tarfile.open(fileobj=data_tar, mode="w:xz") as tf:
+        for name, content in files.items():
+            info = tarfile.TarInfo("./" + name)
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo("./" + name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tf.addfile(info)
+    out = b"!<arch>\n"
+    for name, blob in (("debian-binary", b"2.0\n"), ("control.tar.xz", b"x"), ("data.tar.xz", data_tar.getvalue())):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(blob):<10}`\n".encode() + blob + b"\n" * (len(blob) % 2)
+    path.write_bytes(out)
+    return hashlib.sha256(out).hexdigest()
+
+
+LINUX = "usr/share/doc/linux-doc-6.1/Documentation/"
+PYTHON = "usr/share/doc/python3.11/html/_sources/"
+
+
+def _docs_dataset(www, url, fake_dataset, linux: dict, python: dict, links: dict | None = None):
+    sums = [_deb(www / "linux.deb", linux, links), _deb(www / "python.deb", python)]
+    return fake_dataset(name="tiny-docs", path="text/tiny_docs", build=packaged.linux_python_docs,
+                        downloads=tuple(data.Download(f"{url}/{n}.deb", s, unpack=False)
+                                        for n, s in zip(("linux", "python"), sums)))
+
+
+def test_a_dataset_built_from_debian_packages(server, fake_dataset, tmp_path):
+    """linux-python-docs' build: the .rst/.txt documents read out of each package's data.tar (gzipped ones
+    decompressed; other files, links and other folders left out) into one file, in the order of a hash of their
+    names, a blank line between; the registered dataset names its packages by checksum and its result by tree."""
+    www, url = server
+    linux = {LINUX + "PCI/pci.rst.gz": gzip.compress(b"PCI\n===\n\nBuses.\n"), LINUX + "old.txt.gz":
+             gzip.compress(b"\n\nplain text\n\n\n"), LINUX + "abi.yaml.gz": gzip.compress(b"skip: me\n"),
+             "usr/share/doc/linux-doc-6.1/html/_sources/PCI/pci.rst.txt": b"a copy\n"}
+    python = {PYTHON + "tutorial/index.rst.txt": "Tutorial — héllo\n".encode(), PYTHON + "x.js": b"skip"}
+    _docs_dataset(www, url, fake_dataset, linux, python, links={LINUX + "link.rst.gz": "PCI/pci.rst.gz"})
+    target = data.fetch("tiny-docs", root=tmp_path / "cache")
+    texts = {"linux/PCI/pci.rst": "PCI\n===\n\nBuses.\n", "linux/old.txt": "plain text\n",
+             "python/tutorial/index.rst.txt": "Tutorial — héllo\n"}
+    order = sorted(texts, key=lambda name: hashlib.sha256(name.encode()).hexdigest())
+    assert [p.name for p in target.iterdir()] == ["docs.txt"]
+    assert (target / "docs.txt").read_text() == "\n".join(texts[name] for name in order)
+    info = data.get("linux-python-docs")
+    assert info.build is packaged.linux_python_docs and len(info.tree_sha256) == 64
+    assert all(d.sha256 and not d.unpack for d in info.downloads)
+
+
+@pytest.mark.parametrize("linux, python, message", [
+    (None, {PYTHON + "a.rst.txt": b"x"}, "not a Debian package"),
+    ({LINUX + "a.rst.gz": gzip.compress(b"x")}, {"usr/share/doc/other/a.rst.txt": b"x"}, "none of its files match"),
+    ({LINUX + "bad.rst.gz": gzip.compress(b"caf\xe9\n")}, {PYTHON + "a.rst.txt": b"x"}, "is not UTF-8 text"),
+])
+def test_a_package_that_is_not_the_expected_one_places_nothing(server, fake_dataset, tmp_path, linux, python,
+                                                               message):
+    www, url = server
+    _docs_dataset(www, url, fake_dataset, linux or {}, python)
+    if linux is None:  # a file that is no ar archive at all, under its own checksum
+        (www / "linux.deb").write_bytes(b"<html>not found</html>")
+        info = data.DATASETS["tiny-docs"]
+        data.DATASETS["tiny-docs"] = dataclasses.replace(info, downloads=(
+            data.Download(f"{url}/linux.deb", hashlib.sha256(b"<html>not found</html>").hexdigest(), unpack=False),
+            info.downloads[1]))
+    with pytest.raises(ZooError, match=message) as info:
+        data.fetch("tiny-docs", root=tmp_path / "cache")
+    assert "\n" not in str(info.value) and not (tmp_path / "cache" / "text" / "tiny_docs").exists()
+    truncated = tmp_path / "cut.deb"
+    _deb(truncated, {PYTHON + "a.rst.txt": b"x" * 5000})
+    truncated.write_bytes(truncated.read_bytes()[:-100])
+    with pytest.raises(ZooError, match="runs past the end of the file"):
+        list(packaged.package_files(truncated, packaged.PYTHON_DOCS))

@@ -13,12 +13,15 @@ CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
 
 
 def make_suite_data(root):
-    """Tiny files where the suite's datasets live in the cache: the text, image folders, MNIST's idx files, the
+    """Tiny files where the suite's datasets live in the cache: the texts, image folders, MNIST's idx files, the
     membrane slices, the housing table, ESOL's table and the beta-lactamase FASTA."""
     rng = np.random.default_rng(0)
     text = root / "text" / "tinyshakespeare"
     text.mkdir(parents=True)
     (text / "input.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 1200)
+    docs = root / "text" / "linux_python_docs"
+    docs.mkdir(parents=True)
+    (docs / "docs.txt").write_text("PCI\n===\n\nThe ``pci_enable_device()`` call wakes the device.\n\n" * 1500)
     for part, n in (("train", 12), ("test", 4)):
         for c, name in enumerate(CIFAR_CLASSES):
             folder = root / "vision" / "cifar10_subset" / part / name

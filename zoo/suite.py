@@ -5,8 +5,9 @@ Each entry is one seed of a recipe on its benchmark at a short time budget. The 
 (value, steps, samples/s, MFU, its own wall time) and the total wall time, and appends a leaderboard row per
 recipe, in the run's own hardware table. ``--scale F`` (F < 1) multiplies every budget by F and swaps in each
 entry's ``small`` settings, so the same code paths run on a CPU in about two minutes: a check that the suite
-works, not a measurement, so no rows are written. ``--copy-data DIR`` copies the data the suite reads (about 23 MB)
-from the data cache into DIR, to carry to a machine that cannot download it (then ``ZOO_DATA=DIR``).
+works, not a measurement, so no rows are written. ``--copy-data DIR`` copies the data the suite reads (66 MB,
+40 of them linux-python-docs' text) from the data cache into DIR, to carry to a machine that cannot download it
+(then ``ZOO_DATA=DIR``).
 """
 from __future__ import annotations
 
@@ -35,15 +36,16 @@ SMALL_DIFFUSION = ("width=8", "n_samples=20", "n_real=20", "sample_steps=2", "gr
 SMALL_MEDICAL = ("width=8", "levels=3", "tta=false", "batch_size=2")
 SMALL_TEXT = ("seq_len=64", "batch_tokens=256", "micro_batch=4", "vocab_size=300", "eval_bytes=2000", "samples=0",
               "compile=false")
-GPT2_SMALL = ("depth=12", "aspect=64", "head_dim=64", "seq_len=1024", "batch_tokens=131072", "micro_batch=32",
-              "samples=0", "profile=5")
+GPT2_SMALL = ("data=linux-python-docs", "depth=12", "aspect=64", "head_dim=64", "seq_len=1024", "batch_tokens=131072",
+              "micro_batch=32", "samples=0", "profile=5")
 
 # Budgets sum to 190 s of training; compiling, data loading and evaluation take the rest of the 420 s it aims at
 # on one H200 (each entry's wall time is printed, to re-size the budgets from).
 SUITES: dict[str, tuple[Entry, ...]] = {"gpu": (
     Entry("llm/gpt", "20s", small=SMALL_TEXT, why="the depth the device profile chooses for 20 s"),
     Entry("llm/gpt", "30s", GPT2_SMALL, ("depth=1", *SMALL_TEXT),
-          why="GPT-2-small shape (768 wide, 12 blocks, 1024 context): MFU, and 5 steps traced (profile.txt)"),
+          why="GPT-2-small shape (768 wide, 12 blocks, 1024 context) on 15 M training tokens: MFU, and 5 steps "
+              "traced (profile.txt)"),
     Entry("vision/resnet", "15s", small=SMALL_IMAGES + ("tta=0",)),
     Entry("contrastive/simclr", "15s", small=SMALL_IMAGES + ("proj_hidden=32",)),
     Entry("contrastive/byol", "10s", small=SMALL_IMAGES + ("proj_hidden=32",)),
