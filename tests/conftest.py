@@ -18,6 +18,21 @@ def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # the hub cache ESM weights are looked up in
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """A test that runs a recipe file of its own in-process (``main(["run", FILE])``) registers it: afterwards the
+    registry is as it was, so a later test's ``registry.load_all()`` sees only the zoo's recipes, in any order."""
+    from recipe_zoo.core import api
+
+    before = dict(api.REGISTRY)
+    yield
+    for name, spec in list(api.REGISTRY.items()):
+        if name in before:
+            api.REGISTRY[name] = before[name]
+        elif not spec.train.__module__.startswith("recipe_zoo.recipes."):
+            del api.REGISTRY[name]
+
+
 def zoo(*args, cwd=None, env=None, timeout=300):
     """Run the real ``zoo`` command in a subprocess; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}

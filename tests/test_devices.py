@@ -1,5 +1,6 @@
 """The device profile sizing reads (``core.devices``), the llm depth rule on it, and ``zoo plan --recipe NAME
 --budget B`` reaching a recipe's sizing rule through the registry."""
+import json
 import math
 
 import pytest
@@ -53,7 +54,7 @@ def test_a_gpu_with_little_data_stops_at_the_epoch_cap_and_sizes_by_the_data_not
     cfg, h200 = gpt.GPTConfig(), devices.gpu("H200")
     picks = [sizing.depth_choice(cfg, 1024, SHAKESPEARE_TRAIN_TOKENS, s, h200) for s in (300, 3600)]
     for c in picks:
-        assert c["capped"] and c["tokens"] < cfg.epoch_cap * SHAKESPEARE_TRAIN_TOKENS + cfg.batch_tokens, c
+        assert c["capped"] and c["tokens"] < cfg.epoch_cap * SHAKESPEARE_TRAIN_TOKENS + c["batch_tokens"], c
         assert c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM and c["steps"] >= sizing.MIN_STEPS
         assert "epoch_cap=16" in c["reason"]
     assert picks[0]["depth"] == picks[1]["depth"] and picks[0]["params"] <= 50e6
@@ -71,6 +72,49 @@ def test_a_short_budget_on_little_data_keeps_the_step_floor():
     """10 s on 100k tokens: the old rule chose depth 2 with ~150 steps; the floor keeps 200."""
     c = sizing.depth_choice(gpt.GPTConfig(), 1024, 100_000, 10, devices.cpu(peak=1.56e11, memory=8e9))
     assert c["steps"] >= sizing.MIN_STEPS and c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM
+
+
+def test_the_batch_leaves_latency_a_small_share_of_a_step_and_keeps_the_step_floor():
+    """batch_tokens=0: on a CPU (no fixed latency) 4,096, every CPU row's batch; on an H200 the GPT-2-small shape's
+    smallest batch whose step is at most a quarter latency, or the largest keeping 200 steps in a short budget or
+    under the epoch cap. micro_batch=0: the step in one pass when its activations fit in half the memory, else a
+    power of two that does; the activation estimate matches issue 24's measured peaks (21.8 GB at 32 x 1,024)."""
+    from recipe_zoo.recipes.llm.models import GPTShape
+
+    cpu, h200 = devices.cpu(peak=2.36e11, memory=16e9), devices.gpu("H200")
+    gpt2 = GPTShape.from_depth(12, gpt.GPTConfig(seq_len=1024), 1024)
+    small = GPTShape.from_depth(4, gpt.GPTConfig(), 1024)
+    assert sizing.batch_choice(gpt2, 300, cpu)[0] == sizing.batch_choice(small, 30, cpu)[0] == 4096
+    assert sizing.micro_batch_choice(small, 4096, cpu)[0] == 16  # the CPU's runs are as before
+    batch, why = sizing.batch_choice(gpt2, 300, h200)
+    t = sizing.step_seconds(gpt2, batch, h200)
+    assert batch > 4096 and h200.latency("matmul") <= sizing.LATENCY_SHARE * t < 2 * h200.latency("matmul")
+    assert 300 / t >= sizing.MIN_STEPS and "at most 25% fixed latency" in why
+    short, why = sizing.batch_choice(gpt2, 30, h200)
+    assert short < batch and 30 / sizing.step_seconds(gpt2, short, h200) >= sizing.MIN_STEPS > \
+        30 / sizing.step_seconds(gpt2, 2 * short, h200) and "keeps 200 steps" in why
+    capped = sizing.batch_choice(gpt2, 3600, h200, max_tokens=200 * 8192)[0]
+    assert capped == 8192
+    assert sizing.bytes_per_token(gpt2) == pytest.approx(21.8e9 / (32 * 1024), rel=0.1)
+    micro, why = sizing.micro_batch_choice(gpt2, 131072, h200)
+    fits = lambda m: m * 1024 * sizing.bytes_per_token(gpt2) <= sizing.MEMORY_SHARE * h200.memory  # noqa: E731
+    assert micro < 128 and fits(micro) and not fits(2 * micro) and micro & (micro - 1) == 0
+    assert sizing.micro_batch_choice(gpt2, 32768, h200) == (32, "the step's sequences in one pass")
+
+
+def test_a_run_with_the_batch_left_to_the_device_says_what_it_chose_and_predicts_with_it(tmp_path, capfd):
+    text = tmp_path / "corpus.txt"
+    text.write_text("".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(600)))
+    args = [f"data={text}", "depth=1", "aspect=32", "head_dim=16", "seq_len=32", "vocab_size=300", "eval_bytes=2000",
+            "samples=0", "compile=false"]
+    assert main(["run", "llm/gpt", *args, "--budget", "2steps", "--out", str(tmp_path / "runs")]) == 0
+    out = capfd.readouterr().out
+    assert "batch_tokens=0: 4,096 tokens a step" in out and "micro_batch=0: 128 sequences of 32 a pass" in out
+    run_dir = next((tmp_path / "runs" / "llm" / "gpt").iterdir())
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert (metrics["batch_tokens"], metrics["micro_batch"], metrics["tokens"]) == (4096, 128, 2 * 4096)
+    assert json.loads((run_dir / "config.json").read_text())["config"]["micro_batch"] == 0
+    assert main(["predict", str(run_dir), "--out", str(tmp_path / "pred"), "--device", "cpu"]) == 0  # the card's
 
 
 def test_zoo_plan_prints_what_llm_gpt_would_choose_on_a_gpu_and_here(tmp_path, capsys):

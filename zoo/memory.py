@@ -19,7 +19,7 @@ def smaller_batch(exc, cfg) -> tuple[object, str] | None:
         return None
     names = {f.name for f in dataclasses.fields(cfg)}
     half = exc.micro_batch // 2
-    if {"micro_batch", "batch_tokens"} <= names and cfg.micro_batch == exc.micro_batch:
+    if {"micro_batch", "batch_tokens"} <= names and cfg.micro_batch in (0, exc.micro_batch):  # 0: it was sized
         return dataclasses.replace(cfg, micro_batch=half), f"micro_batch={half} (accumulation doubles)"
     if {"batch_size", "accum_steps"} <= names and cfg.batch_size == exc.micro_batch:
         return (dataclasses.replace(cfg, batch_size=half, accum_steps=2 * exc.accum_steps),

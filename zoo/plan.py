@@ -309,7 +309,9 @@ def print_compute(params: float, *, tokens: float | None, gpus: list[str], gpu_c
     mlo, mhi = p["train_memory_bytes"]
     log(f"training memory:       {human(mlo, 'B')}-{human(mhi, 'B')} for weights, gradients and Adam state "
         "(bf16 training, 18-20 bytes per parameter) + activations")
-    if shape is not None:
+    if shape is not None and not cfg.micro_batch:
+        log("activations:           micro_batch=0: the run sizes it to the device's memory (--budget B shows it)")
+    elif shape is not None:
         act = activation_bytes(shape.seq_len, cfg.micro_batch, shape.width, shape.depth, shape.heads)
         log(f"activations:           {human(act, 'B')} at micro_batch {cfg.micro_batch} x seq_len {shape.seq_len} "
             "(bf16, none recomputed; activation_checkpointing=true keeps about one layer's)")

@@ -52,8 +52,8 @@ class GPTConfig(LoopSettings):
     mlp: Literal["relu2", "swiglu"] = "relu2"  # ReLU^2 MLP (4x wide) or SwiGLU (8/3 x wide)
     softcap: NonNegative = 15.0  # logits = softcap * tanh(logits / softcap) (0 = off)
     seq_len: Count = 256  # context length in tokens
-    batch_tokens: Count = 4096  # tokens per optimizer step; gradient accumulation makes up the rest
-    micro_batch: Count = 16  # sequences per forward/backward pass
+    batch_tokens: NonNegativeInt = 0  # tokens per optimizer step (0 = by the device: 4,096 on a CPU; see zoo plan)
+    micro_batch: NonNegativeInt = 0  # sequences per forward/backward pass; accumulation makes up the rest (0 = fit)
     matrix_lr: Positive = 0.04  # Muon LR of the hidden matrices (scaled by max(1, rows/cols)^0.5)
     embedding_lr: Positive = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
     head_lr: Positive = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
@@ -137,8 +137,9 @@ def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.P
         docs = [shards.test_text(cfg, run)]
         text, prefix = docs[0], "test_"
     tokens = data.encode_docs(tok, docs)
+    batch = opts.batch_size or run.card["evaluation"]["batch"]  # the run's micro-batch, as it was sized
     scores, nats, n_bytes = score_test(model, tokens, data.token_bytes(tok)[tokens[1:].long()], cfg, device,
-                                       precision, opts.batch_size, run.progress, prefix)
+                                       precision, batch, run.progress, prefix)
     return artifact.Predictions(rows=infer.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, text),
                                 metrics=scores, arrays={"nats": nats, "bytes": n_bytes})
 
@@ -181,11 +182,15 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
         run.inspect(train=(corpus.inspected(),), val=(val_tokens,), task="tokens")
 
     world = distributed.world_size()
-    # Sized once, by rank 0: a timing-dependent choice must not differ between ranks.
+    profile = devices.for_device(device, world)
+    # Sized once, by rank 0: a timing- or memory-dependent choice must not differ between ranks.
     depth = cfg.depth or distributed.broadcast_object(
-        sizing.size_for_budget(cfg, vocab, len(train_tokens), run.budget, devices.for_device(device, world),
-                               run.log))
+        sizing.size_for_budget(cfg, vocab, len(train_tokens), run.budget, profile, run.log))
     shape = models.GPTShape.from_depth(depth, cfg, vocab)
+    batch_tokens, micro_batch = distributed.broadcast_object(
+        sizing.batch_sizes(cfg, shape, run.budget, profile, len(train_tokens),
+                           run.log if distributed.is_main() else lambda line: None))
+    cfg = dataclasses.replace(cfg, batch_tokens=batch_tokens, micro_batch=micro_batch)
     model = models.GPT(shape).to(device)
     run.log(f"GPT depth {depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of {shape.head_dim}, "
             f"context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params "
@@ -239,7 +244,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     stats = {**result.stats(), **result.metrics, **test, "tokens": tokens, "tokens_per_s": tokens_per_s,
              "tokens_per_param": tokens / model.scaling_params(), "chinchilla_tokens_per_param": 20.0,
              "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent, "depth": depth,
-             "vocab_size": vocab}
+             "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len, "micro_batch": cfg.micro_batch}
     run.report("tokens_per_s", f"{tokens_per_s:,.0f}")
     run.report("tokens_seen", f"{tokens:,} ({tokens / len(train_tokens):.1f} epochs)")
     run.report("tokens_per_param", f"{stats['tokens_per_param']:.2f} (Chinchilla: 20)")

@@ -1,5 +1,5 @@
-"""llm/gpt's sizing rule: the depth a time budget buys on a device (``core.devices``), and the ``size`` hook
-``zoo plan --recipe llm/gpt --budget B`` calls."""
+"""llm/gpt's sizing rules: the tokens a step and the sequences a forward pass on a device (``core.devices``), the
+depth a time budget buys there, and the ``size`` hook ``zoo plan --recipe llm/gpt --budget B`` calls."""
 from __future__ import annotations
 
 import math
@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
 MIN_TOKENS_PER_PARAM = 0.2  # nor one that sees fewer tokens than this per parameter (the 2-core CPU's picks: 0.3-7)
+BATCH_CHOICES = tuple(4096 * 2**k for k in range(8))  # batch_tokens=0 picks one of 4,096 ... 524,288 tokens a step
+LATENCY_SHARE = 0.25  # the smallest batch whose step spends at most this share of its time in the fixed latency
+MEMORY_SHARE = 0.5  # micro_batch=0: activations of at most this share of the device's free memory
 
 
 def newton_schulz_flops(shape: models.GPTShape, ns_steps: int = 5) -> float:
@@ -30,20 +33,74 @@ def optimizer_flops(shape: models.GPTShape, profile) -> float:
     return newton_schulz_flops(shape) if profile.counts_optimizer("matmul") else 0.0
 
 
+def cap_tokens(cfg: GPTConfig, train_tokens: int) -> float:
+    """The tokens a time-budget run sees at most: ``epoch_cap`` passes (unbounded without a cap)."""
+    return cfg.epoch_cap * train_tokens if cfg.epoch_cap > 0 else math.inf
+
+
+def step_seconds(shape: models.GPTShape, batch_tokens: int, profile) -> float:
+    """One optimizer step of ``batch_tokens`` on ``profile``: the model's FLOPs (and Muon's, where counted)."""
+    per_token = 6 * models.param_estimate(shape) + 12 * shape.depth * shape.width * shape.seq_len
+    return profile.step_seconds(per_token * batch_tokens + optimizer_flops(shape, profile), "matmul", shape.width)
+
+
+def batch_choice(shape: models.GPTShape, seconds: float | None, profile, max_tokens: float = math.inf) \
+        -> tuple[int, str]:
+    """``batch_tokens=0``: the smallest of ``BATCH_CHOICES`` whose step spends at most ``LATENCY_SHARE`` of its time
+    in the profile's fixed latency (a step bound by latency wastes the device: 4,096 tokens a step reached 0.7% MFU
+    on an H200), kept small enough for ``MIN_STEPS`` steps in a time budget and in ``max_tokens`` (the epoch cap's).
+    With no latency (a CPU) it is 4,096, the batch of every CPU row."""
+    latency = profile.latency("matmul")
+    if latency == 0:
+        return BATCH_CHOICES[0], "no fixed step latency on this device"
+    chosen = BATCH_CHOICES[0]
+    for batch in BATCH_CHOICES:
+        t = step_seconds(shape, batch, profile)
+        steps = min(seconds / t if seconds is not None else math.inf, max_tokens / batch)
+        if steps < MIN_STEPS:
+            if batch == BATCH_CHOICES[0]:
+                return batch, f"the smallest: no batch gets {MIN_STEPS} steps"
+            t = step_seconds(shape, chosen, profile)
+            return chosen, (f"the largest that keeps {MIN_STEPS} steps (its step {1e3 * t:.0f} ms, "
+                            f"{1e3 * latency:.0f} of them latency)")
+        chosen = batch
+        if latency <= LATENCY_SHARE * t:
+            break
+    return chosen, (f"the smallest whose step ({1e3 * step_seconds(shape, chosen, profile):.0f} ms) is at most "
+                    f"{LATENCY_SHARE:.0%} fixed latency ({1e3 * latency:.0f} ms)")
+
+
+def bytes_per_token(shape: models.GPTShape) -> float:
+    """Training memory a token of the micro-batch holds (activations in bf16, fp32 logits), fitted to issue 24's
+    H200 runs at depth 12: 21.8 GB at 32 x 1,024 tokens and 42.4 GB at 64 x 1,024, ~650 KB a token."""
+    return 2 * 34 * shape.depth * shape.width + 16 * shape.vocab
+
+
+def micro_batch_choice(shape: models.GPTShape, batch_tokens: int, profile) -> tuple[int, str]:
+    """``micro_batch=0``: the whole step in one pass per process when its activations fit in ``MEMORY_SHARE`` of
+    the free memory, else the largest power of two of sequences that does (accumulation makes up the rest)."""
+    want = max(1, batch_tokens // (shape.seq_len * profile.processes))
+    fit = int(MEMORY_SHARE * profile.memory / (shape.seq_len * bytes_per_token(shape)))
+    if want <= fit:
+        return want, "the step's sequences in one pass"
+    micro = 2 ** max(0, fit.bit_length() - 1)
+    return micro, (f"activations of ~{bytes_per_token(shape) / 1e3:.0f} KB a token within {MEMORY_SHARE:.0%} of "
+                   f"{profile.memory / 2**30:.0f} GiB free")
+
+
 def depth_row(cfg: GPTConfig, vocab: int, depth: int, train_tokens: int, seconds: float, profile) -> dict:
-    """What ``depth`` gets in ``seconds`` on ``profile``: parameters, steps, tokens, and the token target."""
+    """What ``depth`` gets in ``seconds`` on ``profile``: parameters, batch, steps, tokens, and the token target."""
     shape = models.GPTShape.from_depth(depth, cfg, vocab)
     n = models.param_estimate(shape)
-    per_token = 6 * n + 12 * depth * shape.width * cfg.seq_len
-    steps = profile.steps(seconds, per_token * cfg.batch_tokens + optimizer_flops(shape, profile), "matmul",
-                          shape.width)
-    rate = steps * cfg.batch_tokens / seconds
-    capped = cfg.epoch_cap > 0 and steps * cfg.batch_tokens > cfg.epoch_cap * train_tokens
+    batch = cfg.batch_tokens or batch_choice(shape, seconds, profile, cap_tokens(cfg, train_tokens))[0]
+    steps = seconds / step_seconds(shape, batch, profile)
+    rate = steps * batch / seconds
+    capped = cfg.epoch_cap > 0 and steps * batch > cfg.epoch_cap * train_tokens
     if capped:  # the run ends at the cap, before the budget
-        steps = math.ceil(cfg.epoch_cap * train_tokens / cfg.batch_tokens)
-    tokens = steps * cfg.batch_tokens
-    return {"depth": depth, "width": shape.width, "params": n, "steps": steps, "tokens": tokens,
-            "tokens_per_s": rate, "tokens_per_param": tokens / n, "capped": capped,
+        steps = math.ceil(cfg.epoch_cap * train_tokens / batch)
+    tokens = steps * batch
+    return {"depth": depth, "width": shape.width, "params": n, "batch_tokens": batch, "steps": steps,
+            "tokens": tokens, "tokens_per_s": rate, "tokens_per_param": tokens / n, "capped": capped,
             "target": min(cfg.tokens_per_param * n, cfg.max_epochs * train_tokens)}
 
 
@@ -93,6 +150,21 @@ def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, profi
     return c["depth"]
 
 
+def batch_sizes(cfg: GPTConfig, shape: models.GPTShape, budget, profile, train_tokens: int,
+                log=print) -> tuple[int, int]:
+    """The run's ``batch_tokens`` and ``micro_batch``: as set, or (0) chosen for ``shape`` on ``profile``."""
+    batch, micro = cfg.batch_tokens, cfg.micro_batch
+    if not batch:
+        timed = budget.kind == "seconds"
+        batch, why = batch_choice(shape, budget.amount if timed else None, profile,
+                                  cap_tokens(cfg, train_tokens) if timed else math.inf)
+        log(f"batch_tokens=0: {batch:,} tokens a step on {profile.name}: {why}")
+    if not micro:
+        micro, why = micro_batch_choice(shape, batch, profile)
+        log(f"micro_batch=0: {micro} sequences of {shape.seq_len} a pass: {why}")
+    return batch, micro
+
+
 def size_hook(cfg: GPTConfig, run, profile) -> dict:
     """``zoo plan --recipe llm/gpt --budget B --gpu NAME``: what a run would choose there, its training tokens
     counted as the run counts them (the data is read and tokenized as a run reads it)."""
@@ -106,8 +178,10 @@ def size_hook(cfg: GPTConfig, run, profile) -> dict:
         c = {**depth_row(cfg, vocab, cfg.depth, train_tokens, budget.amount, profile), "reason": "depth set by you"}
     else:
         c = depth_choice(cfg, vocab, train_tokens, budget.amount, profile)
+    batch, micro = batch_sizes(cfg, models.GPTShape.from_depth(c["depth"], cfg, vocab), budget, profile,
+                               train_tokens, log=lambda line: None)
     return {"shape": f"depth {c['depth']}, width {c['width']}, context {cfg.seq_len}, vocab {vocab}",
-            "batch": f"{cfg.batch_tokens:,} tokens a step", "params": c["params"], "steps": c["steps"],
+            "batch": f"{batch:,} tokens a step, {micro} sequences a pass", "params": c["params"], "steps": c["steps"],
             "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
             "data": f"{train_tokens:,} training tokens ({c['tokens'] / train_tokens:.1f} epochs)",
             "reason": c["reason"]}
