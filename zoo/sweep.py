@@ -104,7 +104,8 @@ def lr_rule(cfg, key: str, value: str, config_cls) -> tuple[dict[str, str], str]
 
     if key != batch_field(config_cls):
         return {}, ""
-    old, new = float(getattr(cfg, key)), float(value)
+    # a batch sized by the device (0) is measured against the batch the recipe's LRs were tuned at
+    old, new = float(getattr(cfg, key) or getattr(config_cls, "TUNED_BATCH", 0)), float(value)
     if old <= 0 or new <= 0:
         return {}, ""
     factor = math.sqrt(new / old)

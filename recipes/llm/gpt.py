@@ -38,6 +38,7 @@ class GPTConfig(LoopSettings):
     # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
+    TUNED_BATCH: ClassVar[int] = 4096  # batch_tokens the LR defaults were tuned at (zoo sweep's batch rule)
     data: str = "tinyshakespeare"  # dataset name, text file, folder of .txt/.md files, hf:NAME[:CONFIG], prepared
     stream: bool = False  # train from token shards read as used, tokenized once (zoo data prepare llm/gpt)
     val_fraction: Share = 0.05  # validation: the text before the test tail (the training text's tail: val file)
