@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Here, before a lent GPU is used: makes .gpu/, the folder that goes to the GPU machine beside the checkout
+# (the device tool's carry: [".gpu"]): the wheels its image lacks (CPython 3.12, the versions tested here; not
+# RDKit, 32 MB, which would take the whole past the 64 MiB a call may send: molecules/dmpnn's entry then stops with
+# its one-line error and the others run), the GPU suite's data as one archive, and the commit the rows will name.
+# Needs the data cache (ZOO_DATA) holding the suite's datasets (zoo data fetch linux-python-docs, say). Then, there:
+#   bash benchmarks/gpu_run.sh        (device tool: command "bash benchmarks/gpu_run.sh", carry [".gpu"])
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+grep -qsx '/.gpu/' .git/info/exclude || echo '/.gpu/' >> .git/info/exclude
+rm -rf .gpu && mkdir -p .gpu/whl
+"$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/whl \
+  monai==1.6.1 nibabel==5.4.2 diffusers==0.42.1 torch-fidelity==0.4.0 kornia==0.9.0 kornia_rs==0.2.0 \
+  fair-esm==2.0.0 xgboost-cpu==3.2.0
+staging=$(mktemp -d)
+trap 'rm -rf "$staging"' EXIT
+"$python" -m zoo bench --suite gpu --copy-data "$staging/suite-data"
+XZ_OPT=-T0 tar cJf .gpu/suite-data.tar.xz -C "$staging" suite-data
+git rev-parse HEAD > .gpu/commit
+tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+total=$(( tree + $(du -sb .gpu | cut -f1) ))
+echo ".gpu: $(du -sh .gpu | cut -f1); with the checkout $((total / 1048576)) MiB to send (64 MiB at most)"
+[ "$total" -lt $((62 * 1048576)) ] || { echo "too large to send" >&2; exit 1; }
