@@ -109,6 +109,16 @@ def test_copy_data_copies_what_the_suite_reads(tmp_path, monkeypatch):
     assert "ZOO_DATA=" in proc.stdout
 
 
+def test_a_summary_line_shows_what_a_recipe_did_not_report_as_a_dash():
+    from recipe_zoo import suite
+
+    summary = {"metric": "test_rmse", "value": 0.5, "mfu_percent": 1.0, "metrics": {"test_rmse": 0.5}}
+    line = suite._line("tabular/mlp", [], "10s", summary, 3.0, "")
+    assert " - steps  - samples/s  MFU 1.0%  ok" in line
+    summary["metrics"] |= {"steps": 1200, "tokens_per_s": 51234.6}
+    assert " 1,200 steps  51,235 tok/s " in suite._line("llm/gpt", [], "20s", summary, 3.0, "")
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--suite", "cpu"], "--suite cpu: no such suite (have: gpu)"),
     (["--suite", "gpu", "--scale", "0"], "--scale 0.0: give a factor in (0, 1]"),

@@ -171,6 +171,7 @@ def _line(recipe: str, settings: list[str], budget: str, summary: dict | None, w
     rate = m.get("tokens_per_s") or m.get("samples_per_s")
     unit = "tok/s" if m.get("tokens_per_s") else "samples/s"
     mfu = summary.get("mfu_percent")
+    steps = f"{m['steps']:,}" if "steps" in m else "-"  # a recipe that reports no steps or rate shows "-", not 0
     return (f"{label:<60} {budget:>4}  {wall:6.1f} s wall  {summary['metric']} {summary['value']:.4f}  "
-            f"{m.get('steps', 0)} steps  {rate or 0:,.0f} {unit}  MFU {mfu if mfu is not None else float('nan'):.1f}%"
-            f"  ok")
+            f"{steps} steps  {f'{rate:,.0f}' if rate else '-'} {unit}  "
+            f"MFU {mfu if mfu is not None else float('nan'):.1f}%  ok")
