@@ -53,21 +53,20 @@ def batch_choice(shape: models.GPTShape, seconds: float | None, profile, max_tok
     latency = profile.latency("matmul")
     if latency == 0:
         return BATCH_CHOICES[0], "no fixed step latency on this device"
-    chosen = BATCH_CHOICES[0]
+    chosen, chosen_t = BATCH_CHOICES[0], 0.0
     for batch in BATCH_CHOICES:
         t = step_seconds(shape, batch, profile)
         steps = min(seconds / t if seconds is not None else math.inf, max_tokens / batch)
         if steps < MIN_STEPS:
             if batch == BATCH_CHOICES[0]:
                 return batch, f"the smallest: no batch gets {MIN_STEPS} steps"
-            t = step_seconds(shape, chosen, profile)
-            return chosen, (f"the largest that keeps {MIN_STEPS} steps (its step {1e3 * t:.0f} ms, "
+            return chosen, (f"the largest that keeps {MIN_STEPS} steps (its step {1e3 * chosen_t:.0f} ms, "
                             f"{1e3 * latency:.0f} of them latency)")
-        chosen = batch
+        chosen, chosen_t = batch, t
         if latency <= LATENCY_SHARE * t:
             break
-    return chosen, (f"the smallest whose step ({1e3 * step_seconds(shape, chosen, profile):.0f} ms) is at most "
-                    f"{LATENCY_SHARE:.0%} fixed latency ({1e3 * latency:.0f} ms)")
+    return chosen, (f"the smallest whose step ({1e3 * chosen_t:.0f} ms) is at most {LATENCY_SHARE:.0%} fixed "
+                    f"latency ({1e3 * latency:.0f} ms)")
 
 
 def bytes_per_token(shape: models.GPTShape) -> float:
