@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import summary_block, zoo
+from conftest import summary_block, zoo, zoo_in_process
 from recipe_zoo import board
 from recipe_zoo.data import own_data_key
 
@@ -129,7 +129,7 @@ def test_board_for_own_data(tmp_path):
     listing = zoo("board", "--data", moved, "--out", out)
     assert listing.returncode == 0
     assert "width=4" in listing.stdout and "width=8" in listing.stdout
-    assert zoo("board", "--data", tmp_path / "nope").returncode == 2
+    assert zoo_in_process("board", "--data", tmp_path / "nope").returncode == 2
 
 
 def test_one_seed_shows_no_spread_and_overlapping_rows_share_rank_one():
@@ -216,4 +216,4 @@ def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
     assert [c["passed"] for c in checks] == [True, False] and checks[0]["hardware"] == hardware()
     text = (board.board_dir() / "leaderboard.md").read_text()
     assert text.count("**FAILED**") == 1 and "ok 20" in text
-    assert zoo("verify", "7").returncode == 2  # no such row
+    assert zoo_in_process("verify", "7").returncode == 2  # no such row

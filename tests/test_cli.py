@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from conftest import summary_block, zoo
+from conftest import summary_block, zoo, zoo_in_process
 from recipe_zoo import registry, results
 
 TINY = ["width=8", "eval_every=0.5"]
@@ -130,7 +130,7 @@ def test_bad_input_one_line_exit_2(tmp_path, case):
     args = [a.format(**fill) for a in (args or [])]
     if "--budget" not in args:
         args += ["--budget", "3steps"]
-    proc = zoo("run", target, *args, "--out", out)
+    proc = zoo_in_process("run", target, *args, "--out", out)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err_lines = proc.stderr.strip().splitlines()
     assert len(err_lines) == 1 and err_lines[0].startswith("zoo: error: "), proc.stderr
@@ -149,7 +149,7 @@ def test_diverged_run_exits_3(tmp_path):
 
 
 def test_resume_without_checkpoint_is_an_input_error(tmp_path):
-    proc = zoo("run", "--resume", tmp_path)
+    proc = zoo_in_process("run", "--resume", tmp_path)
     assert proc.returncode == 2 and "not a run directory" in proc.stderr
 
 

@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from conftest import zoo
+from conftest import zoo, zoo_in_process
 from recipe_zoo import data, packaged
 from recipe_zoo.core.errors import ZooError
 
@@ -147,9 +147,9 @@ def test_cli_data_list_and_errors(tmp_path):
     proc = zoo("data", "list", env={"ZOO_DATA": str(tmp_path)})
     assert proc.returncode == 0
     assert "digits" in proc.stdout and "cifar10-subset" in proc.stdout
-    proc = zoo("data", "fetch", "digit")
+    proc = zoo_in_process("data", "fetch", "digit")
     assert proc.returncode == 2 and "unknown dataset 'digit'; did you mean 'digits'?" in proc.stderr
-    proc = zoo("data", "fetch", "digits")
+    proc = zoo_in_process("data", "fetch", "digits")
     assert proc.returncode == 2 and "bundled: nothing to fetch" in proc.stderr
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo
+from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
 from recipe_zoo import data as zoo_data, registry
 from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import data as llm_data, gpt, models, sizing
@@ -328,14 +328,14 @@ def test_key_fields_name_the_split_and_the_scored_bytes():
 def test_zoo_run_gpt_bad_config_is_one_line_exit_2(tmp_path, args, message):
     data = tmp_path / "corpus.txt"
     data.write_text(TEXT)
-    r = zoo("run", "llm/gpt", "--budget", "1steps", f"data={data}", "depth=2", "eval_bytes=500", *args)
+    r = zoo_in_process("run", "llm/gpt", "--budget", "1steps", f"data={data}", "depth=2", "eval_bytes=500", *args)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_zoo_run_gpt_non_utf8_names_file_and_offset(tmp_path):
     data = tmp_path / "bad.txt"
     data.write_bytes(TEXT.encode() + b"\xff\xfe")
-    r = zoo("run", "llm/gpt", "--budget", "1steps", f"data={data}")
+    r = zoo_in_process("run", "llm/gpt", "--budget", "1steps", f"data={data}")
     assert r.returncode == 2 and f"{data}: not UTF-8 text (byte 0xff at offset {len(TEXT)})" in r.stderr
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, run_doctor, summary_block, write_file, zoo
+from conftest import bad_input, run_doctor, summary_block, write_file, zoo, zoo_in_process
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules import data as mol, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig, MolConfig
@@ -170,7 +170,7 @@ def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
 
 def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
     data = write_table(tmp_path / "bad.csv", [("CCO", 1), ("C1CC", 2)] + [("C" * n, n) for n in range(1, 12)])
-    r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y")
+    r = zoo_in_process("run", "molecules/fp-xgb", f"data={data}", "target=y")
     assert r.returncode == 2 and "1 SMILES do not parse (rows 3)" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import conftest
-from conftest import run_doctor, summary_block, zoo
+from conftest import run_doctor, summary_block, zoo, zoo_in_process
 from recipe_zoo.recipes.tabular import data, features, models
 from recipe_zoo.recipes.tabular import split as tab_split
 from recipe_zoo.recipes.tabular.config import MLPConfig, TabularConfig, XGBConfig
@@ -156,7 +156,7 @@ def test_missing_files_and_formats(tmp_path):
     assert "no such file, and not a dataset name" in run_bad("tabular/xgb", "data=housing.csv")
     (tmp_path / "t.json").write_text("{}")
     assert "expected a .csv, .tsv or .parquet file" in run_bad("tabular/xgb", f"data={tmp_path / 't.json'}")
-    assert "takes a time budget" in zoo("run", "tabular/xgb", "data=wine", "--budget", "2epochs").stderr
+    assert "takes a time budget" in zoo_in_process("run", "tabular/xgb", "data=wine", "--budget", "2epochs").stderr
 
 
 def test_adult_layout_is_read_with_its_test_file(tmp_path, monkeypatch):

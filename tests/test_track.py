@@ -1,7 +1,7 @@
 """--track tensorboard / mlflow write where those tools read (both local, no server)."""
 import pytest
 
-from conftest import summary_block, zoo
+from conftest import summary_block, zoo, zoo_in_process
 
 ARGS = ["vision/resnet", "width=8", "eval_every=0.5", "--budget", "4steps"]
 
@@ -39,5 +39,5 @@ def test_mlflow_params_metrics_artifacts(tmp_path, monkeypatch):
 
 
 def test_unknown_tracker_is_rejected(tmp_path):
-    proc = zoo("run", *ARGS, "--out", tmp_path / "runs", "--track", "wandb")
+    proc = zoo_in_process("run", *ARGS, "--out", tmp_path / "runs", "--track", "wandb")
     assert proc.returncode == 2 and "invalid choice: 'wandb'" in proc.stderr

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import conftest
-from conftest import bad_input, summary_block, zoo
+from conftest import bad_input, summary_block, zoo, zoo_in_process
 from recipe_zoo.recipes import images
 from recipe_zoo.recipes.vision import data, evaluation, resnet
 from recipe_zoo.core.errors import ZooError
@@ -123,7 +123,7 @@ def test_mixed_sizes_need_a_size(tmp_path):
 
 
 def test_finetune_needs_weights(tmp_path):
-    proc = zoo("run", "vision/finetune", "--budget", "2steps", "--out", tmp_path)
+    proc = zoo_in_process("run", "vision/finetune", "--budget", "2steps", "--out", tmp_path)
     assert proc.returncode == 2 and "needs pretrained weights: weights=PATH" in proc.stderr
 
 
