@@ -51,10 +51,12 @@ GPU_WORK = {
     "matmul": Work(((768, 0.20), (2048, 0.40)), 0.040,
                    "llm/gpt on one H200 (torch 2.11, bf16, compiled): depth 6/12/32 steps", optimizer=True),
     # No conv run on a GPU has been large enough to measure its share: 0.3 is the guess the recipes used before,
-    # kept and labelled. The latency is measured: vision/resnet, medical/unet and diffusion/flow took 28-31 ms a step
-    # in 20-second runs on one H200.
+    # kept and labelled. The latency is measured on the two recipes that size by it: diffusion/flow (703 steps in
+    # 20 s) and medical/unet (64 patches/s at batch 2) took 28-31 ms a step on one H200, far more than their counted
+    # work at any plausible share. It is their loops' overhead, not the device's: vision/resnet's compiled 0.66 M
+    # zoo-net took 6 ms a step (42.5 k images/s at batch 256).
     "conv": Work(((1, 0.3),), 0.030, "share: a guess (no large conv run measured on a GPU yet); latency: 28-31 ms "
-                                     "steps of vision/medical/diffusion runs on one H200"),
+                                     "steps of diffusion/flow and medical/unet runs on one H200"),
 }
 GPU_MEMORY_GB = {"H200": 141, "H100": 80, "A100": 80, "A10G": 24, "A10": 24, "L40S": 48, "L4": 24,
                  "RTX 4090": 24, "RTX 3090": 24, "V100": 32, "T4": 16}

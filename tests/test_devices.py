@@ -153,12 +153,19 @@ def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys):
         assert main(["plan", "--recipe", "diffusion/flow", "data=digits", "--budget", "60s", *device]) == 0
         lines = plan_lines(capsys)
         widths[device[-1]] = int(lines["shape"].split("(")[1].split(",")[0])
+        assert lines["why"].startswith("the widest") and lines["why"].endswith("gets min_steps=500")
         assert "images a step" in lines["batch"] and "training images" in lines["data"]
         assert float(lines["steps"].split()[0].replace(",", "")) >= ddpm.DiffusionConfig().min_steps
     cfg = ddpm.DiffusionConfig(data="digits", method="flow")
     assert widths["cpu"] == models.choose_width(cfg, parse_budget("60s"), 1, 8, 10, torch.device("cpu"),
                                                 lambda *a: None)
     assert widths["H200"] > widths["cpu"]
+    slow = devices.cpu(peak=1e9, memory=1e10)  # 1 GFLOP/s: no width gets min_steps in 60 s
+    assert models.width_choice(cfg, 60.0, 1, 8, 10, slow)[::2] == (8, "the narrowest on offer: no width gets "
+                                                                     "min_steps=500")
+    fast = devices.cpu(peak=1e15, memory=1e10)
+    assert models.width_choice(cfg, 60.0, 1, 8, 10, fast)[::2] == (128, "the widest on offer (128) gets "
+                                                                      "min_steps=500")
 
 
 def test_zoo_plan_prints_the_medical_plan_fold_0_would_make(capsys):

@@ -64,14 +64,21 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
     if profile.peak_source == "assumed":  # an accelerator missing from the peak table
         log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
         return 32
+    width, row, why = width_choice(cfg, budget.amount, channels, size, num_classes, profile)
+    log(f"width {width}: {row['step_flops'] / 1e9:.1f} GFLOP per step, ~{row['steps']:.0f} steps predicted "
+        f"in {budget.amount:.0f}s at {row['rate'] / 1e9:.0f} GFLOP/s on {profile.name} ({why})")
+    return width
+
+
+def width_choice(cfg, seconds: float, channels: int, size: int, num_classes: int, profile) -> tuple[int, dict, str]:
+    """The widest of ``WIDTHS`` that gets ``min_steps`` steps in ``seconds`` on ``profile``, its ``width_row`` and
+    the reason; the narrowest when none does."""
     for width in WIDTHS:
-        row = width_row(cfg, width, channels, size, num_classes, budget.amount, profile)
-        if row["steps"] >= cfg.min_steps or width == WIDTHS[-1]:
-            log(f"width {width}: {row['step_flops'] / 1e9:.1f} GFLOP per step, ~{row['steps']:.0f} steps predicted "
-                f"in {budget.amount:.0f}s at {row['rate'] / 1e9:.0f} GFLOP/s on {profile.name} (the widest with "
-                f"min_steps={cfg.min_steps})")
-            return width
-    raise AssertionError("unreachable")
+        row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
+        if row["steps"] >= cfg.min_steps:
+            return width, row, (f"the widest on offer ({WIDTHS[0]}) gets" if width == WIDTHS[0] else
+                                "the widest that gets") + f" min_steps={cfg.min_steps}"
+    return width, row, f"the narrowest on offer: no width gets min_steps={cfg.min_steps}"
 
 
 def width_row(cfg, width: int, channels: int, size: int, num_classes: int, seconds: float, profile) -> dict:
@@ -95,11 +102,14 @@ def size_hook(cfg, run, profile) -> dict:
 
     data = load_data(cfg, run)
     channels, size, num_classes = data.train_x.shape[1], data.train_x.shape[-1], len(data.classes)
-    width = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)
     seconds = run.budget.amount if run.budget.kind == "seconds" else 0.0
-    row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
-    reason = ("width set by you" if cfg.width else f"the widest with {cfg.min_steps} steps" if seconds
-              else "a step or epoch budget: width 32")
+    if seconds and not cfg.width and profile.peak_source != "assumed":
+        width, row, reason = width_choice(cfg, seconds, channels, size, num_classes, profile)
+    else:
+        width = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)
+        row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
+        reason = "width set by you" if cfg.width else "a step or epoch budget: width 32" if not seconds else \
+            "no peak FLOP/s known for this device: width 32"
     samples = row["steps"] * cfg.batch_size * cfg.accum_steps
     out = {"work": "conv", "shape": f"U-Net widths {tuple(width * min(2 ** i, 4) for i in range(cfg.levels))}, "
                                     f"{channels}x{size}x{size} images",

@@ -109,6 +109,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
     if cfg.batch_size:
         user.append("batch_size")
     patch = list(fixed_patch or [min(s, 1024 if dims == 2 else 160) for s in shape])
+    full_patch = None  # nnU-Net's patch, once rounded to the network's multiple
     memory = (0.4 if profile.kind == "cuda" else 0.25) * profile.memory
     rate = (cfg.compute_efficiency or profile.share("conv")) * profile.peak
     latency = profile.latency("conv")
@@ -124,6 +125,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
             raise ZooError(f"patch={cfg.patch!r}: sizes must be multiples of {multiple} (at least {smallest}) for "
                            f"{cfg.model}" + (f" with {levels} levels" if cfg.model == "unet" else ""))
         patch = patch if fixed_patch else [max(smallest, p) for p in _round_up(patch, multiple)]
+        full_patch = full_patch or list(patch)
         voxels = math.prod(patch)
         flops, activation_bytes = measure(dims, levels, width)
         sample_flops = 3 * flops * voxels  # forward + backward
@@ -139,9 +141,32 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
         patch[axis] = max(multiple, patch[axis] // 2)
     network = {"unet": f"UNet, {levels} levels from width {width}", "basicunet": f"BasicUNet, width {width}",
                "swinunetr": f"SwinUNETR, feature size {swin_features(width)}"}.get(cfg.model, cfg.model)
+    why = _why(cfg, seconds, latency, min_steps, steps, caps, batch, patch, full_patch)
     return {"dims": dims, "network": network, "spacing": spacing, "slice_axis": slice_axis, "normalize": normalize,
             "width": width, "levels": levels, "patch": patch, "batch_size": batch, "expected_steps": steps,
-            "gflop_per_step": round(sample_flops * batch / 1e9, 2), "set_by_user": user}
+            "gflop_per_step": round(sample_flops * batch / 1e9, 2), "set_by_user": user, "why": why}
+
+
+def _why(cfg: MedicalConfig, seconds, latency, min_steps, steps, caps, batch, patch, full_patch) -> str:
+    """What bound the plan's batch and patch, in a line: the memory, nnU-Net's 5% of the voxels, the budget's
+    step floor (and why the floor is under ``min_steps``, where latency put it there), or nothing."""
+    note = ""
+    if seconds and min_steps < cfg.min_steps:
+        note = (f" (min_steps={cfg.min_steps} lowered: at {latency * 1e3:.0f} ms a step of latency the budget buys "
+                f"at most {int(seconds / latency)})")
+    if patch != full_patch and not cfg.patch:
+        return (f"patch halved from nnU-Net's {'x'.join(map(str, full_patch))} to {'x'.join(map(str, patch))} to "
+                f"keep {min_steps} steps{note}")
+    if steps is not None and steps < min_steps:
+        return f"the smallest batch and patch; the budget buys {steps} steps, under {min_steps}{note}"
+    budget = f"; the budget buys {steps} steps (at least {min_steps}){note}" if steps is not None else ""
+    if cfg.batch_size:
+        return "nnU-Net's patch" + budget
+    names = ["memory", "nnU-Net's 5% of the training voxels a step", "64 at most", "the budget's steps"]
+    bound = min(range(len(caps)), key=lambda i: caps[i])
+    if batch > caps[bound]:  # batch 2 at least, over every cap
+        return f"batch 2, the least: {names[bound]} alone would allow {max(caps[bound], 0)}"
+    return f"nnU-Net's patch; batch {batch} bound by {names[bound]}{budget}"
 
 
 def describe_plan(plan: dict, fp: dict) -> str:
@@ -203,9 +228,7 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
            "params": sum(p.numel() for p in model.parameters()),
            "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
                    f"{len(folds[0].train)}",
-           "reason": "nnU-Net's rules on the data's fingerprint; batch and patch cut to keep "
-                     f"{cfg.min_steps} steps" + (f"; set by you: {', '.join(plan['set_by_user'])}"
-                                                 if plan["set_by_user"] else "")}
+           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else "")}
     if steps:
         out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
     return out

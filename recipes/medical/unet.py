@@ -142,7 +142,8 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     run.log(f"{tag}{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} test cases, "
             f"{in_channels} channel(s), classes {data.classes}, voxel fractions {fp['class_fraction']}")
     run.log(f"{tag}validation {[c.key for c in fold.val]}, test {[c.key for c in fold.test]}")
-    run.log(tag + "plan: " + describe_plan(plan, fp) + f", flips along {plan['flip_axes'] or 'no axes'}")
+    run.log(tag + "plan: " + describe_plan(plan, fp) + f", flips along {plan['flip_axes'] or 'no axes'} "
+            f"({plan['why']})")
     if index == 0:  # the run's plan: fold 0's (each fold plans from its own training cases)
         (run.dir / "plan.json").write_text(json.dumps({"fingerprint": fp, "plan": plan}, indent=1))
         run.report("plan", describe_plan(plan, fp))
