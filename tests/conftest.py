@@ -42,9 +42,9 @@ def zoo(*args, cwd=None, env=None, timeout=300):
 
 def zoo_in_process(*args) -> subprocess.CompletedProcess:
     """``zoo ARGS`` in this process, as ``zoo`` would answer it (exit status, stdout, stderr) without the seconds a
-    new process spends importing torch: for tables of bad input, which stop before training. The real command's
-    exit codes are the same function's (``python -m recipe_zoo`` exits with ``main()``'s code), tested through
-    ``zoo``."""
+    new process spends importing torch: for tables of bad input, which stop before training (one torch thread).
+    The real command's exit codes are the same function's (``python -m recipe_zoo`` exits with ``main()``'s code),
+    tested through ``zoo``."""
     import contextlib
     import io
 
@@ -54,6 +54,7 @@ def zoo_in_process(*args) -> subprocess.CompletedProcess:
 
     out, err = io.StringIO(), io.StringIO()
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -92,21 +93,13 @@ def write_file(path: Path, content: str | bytes | None) -> Path:
 def bad_input(capfd, args: list, out: Path, *needles: str, budget: str = "3steps") -> str:
     """``zoo run ARGS`` in-process on bad input: exit 2, one line on stderr naming ``needles``, no traceback,
     and no ``ok`` row in the results index. Returns the line. (In-process: a table of cases costs no imports.)"""
-    import torch
-
     from recipe_zoo import results
-    from recipe_zoo.cli import main
 
     capfd.readouterr()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code = main(["run", *map(str, args), "--budget", budget, "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
-    err = capfd.readouterr().err
+    r = zoo_in_process("run", *args, "--budget", budget, "--out", out)
+    err = r.stderr + capfd.readouterr().err  # Python's writes to stderr, and any straight to its file descriptor
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err[-2000:]
+    assert r.returncode == 2, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("zoo: error: "), err[-2000:]
     for needle in needles:

@@ -158,7 +158,7 @@ def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys):
         assert float(lines["steps"].split()[0].replace(",", "")) >= ddpm.DiffusionConfig().min_steps
     cfg = ddpm.DiffusionConfig(data="digits", method="flow")
     assert widths["cpu"] == models.choose_width(cfg, parse_budget("60s"), 1, 8, 10, torch.device("cpu"),
-                                                lambda *a: None)
+                                                lambda *a: None)[0]
     assert widths["H200"] > widths["cpu"]
     slow = devices.cpu(peak=1e9, memory=1e10)  # 1 GFLOP/s: no width gets min_steps in 60 s
     assert models.width_choice(cfg, 60.0, 1, 8, 10, slow)[::2] == (8, "the narrowest on offer: no width gets "

@@ -165,8 +165,8 @@ def test_width_grows_with_the_budget():
 
     def width(budget, **cfg):
         logs = []
-        w = models.choose_width(ddpm.DiffusionConfig(**cfg), parse_budget(budget), 1, 8, 10, torch.device("cpu"),
-                             logs.append)
+        w, _ = models.choose_width(ddpm.DiffusionConfig(**cfg), parse_budget(budget), 1, 8, 10, torch.device("cpu"),
+                                   logs.append)
         return w, logs
 
     short, logs = width("1s")

@@ -224,7 +224,7 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     run.report("split", data.how)
     run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
                 num_classes=num_classes)
-    width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log))
+    width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log)[0])
     model = build_unet(cfg, width, channels, size, num_classes).to(device)
     run.log(f"{data.name}: {data.sizes()} images {tuple(data.train_x.shape[1:])}, "
             f"{num_classes} classes; U-Net widths {model.config.block_out_channels}, "

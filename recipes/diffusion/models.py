@@ -45,29 +45,29 @@ def build_unet(cfg, width: int, channels: int, size: int, num_classes: int) -> n
 WIDTHS = (128, 96, 64, 48, 32, 24, 16, 8)
 
 
-def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device, log) -> int:
+def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device, log) -> tuple[int, str]:
     """The widest U-Net that trains ``min_steps`` steps in a time budget, predicted from its counted
     FLOPs per step on the device's profile (``core.devices``, ``conv`` work: 40% of the measured, cached peak
     and no latency on a CPU; on a GPU a per-step latency too): the same answer on every run of a machine, where
     timing a few steps would flip between widths near the threshold. Step and epoch budgets: width 32.
-    ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``).
+    ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``). Returns the width and the reason.
 
     On mnist at 5 min, width 16 (~900 steps) reached fid_zoo 11.3 where width 8 (~2,000 steps)
     reached 21.5-23.4: the wider net with fewer steps wins, so ``min_steps`` is a floor, not a goal. (Measured
     under protocol 1, against the 1,000 held-out images that are now validation and test; kept until re-measured
     on validation.)"""
     if cfg.width:
-        return cfg.width
+        return cfg.width, "width set by you"
     if budget.kind != "seconds":
-        return 32
+        return 32, "a step or epoch budget: width 32"
     profile = device if isinstance(device, devices.DeviceProfile) else devices.for_device(device)
     if profile.peak_source == "assumed":  # an accelerator missing from the peak table
         log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
-        return 32
+        return 32, "no peak FLOP/s known for this device: width 32"
     width, row, why = width_choice(cfg, budget.amount, channels, size, num_classes, profile)
     log(f"width {width}: {row['step_flops'] / 1e9:.1f} GFLOP per step, ~{row['steps']:.0f} steps predicted "
         f"in {budget.amount:.0f}s at {row['rate'] / 1e9:.0f} GFLOP/s on {profile.name} ({why})")
-    return width
+    return width, why
 
 
 def width_choice(cfg, seconds: float, channels: int, size: int, num_classes: int, profile) -> tuple[int, dict, str]:
@@ -102,14 +102,9 @@ def size_hook(cfg, run, profile) -> dict:
 
     data = load_data(cfg, run)
     channels, size, num_classes = data.train_x.shape[1], data.train_x.shape[-1], len(data.classes)
+    width, reason = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)
     seconds = run.budget.amount if run.budget.kind == "seconds" else 0.0
-    if seconds and not cfg.width and profile.peak_source != "assumed":
-        width, row, reason = width_choice(cfg, seconds, channels, size, num_classes, profile)
-    else:
-        width = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)
-        row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
-        reason = "width set by you" if cfg.width else "a step or epoch budget: width 32" if not seconds else \
-            "no peak FLOP/s known for this device: width 32"
+    row = width_row(cfg, width, channels, size, num_classes, seconds, profile)
     samples = row["steps"] * cfg.batch_size * cfg.accum_steps
     out = {"work": "conv", "shape": f"U-Net widths {tuple(width * min(2 ** i, 4) for i in range(cfg.levels))}, "
                                     f"{channels}x{size}x{size} images",
