@@ -80,7 +80,10 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
         assert code == 0, out[-2000:]
         return out
 
+    from recipe_zoo import runs
+
     out = tmp_path / "runs"
+    commit, dirty = runs.code_state()  # the tree as the bench finds it (uncommitted edits or none)
     proc = zoo("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
                "eval_every=0", "--out", out, "--allow-dirty")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -89,7 +92,8 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
     assert r["overrides"] == {"width": "8", "data": "digits", "eval_every": "0"}
     assert r["command"] == "zoo bench vision/resnet --seeds 2 --budget 4steps width=8 data=digits eval_every=0"
     assert r["protocol"] == 2 and r["ci_low"] <= r["mean"] <= r["ci_high"] and r["val_mean"] is not None
-    assert "validation" in r["split"] and r["dirty"] in (True, False)
+    assert "validation" in r["split"]
+    assert r["dirty"] is dirty and r["commit"] == commit + ("-dirty" if dirty else "")  # --allow-dirty records it
     assert r["mean"] == pytest.approx(sum(r["values"]) / 2)
     text = (board.board_dir() / "leaderboard.md").read_text()
     assert "## digits · test_accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text

@@ -105,6 +105,7 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
     if seeds < 1:
         raise ZooError("--seeds must be at least 1")
     check_provenance(allow_dirty)
+    board.check_whole()  # the board is rendered again at the end: refuse now, not after the training
     written = []
     for spec, command in jobs:
         row = bench_one(spec, seeds=seeds, budget_text=budget_text, overrides=overrides, out_root=out_root,

@@ -10,9 +10,13 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
+
+from recipe_zoo.core.errors import ResourceError, ZooError
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 SHIPPED = Path(__file__).resolve().parent / "benchmarks"  # an installed package: the committed rows, as package data
@@ -55,40 +59,138 @@ def checks_file() -> Path:
     return board_dir() / "benchmarks" / "verify.jsonl"
 
 
-def all_rows(name: str = "results.jsonl") -> list[dict]:
+def all_rows(name: str = "results.jsonl", *, strict: bool = False) -> list[dict]:
     """Every row of one kind (results, reported, verify) the board shows."""
-    return [row for path in _files(name) for row in load_rows(path)]
+    return [row for path in _files(name) for row in load_rows(path, strict=strict)]
 
 
-def load_rows(path: Path | None = None) -> list[dict]:
-    """One file's rows; without a path, every result row the board shows."""
+KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl")
+NUMBER = (int, float)
+# What the board reads of each kind of row: a line without it is a damaged row, reported by file and line, not a
+# KeyError in the middle of a render.
+REQUIRED = {
+    "results.jsonl": {"benchmark": str, "metric": str, "budget": str, "hardware": str, "recipe": str,
+                      "higher_is_better": bool, "mean": NUMBER, "std": NUMBER, "n": int},
+    "reported.jsonl": {"benchmark": str, "metric": str, "model": str, "value": object, "source": str},
+    "verify.jsonl": {"row": str, "passed": bool, "date": str, "n": int, "mean": NUMBER},
+}
+_warned: set[str] = set()  # each damaged line is said once per process, however often the board is read
+
+
+class DamagedRow(ZooError):
+    """A line of a result file that is not a whole row, met by a command that would rewrite the board without it."""
+
+
+def load_rows(path: Path | None = None, *, strict: bool = False) -> list[dict]:
+    """One file's rows; without a path, every result row the board shows. A line that is not a whole row (cut off
+    by a killed writer or a full disk, a bad merge) is skipped with a one-line warning naming the file and line;
+    with ``strict`` (a command about to rewrite the board) it raises instead, so that no row is dropped unseen."""
     if path is None:
-        return all_rows()
+        return all_rows(strict=strict)
     if not path.exists():
         return []
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON row ({exc})") from None
+    with open(path, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)  # never half of a row being appended; closing releases it
+        data = f.read()
+    rows, damaged = parse_rows(data, path)
+    if damaged and strict:
+        raise DamagedRow(f"{damaged[0]}; not rendering the board without that row: repair or delete the line, then "
+                         "run again")
+    for where in damaged:
+        if where not in _warned:
+            _warned.add(where)
+            print(f"zoo: warning: {where}; skipped, the other rows are read", file=sys.stderr, flush=True)
     return rows
 
 
+def parse_rows(data: bytes, path: Path) -> tuple[list[dict], list[str]]:
+    """The whole rows of a result file's bytes, and ``FILE:LINE: what is wrong`` for each line that is not one."""
+    rows, damaged = [], []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row, problem = _parse_row(line, REQUIRED.get(path.name, {}))
+        if problem:
+            damaged.append(f"{path}:{number}: {problem}")
+        else:
+            rows.append(row)
+    return rows, damaged
+
+
+def _parse_row(line: bytes, required: dict) -> tuple[dict | None, str]:
+    if line.lstrip().startswith((b"<<<<<<<", b"=======", b">>>>>>>")):
+        return None, "a merge conflict marker, not a row"
+    if b"\0" in line:
+        return None, "NUL bytes, not a row (the disk filled or lost power mid-write)"
+    try:
+        text = line.decode("utf-8")
+        row = json.loads(text)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        stripped = text.strip()
+        if stripped.startswith("{") and (not stripped.endswith("}") or exc.pos >= len(stripped)):  # stops early
+            return None, "a row cut off mid-line (a writer was stopped: killed, or the disk full)"
+        return None, f"not a JSON row ({exc.msg} at column {exc.colno})"
+    if not isinstance(row, dict):
+        return None, f"not a JSON object (a {type(row).__name__})"
+    for key, kind in required.items():
+        if key not in row:
+            return None, f"a row without {key!r}"
+        if not isinstance(row[key], kind) or (kind is NUMBER and isinstance(row[key], bool)):
+            return None, f"{key!r} is {row[key]!r}, not {'a number' if kind is NUMBER else 'a ' + kind.__name__}"
+    return row, ""
+
+
+def check_whole() -> None:
+    """``DamagedRow`` for a line of the board's files that is not a whole row (before a command that will render
+    the board spends time training)."""
+    for name in KINDS:
+        all_rows(name, strict=True)
+
+
+@contextmanager
+def _locked(path: Path, how: int, flags: int):
+    """An open descriptor of ``path`` under ``flock`` (shared for readers, exclusive for writers); closing it
+    releases the lock."""
+    fd = os.open(path, flags)
+    try:
+        fcntl.flock(fd, how)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def append_rows(rows: list[dict], path: Path | None = None) -> None:
-    """Append under an exclusive lock, one write per row, so concurrent benches lose nothing."""
+    """Append the rows in one write under an exclusive lock, so concurrent writers lose nothing. A last line left
+    cut off by a stopped writer is ended first (it stays, to be read as one damaged line), and a write that fails
+    (a full disk) is undone, so the file ends with a whole row of its own or as it was."""
     path = path or rows_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    data = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode()
+    with _locked(path, fcntl.LOCK_EX, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
         try:
-            for row in rows:
-                f.write(json.dumps(row, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError as exc:
+            os.ftruncate(fd, size)
+            raise ResourceError(f"{path}: {exc.strerror or exc}; no row written (the file is as it was): free some "
+                                "space or check its permissions, then run again") from None
+
+
+@contextmanager
+def rendering():
+    """One render of the board at a time (an exclusive lock on its ``benchmarks`` folder): each bench renders after
+    its own append, so the last render holds every row, whichever bench ends last."""
+    folder = rows_file().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder, fcntl.LOCK_EX, os.O_RDONLY):
+        yield
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -239,8 +341,13 @@ def _reported_table(rows: list[dict]) -> list[str]:
 
 
 def write_board() -> Path:
+    """leaderboard.md rendered again, replaced whole; refused (``DamagedRow``) while a row cannot be read."""
+    with rendering():
+        return _write_board(render(*(all_rows(kind, strict=True) for kind in KINDS)))
+
+
+def _write_board(text: str) -> Path:
     board = board_dir() / "leaderboard.md"
-    text = render(all_rows(), all_rows("reported.jsonl"), all_rows("verify.jsonl"))
     board.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=".leaderboard.", suffix=".tmp")  # one per writer
     try:
@@ -260,9 +367,11 @@ def write_charts() -> list[Path]:
     from recipe_zoo.plots import plot_board
 
     folder = board_dir() / "benchmarks" / "plots"
-    for old in folder.glob("*.png"):
-        old.unlink()
-    return plot_board(all_rows(), folder)
+    with rendering():
+        rows = all_rows(strict=True)  # before any chart is removed
+        for old in folder.glob("*.png"):
+            old.unlink()
+        return plot_board(rows, folder)
 
 
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
@@ -286,7 +395,12 @@ def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metri
 def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
     """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
     bench = summary["benchmark"]
-    rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
+    try:
+        rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
+    except OSError as exc:  # a damaged line is skipped; a file that cannot be read at all leaves the run unranked
+        return f"not ranked: the board could not be read ({exc.filename}: {exc.strerror or exc})"
+    except ZooError as exc:
+        return f"not ranked: the board could not be read ({exc})"
     return rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
                      metric=summary["metric"], higher=higher, rows=rows)
 

@@ -6,6 +6,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from recipe_zoo.core.errors import ZooError
+
 COLUMNS = {  # name: SQL type; the first five are the TSV's leading columns
     "run_id": "TEXT PRIMARY KEY", "commit_id": "TEXT", "metric": "REAL", "memory_gb": "REAL", "status": "TEXT",
     "description": "TEXT", "recipe": "TEXT", "benchmark": "TEXT", "metric_name": "TEXT",
@@ -19,10 +21,14 @@ TSV_HEAD = ["commit", "metric", "memory_gb", "status", "description"]
 def connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path, timeout=60, isolation_level=None)
-    con.execute("PRAGMA busy_timeout = 60000")
-    con.execute("PRAGMA journal_mode = WAL")
-    cols = ", ".join(f"{k} {v}" for k, v in COLUMNS.items())
-    con.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+    try:
+        con.execute("PRAGMA busy_timeout = 60000")
+        con.execute("PRAGMA journal_mode = WAL")
+        cols = ", ".join(f"{k} {v}" for k, v in COLUMNS.items())
+        con.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+    except BaseException:
+        con.close()  # a damaged index: leave no -wal or -shm of ours beside it when it is moved aside
+        raise
     return con
 
 
@@ -40,17 +46,31 @@ def upsert(path: Path, row: dict) -> None:
                 con.execute("COMMIT")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == 19:
-                raise
+            if "locked" not in str(exc):
+                raise unreadable(path, exc) from None
+            if attempt == 19:
+                raise ZooError(f"{path}: still locked by another writer after 20 tries ({exc}); run again") from None
             time.sleep(0.05 * (attempt + 1))
+        except sqlite3.DatabaseError as exc:
+            raise unreadable(path, exc) from None
 
 
 def all_rows(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    with closing(connect(path)) as con:
-        con.row_factory = sqlite3.Row
-        return [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY started, run_id")]
+    try:
+        with closing(connect(path)) as con:
+            con.row_factory = sqlite3.Row
+            return [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY started, run_id")]
+    except sqlite3.DatabaseError as exc:
+        raise unreadable(path, exc) from None
+
+
+def unreadable(path: Path, exc: Exception) -> ZooError:
+    """A damaged index (garbage, cut short, not a folder one can write) is the user's to move aside: it is never
+    repaired or replaced here, as it may be the only list of older runs."""
+    return ZooError(f"{path}: the results index cannot be read ({exc}); move it aside (mv {path} {path}.damaged): "
+                    "a new one is started, and each run's folder keeps its summary.json")
 
 
 def to_tsv(rows: list[dict]) -> str:

@@ -130,6 +130,7 @@ def run_suite(name: str, *, scale: float, out_root: Path, allow_dirty: bool, dev
     checking = scale < 1
     if not checking:
         bench.check_provenance(allow_dirty)
+        board.check_whole()  # the rows are appended and the board rendered at the end: refuse now, not after
     lines, written, start = [], [], time.perf_counter()
     for entry, spec, budget, settings in plan:
         began, failure, parsed = time.perf_counter(), "see its run log", runs.parse_budget_arg(budget)

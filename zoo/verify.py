@@ -63,6 +63,7 @@ def listing(rows: list[dict]) -> str:
 def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, log=print) -> int:
     from recipe_zoo.core.envinfo import hardware
 
+    board.check_whole()  # the board is rendered again at the end: refuse now, not after the training
     rows = board.load_rows()
     here = hardware()
     numbers = select(rows, picks, here)
