@@ -165,7 +165,8 @@ class Run(Protocol):
 
     def part(self, budget: Budget, *, main: bool) -> Run:
         """One of several fits inside this run (a fold, an ensemble member, a bagged model) with its own budget.
-        The main part writes the run's checkpoint and rows; the others neither (a resume retrains them, seeded)."""
+        The main part writes the run's checkpoint and rows; the others only a checkpoint of their own, so a resume
+        goes on in the part it was in."""
 
 
 @dataclass

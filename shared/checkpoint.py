@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import pickle
 import random
 import tempfile
 from pathlib import Path
@@ -13,14 +15,33 @@ import torch
 from recipe_zoo.core import distributed
 
 
-def save_atomic(obj, path: str | os.PathLike) -> None:
+def previous_path(path: str | os.PathLike) -> Path:
+    """Where the checkpoint written before ``path`` is kept (``checkpoint.prev.pt`` beside ``checkpoint.pt``): a
+    checkpoint damaged after it was written (a copy cut short, a bad disk) still leaves one to resume from."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def damaged_path(path: str | os.PathLike) -> Path:
+    """Where a checkpoint that cannot be read is set aside once a resume has read the previous one instead."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.damaged{path.suffix}")
+
+
+def save_atomic(obj, path: str | os.PathLike, *, keep_previous: bool = False) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``.
 
     A crash mid-write leaves the previous checkpoint intact: rename is atomic on POSIX. Temp files a killed
-    writer left behind are removed after the next successful write.
+    writer left behind are removed after the next successful write. With ``keep_previous`` the file replaced is
+    kept as ``previous_path(path)``; the one kept before it is removed before the write, so the disk holds two
+    checkpoints at most, at rest as during the write (as many as the write alone needs), and at every instant
+    ``path`` or the previous one is complete (between the two renames only the previous one is).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    previous = previous_path(path) if keep_previous else None
+    if previous is not None and path.exists():  # without ``path`` the previous one is the only checkpoint: kept
+        previous.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -33,6 +54,8 @@ def save_atomic(obj, path: str | os.PathLike) -> None:
                 raise out.error from None  # torch's writer hides the OSError (disk full, ...) in a RuntimeError
             f.flush()
             os.fsync(f.fileno())
+        if previous is not None and path.exists():
+            os.replace(path, previous)
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -86,12 +109,47 @@ def load(path: str | os.PathLike, map_location="cpu"):
     return torch.load(path, map_location=map_location, weights_only=True)
 
 
+@dataclasses.dataclass
+class Resumable:
+    """The checkpoint a resume reads (``resumable``)."""
+
+    path: Path
+    blob: dict  # its contents, the tensors memory-mapped (no copy of the weights is read)
+    skipped: str = ""  # why the newer checkpoint beside it was not read ('' when it was)
+
+
+UNREADABLE = (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, KeyError, TypeError, IndexError)
+
+
+def resumable(path: str | os.PathLike) -> Resumable:
+    """``path`` when it loads, else the previous checkpoint kept beside it (``previous_path``). A resume's rows
+    (``zoo`` trims them to the checkpoint's step) and its state (``load_training``) are both chosen here, the same
+    way, so they are of the same step. No readable one: a one-line ``ZooError`` naming the file and why."""
+    from recipe_zoo.core.errors import ZooError
+
+    path = Path(path)
+    why = {}
+    for candidate in (path, previous_path(path)):
+        if not candidate.exists():
+            continue
+        try:
+            blob = torch.load(candidate, map_location="cpu", weights_only=True, mmap=True)
+            int(blob["loop"]["step"])  # a torch file, but not a training checkpoint: as unreadable to a resume
+            return Resumable(candidate, blob, "; ".join(f"{p}: cannot be read ({w})" for p, w in why.items()))
+        except UNREADABLE as exc:
+            why[candidate] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    if not why:
+        raise ZooError(f"{path}: not found, nor the previous checkpoint {previous_path(path).name} beside it; "
+                       "the run stopped before its first checkpoint: start it again")
+    reasons = "; ".join(f"{p}: cannot be read ({w})" for p, w in why.items())
+    alone = "" if len(why) > 1 else f"; no previous checkpoint ({previous_path(path).name}) is kept beside it"
+    raise ZooError(f"{reasons}{alone}; the run cannot be resumed: start it again")
+
+
 def read_weights(path: str | os.PathLike, *, key: str = "", allow: tuple[type, ...] = ()):
     """A weights file read without running code: ``.safetensors`` (a dict of tensors), else a torch file loaded
     with ``weights_only=True`` (tensors, plain containers and the ``allow``ed classes). A missing, unreadable or
     code-carrying file is a one-line ``ZooError`` naming it (``key``: the config key that gave it, ``weights=``)."""
-    import pickle
-
     from safetensors import SafetensorError
 
     from recipe_zoo.core.errors import ZooError
@@ -163,16 +221,29 @@ def save_training(path, model, optimizer, scaler, ema, slow, batches, state, kee
             "lookahead": slow.state_dict() if slow is not None else None,
             "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
             "keep": {name: obj.state_dict() for name, obj in keep.items()}, "metrics": dict(metrics),
-        }, path)
+        }, path, keep_previous=True)
     distributed.barrier()  # nobody goes on (or exits) before the file is complete
 
 
 def load_training(path, model, optimizer, scaler, ema, slow, batches, state, keep: dict,
-                  fsdp: bool = False) -> dict[str, float]:
-    """``save_training``'s checkpoint back into the loop's objects. Every rank reads rank 0's checkpoint; each
-    takes back its own RNG state when the world size matches. Returns the last evaluation's metrics (a run killed
-    after its final evaluation has nothing left to run)."""
-    blob = load(path)
+                  fsdp: bool = False) -> tuple[dict[str, float], Path, str]:
+    """``save_training``'s checkpoint back into the loop's objects: ``path``, or the previous one kept beside it
+    when ``path`` cannot be read (``resumable``; the unreadable file is then set aside, so the next save keeps the
+    good one as its previous). Every rank reads rank 0's checkpoint; each takes back its own RNG state when the
+    world size matches. Returns the last evaluation's metrics (a run killed after its final evaluation has nothing
+    left to run), the file read and why the newer one was not ('' when it was)."""
+    from recipe_zoo.core.errors import ZooError
+
+    chosen = resumable(path)
+    used, skipped = chosen.path, chosen.skipped
+    del chosen  # the memory-mapped copy: the state is read whole below
+    try:
+        blob = load(used)
+    except UNREADABLE as exc:
+        raise ZooError(f"{used}: cannot be read ({(str(exc).strip().splitlines() or [''])[0][:160]})") from None
+    if skipped and Path(path).exists() and distributed.is_main():
+        os.replace(path, damaged_path(path))
+        skipped += f"; set aside as {damaged_path(path).name}"
     if fsdp:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)
@@ -205,4 +276,4 @@ def load_training(path, model, optimizer, scaler, ema, slow, batches, state, kee
         raise ValueError(f"{path}: written by {len(ranks)} process(es); resume it with --nproc {len(ranks)} "
                          "(the data position and RNG states are per process)")
     set_rng_state(ranks[distributed.rank()])
-    return dict(blob.get("metrics") or {})
+    return dict(blob.get("metrics") or {}), used, skipped

@@ -237,8 +237,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn: Ca
     keep = keep or {}
     last_metrics: dict[str, float] = {}
     if resume_from is not None:
-        last_metrics = ckpt.load_training(resume_from, model, optimizer, scaler, ema, slow, batches, state, keep, fsdp)
-        log(f"resumed from {resume_from} at step {state.step} ({state.train_seconds:.1f}s trained)")
+        last_metrics, used, skipped = ckpt.load_training(resume_from, model, optimizer, scaler, ema, slow, batches,
+                                                         state, keep, fsdp)
+        if skipped:
+            log(f"warning: {skipped}; resuming from the checkpoint kept before it")
+        log(f"resumed from {used} at step {state.step} ({state.train_seconds:.1f}s trained)")
     thresholds = eval_thresholds(s.eval_every)
     steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
     global_batch = batches.batch_size * s.accum_steps * world

@@ -30,15 +30,16 @@ SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_secon
 
 
 def _trim_metrics(run: Run) -> None:
-    """On resume keep only the rows the checkpoint already contains (and check the process count)."""
-    import torch
+    """On resume keep only the rows the checkpoint already contains (and check the process count). The
+    checkpoint is the one ``fit`` will load (``checkpoint.resumable``: the previous one when ``checkpoint.pt``
+    cannot be read); none readable is a one-line error naming the file."""
+    from recipe_zoo.core import checkpoint, distributed
 
-    from recipe_zoo.core import distributed
-
-    blob = torch.load(run.checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+    chosen = checkpoint.resumable(run.checkpoint_path)
+    blob = chosen.blob
     processes = len(blob.get("rng_ranks") or [None])
     if processes != distributed.world_size():
-        raise ZooError(f"{run.checkpoint_path}: written by {processes} process(es), resumed with "
+        raise ZooError(f"{chosen.path}: written by {processes} process(es), resumed with "
                        f"{distributed.world_size()}; resume with --nproc {processes}")
     if not run.main:
         return
@@ -49,6 +50,12 @@ def _trim_metrics(run: Run) -> None:
             with open(path, newline="") as f:
                 rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
             setattr(run, attr, [r for r in rows if r["step"] <= step])
+
+
+def _has_checkpoint(run: Run) -> bool:
+    from recipe_zoo.core.checkpoint import previous_path
+
+    return run.checkpoint_path.exists() or previous_path(run.checkpoint_path).exists()
 
 
 def _number(text: str):
@@ -115,12 +122,13 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     from recipe_zoo.core import distributed
     from recipe_zoo.core.loop import Diverged, Interrupted, OutOfMemory
     from recipe_zoo.core.precision import seed_everything
+    from recipe_zoo.core.rss import RssGrowth
 
     run_dir = run.home or run.dir
     index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
     env = fingerprint() if run.main else {}
     if run.resuming:
-        if not run.checkpoint_path.exists():
+        if not _has_checkpoint(run):
             raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "
                            f"checkpoint, or {spec.name} trains without the core loop); start it again")
         _trim_metrics(run)
@@ -137,7 +145,9 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
                "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
                "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
                "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        results.upsert(index, row)
+        _index_start(run, index, row)
+        if os.environ.get("ZOO_RUN_FILE"):  # `zoo run --nproc`: the launcher closes the row if this rank dies
+            Path(os.environ["ZOO_RUN_FILE"]).write_text(json.dumps({"index": str(index), "run_id": run_dir.name}))
         if track:
             from recipe_zoo.track import open_trackers
 
@@ -147,8 +157,10 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
                 + (f", {world} processes" if world > 1 else "") + f" -> {run_dir}")
     seed_everything(seed)  # the same on every rank: the model is initialised alike
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
+    rss = RssGrowth()  # what the run adds to this process's memory: its data, model, batches
     try:
-        metrics, cfg = memory.train_backing_off(spec, cfg, run, reseed=lambda: seed_everything(seed))
+        with rss:
+            metrics, cfg = memory.train_backing_off(spec, cfg, run, reseed=lambda: seed_everything(seed))
         status, code = "ok", EXIT_OK
         if not math.isfinite(metrics.get(run.metric, float("nan"))):
             raise RuntimeError(f"recipe returned no finite {run.metric!r}")
@@ -172,7 +184,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
         if exc.errno not in WRITE_ERRNOS:  # not a full or read-only disk: a crash like any other
             status, code = _crash(run)
         else:
-            input_error = ResourceError(write_advice(exc, run_dir, run.checkpoint_path.exists()))
+            input_error = ResourceError(write_advice(exc, run_dir, _has_checkpoint(run)))
             run.log(f"error: {input_error}")
             status, code = "crash", input_error.exit_code
     except Exception:  # a bug or an unexpected failure: keep the traceback in the log
@@ -186,19 +198,19 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     if "processes" in metrics and metrics["processes"] > 1:
         run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
                      **run.extra}
-    summary = _summary(run, metrics, status)
+    summary = {**_summary(run, metrics, status), "run_rss_growth_mb": rss.growth_mb()}
     if status == "ok":
-        summary["rank"] = board.standing(summary, env["hardware"], run.higher_is_better, index, run_dir.name)
+        summary["rank"] = _rank(run, summary, env["hardware"], index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
                                            "inputs": input_files(cfg) if status == "ok" else {}})
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)
-    results.upsert(index, {**row, "status": status, "metric": summary["value"], "metric_name": run.metric,
-                           "higher_is_better": int(run.higher_is_better),
-                           "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
-                           "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
-                           "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    _index_end(index, {**row, "status": status, "metric": summary["value"], "metric_name": run.metric,
+                       "higher_is_better": int(run.higher_is_better),
+                       "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
+                       "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
+                       "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
     print(format_summary(summary), flush=True)
     for handler in run.logger.handlers:
         handler.close()
@@ -208,6 +220,39 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     if status == "ok":
         distributed.barrier()
     return Outcome(code, run_dir, summary)
+
+
+def _index_start(run: Run, index: Path, row: dict) -> None:
+    """The run's first index row. An index that cannot be read stops the run before it trains (exit 2): told now,
+    the user moves it aside and loses a minute, not a run missing from ``zoo runs``."""
+    try:
+        results.upsert(index, row)
+    except ZooError as exc:
+        run.log(f"error: {exc}")
+        for handler in run.logger.handlers:
+            handler.close()
+        run.logger.handlers.clear()
+        raise
+
+
+def _index_end(index: Path, row: dict) -> None:
+    """The run's final index row. The index damaged meanwhile does not undo a finished run (summary.json holds it):
+    a one-line warning says so."""
+    try:
+        results.upsert(index, row)
+    except ZooError as exc:
+        print(f"zoo: warning: run {row['run_id']} is not in the index: {exc}", file=sys.stderr, flush=True)
+
+
+def _rank(run: Run, summary: dict, hardware: str, index: Path, run_id: str) -> str:
+    """The ``rank:`` line. ``board.standing`` says when the board cannot be read; anything else it raises (a bug)
+    still must not turn a finished run into a crash, so the line says it."""
+    try:
+        return board.standing(summary, hardware, run.higher_is_better, index, run_id)
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line, whatever the message
+        run.log(f"warning: could not rank the run: {why}")
+        return f"not ranked: ranking failed ({why})"
 
 
 def _crash(run: Run) -> tuple[str, int]:

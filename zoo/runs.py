@@ -88,6 +88,7 @@ class Run:
     home: Path | None = None  # under torchrun, ranks > 0 write side files to a scratch ``dir``; this is rank 0's
     inspector: object = None  # set by ``zoo doctor``: receives what ``inspect`` is given
     fit_handler: Callable | None = None  # set by ``zoo doctor``: takes what ``fit`` is given instead of training
+    parts_made: int = 0  # the fits made with ``part`` so far: each part's checkpoint is numbered by its turn
 
     @property
     def inspecting(self) -> bool:
@@ -159,7 +160,10 @@ class Run:
         return download(url, dest, sha256=sha256, timeout=timeout)
 
     def part(self, budget: Budget, *, main: bool) -> Run | PartRun:
-        return self if main and budget == self.budget else PartRun(self, budget, main)
+        if main and budget == self.budget:
+            return self
+        self.parts_made += 1  # parts are made in the same order on a resume: the number names the same fit
+        return PartRun(self, budget, main, self.parts_made - 1)
 
     def log(self, message: str) -> None:
         if self.main:
@@ -232,18 +236,26 @@ def key_suffix(cfg) -> str:
 
 class PartRun:
     """One of several fits inside a run (a fold, an ensemble member, a bagged model), with its own budget. The
-    main part writes the run's checkpoint and rows; the others neither (a resume retrains them, seeded)."""
+    main part writes the run's checkpoint and rows; the others write only a checkpoint of their own
+    (``checkpoint-partN.pt``, N their turn), so a resume reads a finished part back and goes on in the one it was in."""
 
-    def __init__(self, run: Run, budget: Budget, main: bool):
-        self.run, self.budget, self.main_part = run, budget, main
+    def __init__(self, run: Run, budget: Budget, main: bool, index: int = 0):
+        self.run, self.budget, self.main_part, self.index = run, budget, main, index
 
     @property
     def checkpoint_path(self) -> Path | None:
-        return self.run.checkpoint_path if self.main_part else None
+        if self.main_part or self.run.checkpoint_path is None:
+            return self.run.checkpoint_path
+        return self.run.checkpoint_path.with_name(f"checkpoint-part{self.index}.pt")
 
     @property
     def resume_from(self) -> Path | None:
-        return self.run.resume_from if self.main_part else None
+        if self.main_part or self.checkpoint_path is None:
+            return self.run.resume_from
+        from recipe_zoo.core.checkpoint import previous_path
+
+        path = self.checkpoint_path
+        return path if self.run.resuming and (path.exists() or previous_path(path).exists()) else None
 
     def record_eval(self, row: dict) -> None:
         if self.main_part:
@@ -258,7 +270,7 @@ class PartRun:
             self.run.record_split(parts)
 
     def part(self, budget: Budget, *, main: bool) -> PartRun:
-        return PartRun(self.run, budget, main and self.main_part)
+        return self.run.part(budget, main=main and self.main_part)
 
     def __getattr__(self, name: str):
         return getattr(self.run, name)
