@@ -80,6 +80,80 @@ def test_regression_scores_match_their_definitions():
     assert constant == {"spearman": 0.0, "pearson": 0.0}  # no ranks to correlate
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+def test_spearman_is_scipys_where_no_values_are_near_ties(seed, dtype):
+    """Values no two of which are within the noise tolerance, and exact ties (integers, rounded targets): scipy's
+    spearmanr, to round-off. (Random float32 values are not such: 100 of them at scale 30 can hold a pair 64 eps x
+    max|x| apart, which ranks as a tie here; so the predictions are a jittered grid, correlated with the targets.)"""
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=500)
+    ranks = np.argsort(np.argsort(y + rng.normal(scale=0.7, size=500)))
+    pred = ranks // 3 if dtype == "int64" else ranks * 0.1 + rng.uniform(0, 0.02, 500)  # ints: ties in threes
+    pred = pred.astype(dtype)
+    if dtype != "int64":  # no neighbours within the tolerance: the check of this test's premise
+        assert np.diff(np.sort(pred.astype(np.float64))).min() > 100 * metrics.tie_tolerance(pred)
+    assert metrics.spearman(y, pred) == pytest.approx(stats.spearmanr(y, pred)[0], rel=1e-12)
+    assert metrics.spearman(y.round(1), pred) == pytest.approx(stats.spearmanr(y.round(1), pred)[0], rel=1e-12)
+
+
+def _nudged(x, ulps: int, rng):
+    """``x`` with some values moved by up to ``ulps`` units in their last place (float noise of another sum order)."""
+    import numpy as np
+
+    out = x.copy()
+    for i in rng.choice(len(x), len(x) // 3, replace=False):
+        toward = x.dtype.type(np.inf if rng.random() < 0.5 else -np.inf)  # in the values' own precision
+        for _ in range(int(rng.integers(1, ulps + 1))):
+            out[i] = np.nextafter(out[i], toward)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_spearman_is_the_same_for_predictions_a_few_ulps_apart(dtype):
+    """Duplicated items (the same sequence twice) predicted equal up to summation order: a last-bit difference
+    flips scipy's ranks, and moves its rho; here the ranks, and so rho and the bootstrap's statistic, are
+    identical: the same ranks through the same arithmetic (hence ==)."""
+    import numpy as np
+    from scipy import stats
+
+    from recipe_zoo.recipes.protein.data import metric_statistic
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=60)
+    pred = np.concatenate([base, base, base[:20]]).astype(dtype)  # 80 duplicated predictions
+    y = rng.normal(size=len(pred)) + np.concatenate([base, base, base[:20]])
+    nudged = _nudged(pred, 4, rng)
+    assert (nudged != pred).sum() > 20
+    assert stats.spearmanr(y, nudged)[0] != stats.spearmanr(y, pred)[0]  # the flip this guards against
+    assert metrics.spearman(y, nudged) == metrics.spearman(y, pred)
+    assert metrics.spearman(y, pred) == pytest.approx(stats.spearmanr(y, pred)[0], rel=1e-12)  # exact ties: scipy's
+    idx = rng.integers(0, len(y), len(y))
+    assert metric_statistic(y, nudged, "regression")(idx) == metric_statistic(y, pred, "regression")(idx)
+
+
+def test_values_closer_than_the_tolerance_share_a_rank_and_a_dense_run_is_cut():
+    import numpy as np
+    from scipy import stats
+
+    x = np.array([3.0, 1.0, 2.0, 1.0 + 8 * np.spacing(1.0), 2.0 - np.spacing(2.0), 0.5])
+    tol = metrics.tie_tolerance(x)
+    assert tol == pytest.approx(64 * np.finfo(np.float64).eps * 3.0)
+    assert metrics.tied_ranks(x, tol).tolist() == stats.rankdata([3, 1, 2, 1, 2, 0.5]).tolist()  # as if equal
+    assert metrics.tied_ranks(x, 0.0).tolist() == stats.rankdata(x).tolist()  # tol 0: exact ties only
+    apart = np.array([1.0, 1.0 + 1e-9, 1.0 + 2e-9])  # 1e-9 apart: far above the tolerance, distinct ranks
+    assert metrics.tied_ranks(apart, metrics.tie_tolerance(apart)).tolist() == [1.0, 2.0, 3.0]
+    dense = np.array([0.0, 0.6, 1.2, 1.8, 2.4, 5.0])  # neighbours 0.6 apart chain past tol=1 from the first
+    assert metrics.tied_ranks(dense, 1.0).tolist() == [1.5, 1.5, 3.5, 3.5, 5.0, 6.0]
+    assert metrics.tied_ranks(np.array([np.inf, 1.0, np.inf, -np.inf]), 0.1).tolist() == [3.5, 2.0, 3.5, 1.0]
+    assert metrics.tie_tolerance(np.arange(5)) == 0.0
+    assert np.isnan(metrics.spearman([1.0, 2.0, 3.0], [1.0, np.nan, 2.0]))  # as scipy's spearmanr
+    assert metrics.spearman([1.0, 2.0, 3.0], [1.0, 1.0 + 2 * np.spacing(1.0), 1.0]) == 0.0  # constant up to noise
+
+
 def test_classification_scores_match_a_hand_count():
     import numpy as np
 

@@ -208,8 +208,8 @@ def test_esm_zeroshot_round_trip_and_variant_lists(tmp_path, tiny_esm, capfd):
     run_dir = train(tmp_path, "protein/esm-zeroshot", f"data={table}", f"wt={WT}", "target=fitness",
                     f"esm_weights={tiny_esm}")
     result = roundtrip(run_dir)
-    assert result.rows[-1]["target"] is None and result.metrics["test_spearman"] == json.loads(
-        (run_dir / "summary.json").read_text())["metrics"]["test_spearman"]
+    assert result.rows[-1]["target"] is None and result.metrics["test_spearman"] == pytest.approx(json.loads(
+        (run_dir / "summary.json").read_text())["metrics"]["test_spearman"], abs=1e-6)  # the README's promise
     score = {r["mutant"]: float(r["score"]) for r in saved_rows(run_dir)}
     (tmp_path / "list.txt").write_text(f"{names[0]}\n\n{names[1]}:{names[2]}\n")
     seqs = [WT, WT[:1] + "A" + WT[2:]]
@@ -256,18 +256,24 @@ def test_position_mean_round_trip_and_new_variants(tmp_path, capfd):
 
 
 @pytest.mark.parametrize("features", [30, 150])  # primal ridge (30 < 80 rows) and dual ridge (150 > 80)
-def test_saved_closed_form_heads_predict_bit_for_bit(tmp_path, features):
+def test_saved_closed_form_heads_predict_within_round_off_and_reproduce_the_metrics(tmp_path, features):
     """Saved and read back, a ridge / kernel ridge head keeps its matrices' memory layout (scipy's solves give
-    column-major ones): BLAS sums in another order for another layout, and on data with duplicate sequences a
-    near-tie flips in Spearman's ranks (it moved p62593's val_spearman by 1e-6)."""
+    column-major ones) but not their buffers' alignment, and BLAS promises no bitwise result across either: on
+    an EPYC (family 25 model 17) 4 of 120 kernel ridge predictions moved by up to 2.0e-15. The predictions agree
+    within what Spearman's ranks treat as noise (``metrics.tie_tolerance``, 64 eps of float64 times the largest
+    prediction), and the metrics to 1e-6, as the README promises for ``zoo predict``, also where every item is
+    there twice (duplicate sequences: predictions equal up to that noise, which once flipped a rank)."""
     from recipe_zoo.core.artifact import PredictRun
+    from recipe_zoo.core.metrics import tie_tolerance
     from recipe_zoo.recipes.protein import data as pdata
     from recipe_zoo.recipes.protein import models, saved
+    from recipe_zoo.recipes.protein.predictions import split_metrics
 
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(120, features)).astype(np.float32)
+    X = rng.normal(size=(60, features)).astype(np.float32)[rng.permutation(np.arange(120) % 60)]  # each row twice
     data = pdata.ProteinData("t", X[:, 0] + rng.normal(0, 0.1, 120), "regression",
                              split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
+    _, val, test = data.split
     for kinds in (["ridge"], ["krr"]):
         _, head = models.select_closed_form(data, X, True, kinds, log=lambda line: None)
         meta = saved.save_head(tmp_path, head)
@@ -275,4 +281,11 @@ def test_saved_closed_form_heads_predict_bit_for_bit(tmp_path, features):
         for name in ("coef", "basis"):
             if getattr(head, name) is not None:
                 assert getattr(back, name).stride() == getattr(head, name).stride(), name
-        assert np.array_equal(back.predict(X), head.predict(X))
+        before, after = head.predict(X), back.predict(X)
+        assert before.dtype == after.dtype == np.float64
+        assert np.abs(after - before).max() <= tie_tolerance(before), (kinds, np.abs(after - before).max())
+        reported = split_metrics(data, before[val], before[test])
+        again = split_metrics(data, after[val], after[test])
+        assert reported.keys() == again.keys() and "val_spearman" in reported
+        for key in reported:
+            assert abs(again[key] - reported[key]) <= 1e-6, (kinds, key, again[key], reported[key])

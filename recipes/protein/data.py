@@ -16,7 +16,7 @@ import numpy as np
 
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.metrics import bootstrap, score
+from recipe_zoo.core.metrics import bootstrap, rank_correlation, score, tie_tolerance, tied_ranks
 from recipe_zoo.recipes.protein.config import FLIP_DEFAULT, ProteinConfig
 from recipe_zoo.recipes.protein.split import (esm_example_split, hash_split, item_keys, mutation_positions,
                                               parse_sizes, position_split, positions_of)
@@ -332,21 +332,17 @@ def show_split(run, data: ProteinData, loop: bool, fine_tune: bool | tuple[str, 
 
 
 def metric_statistic(y: np.ndarray, pred: np.ndarray, task: str):
-    """The primary metric on a resample of the items (``indices``), for the bootstrap: Spearman (ranks by
-    scipy's rankdata, 0 for a constant prediction, as ``metrics.spearman``) or accuracy."""
-    from scipy.stats import rankdata
-
+    """The primary metric on a resample of the items (``indices``), for the bootstrap: Spearman (ranked as
+    ``metrics.spearman`` ranks, values equal up to floating-point noise tied, with the whole test set's
+    tolerance in every resample; 0 for a constant prediction) or accuracy."""
     if task != "regression":
         correct = (np.asarray(pred).argmax(axis=1) == y).astype(np.float64)
         return lambda idx: float(correct[idx].mean())
-    pred = np.asarray(pred, dtype=np.float64).reshape(-1)
-    y = np.asarray(y, dtype=np.float64)
+    pred, y = np.asarray(pred).reshape(-1), np.asarray(y)
+    tol_pred, tol_y = tie_tolerance(pred), tie_tolerance(y)
 
     def rho(idx: np.ndarray) -> float:
-        a, b = rankdata(y[idx]), rankdata(pred[idx])
-        a, b = a - a.mean(), b - b.mean()
-        denom = np.sqrt((a * a).sum() * (b * b).sum())
-        return float((a * b).sum() / denom) if denom > 0 else 0.0
+        return rank_correlation(tied_ranks(y[idx], tol_y), tied_ranks(pred[idx], tol_pred))
 
     return rho
 
