@@ -16,6 +16,7 @@ import conftest
 from recipe_zoo.recipes import backbones, images
 from recipe_zoo.recipes.contrastive import data, evaluation, models, simclr
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import torch_state_kept
 
 run_ok = functools.partial(conftest.run_ok, budget="12steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
@@ -95,7 +96,7 @@ def test_two_views_differ_and_replay_from_the_seed(channels):
     x = torch.rand(6, channels, 16, 16)
     a1, a2 = data.two_views(augment, x, seed=3)
     b1, _ = data.two_views(augment, x, seed=3)
-    assert a1.shape == x.shape and torch.equal(a1, b1)
+    assert a1.shape == x.shape and torch.equal(a1, b1)  # the same seed: the same draws and ops, in this process
     assert not torch.allclose(a1, a2) and not torch.allclose(a1, x)
     assert "blur" in data.describe_augment(cfg, channels, 16)
 
@@ -202,7 +203,8 @@ def _train_in_process(out, seed=0):
                     spec=SimpleNamespace(name="contrastive/simclr"))
     seed_everything(seed)
     cfg = simclr.ContrastiveConfig(width=8, proj_hidden=32, batch_size=32, eval_every=0.5)
-    return simclr.train(cfg, run), run
+    with torch_state_kept():  # as `zoo run` leaves the caller's torch switches
+        return simclr.train(cfg, run), run
 
 
 def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch):

@@ -140,14 +140,17 @@ def plan_lines(capsys) -> dict:
             for line in capsys.readouterr().out.splitlines()[1:] if ":" in line}
 
 
-def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys):
+def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys, monkeypatch):
     """The hook's width is choose_width's on the same profile (the rule a run calls); an H200 buys a wider net
-    than this CPU in the same 60 s."""
+    than a 2-core CPU in the same 60 s. The CPU's peak is given (150 GFLOP/s, about this 2-core EPYC's), not
+    measured: a busy or slower machine would measure less and choose another width."""
     import torch
 
+    from recipe_zoo.core import flops
     from recipe_zoo.core.budget import parse_budget
     from recipe_zoo.recipes.diffusion import ddpm, models
 
+    monkeypatch.setattr(flops, "cpu_peak_flops", lambda *a, **k: 1.5e11)
     widths = {}
     for device in (["--device", "cpu"], ["--gpu", "H200"]):
         assert main(["plan", "--recipe", "diffusion/flow", "data=digits", "--budget", "60s", *device]) == 0
@@ -168,7 +171,10 @@ def test_zoo_plan_prints_the_width_a_diffusion_run_would_choose(capsys):
                                                                       "min_steps=500")
 
 
-def test_zoo_plan_prints_the_medical_plan_fold_0_would_make(capsys):
+def test_zoo_plan_prints_the_medical_plan_fold_0_would_make(capsys, monkeypatch):
+    from recipe_zoo.core import flops
+
+    monkeypatch.setattr(flops, "cpu_peak_flops", lambda *a, **k: 1.5e11)  # given, as above: not this CPU's mood
     assert main(["plan", "--recipe", "medical/unet", "--budget", "60s", "--device", "cpu"]) == 0
     cpu = plan_lines(capsys)
     assert main(["plan", "--recipe", "medical/unet", "--budget", "60s", "--gpu", "H200"]) == 0

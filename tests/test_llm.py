@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
-from recipe_zoo import data as zoo_data, registry
+from recipe_zoo import registry
 from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import data as llm_data, gpt, models, sizing
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import torch_state_kept
 from recipe_zoo.core.precision import seed_everything
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
@@ -147,11 +148,9 @@ def test_depth_grows_with_the_budget_and_the_data():
     assert depth("100steps", 10**5) == 4
 
 
-USER_DATA_CACHE = zoo_data.cache_root()  # read at import, before the tests' own empty cache is set
-
-
 # Tinyshakespeare's training part (the first 85% of its characters) under the default BPE: 361,533 tokens
-# (383,353 when training read the first 90%); the default depths read this count.
+# (383,353 when training read the first 90%); the default depths read this count. Checked on the real file by
+# benchmarks/data_facts.py (the tests never read the data).
 SHAKESPEARE_TRAIN_TOKENS = 361_533
 
 
@@ -165,18 +164,22 @@ def test_default_depths_on_tinyshakespeare_are_2_3_4(train_tokens, peak):
             for b in ("60s", "163s", "5m")] == [2, 3, 4]
 
 
-def test_tinyshakespeare_split_and_training_tokens():
-    """The cached tinyshakespeare (skipped when absent): 85% / 5% / 10% of its characters in order, the test part
-    the bytes validation scored before (the last 10%), and the training-token count the sizing test uses."""
-    path = USER_DATA_CACHE / zoo_data.get("tinyshakespeare").path
-    if not path.exists():
-        pytest.skip(f"tinyshakespeare is not in the data cache ({USER_DATA_CACHE})")
-    s = llm_data.load_text(str(path), 0.05, 0.1, SimpleRun(Budget("steps", 1)))
+TINYSHAKESPEARE_CHARS = 1_115_394  # ASCII, one file (its dataset card); benchmarks/data_facts.py checks the real file
+
+
+def test_tinyshakespeare_sized_text_splits_85_5_10_in_reading_order(tmp_path):
+    """A text of tinyshakespeare's length and file name, ASCII as it is (the tests never read the real data):
+    85% / 5% / 10% of its characters in order, the ranges split.csv names, and the test part's first 100,000 bytes
+    scored. The real file's ranges and its training-token count (SHAKESPEARE_TRAIN_TOKENS) are checked where the
+    data is: ``ZOO_DATA=... python benchmarks/data_facts.py``."""
+    line = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    text = (line * (TINYSHAKESPEARE_CHARS // len(line) + 1))[:TINYSHAKESPEARE_CHARS]
+    (tmp_path / "input.txt").write_text(text)
+    s = llm_data.load_text(str(tmp_path / "input.txt"), 0.05, 0.1, SimpleRun(Budget("steps", 1)))
     assert s.keys == {"train": ["input.txt[0:948084]"], "validation": ["input.txt[948084:1003854]"],
                       "test": ["input.txt[1003854:1115394]"]}
-    assert len(llm_data.eval_text(s, 100_000).encode()) == 100_000
-    tok = llm_data.train_bpe(s.train, 1024)
-    assert len(llm_data.encode_docs(tok, s.train)) == SHAKESPEARE_TRAIN_TOKENS
+    assert "".join(s.train) + "".join(s.val) + "".join(s.test) == text
+    assert llm_data.eval_text(s, 100_000).encode() == text[1003854:1103854].encode()
 
 
 def test_text_sources_and_bad_inputs(tmp_path):
@@ -281,7 +284,9 @@ def test_zoo_run_gpt_end_to_end_and_the_test_is_read_only_at_the_end(tmp_path):
             "samples=2", "sample_tokens=20", "prompt=First", "--out", tmp_path / "g")
     assert g.returncode == 0, g.stderr + g.stdout
     g_dir = next((tmp_path / "g" / "llm" / "gpt").iterdir())
-    assert rows_without_timing(g_dir) == rows_without_timing(run_dir)  # every validation row, bit for bit
+    # every validation row, bit for bit: two processes of the same kind on this machine, the same ops in the same
+    # order on the same tokens (only the test part is garbage)
+    assert rows_without_timing(g_dir) == rows_without_timing(run_dir)
     assert rows_without_timing(g_dir, "train.csv") == rows_without_timing(run_dir, "train.csv")
     assert (g_dir / "samples.txt").read_text() == samples
     g_metrics = json.loads((g_dir / "summary.json").read_text())["metrics"]
@@ -300,7 +305,8 @@ def test_gpt_split_is_the_same_for_every_seed(tmp_path):
                         log=lambda line: None)
         run.dir.mkdir()
         seed_everything(seed)
-        out = gpt.train_gpt(gpt.GPTConfig(**cfg), run)
+        with torch_state_kept():  # as `zoo run` leaves the caller's torch switches
+            out = gpt.train_gpt(gpt.GPTConfig(**cfg), run)
         runs.append((run, out))
     (a, out_a), (b, out_b) = runs
     assert a.splits == b.splits and set(a.splits) == {"train", "validation", "test"}
@@ -472,10 +478,12 @@ def test_lora_jsonl_test_is_read_only_at_the_end(tiny_llama, tmp_path, monkeypat
                         log=lambda line: None)
         run.dir.mkdir()
         seed_everything(0)
-        results.append((lora.train_lora(cfg, run), run))
+        with torch_state_kept():
+            results.append((lora.train_lora(cfg, run), run))
     (clean, a), (dirty, b) = results
     assert [{k: v for k, v in r.items() if k != "train_seconds"} for r in a.eval_rows] == \
         [{k: v for k, v in r.items() if k != "train_seconds"} for r in b.eval_rows] and a.splits == b.splits
+    # one process, the same ops in the same order on the same validation tokens: bit for bit
     assert clean["val_bpb"] == dirty["val_bpb"] and clean["val_bpb_before"] == dirty["val_bpb_before"]
     assert dirty["test_bpb"] != clean["test_bpb"] and dirty["test_bpb_before"] != clean["test_bpb_before"]
     assert clean["test_bpb_ci_low"] <= clean["test_bpb"] <= clean["test_bpb_ci_high"]

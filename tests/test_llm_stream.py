@@ -220,6 +220,7 @@ def assert_same_training(ref_dir, run_dir) -> None:
         else:
             assert (run_dir / name).read_text() == (ref_dir / name).read_text()
     a, b = load_file(ref_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
+    # bit for bit: two processes of the same kind on this machine, the same ops in the same order on the same batches
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ref, got = (json.loads((d / "summary.json").read_text()) for d in (ref_dir, run_dir))
     assert (got["benchmark"], got["value"]) == (ref["benchmark"], ref["value"])

@@ -42,8 +42,9 @@ def run_fit(model, x, y, budget, batch_size=16, accum=1, lr=0.1, **kw):
                             ema_decay=kw.pop("ema_decay", 0.0), lookahead=kw.pop("lookahead", 0.0),
                             epoch_cap=kw.pop("epoch_cap", 0.0), sync_every=kw.pop("sync_every", 0),
                             profile=kw.pop("profile", 0))
+    loss = kw.pop("loss", loss_fn)
     run = SimpleRun(budget, log=lambda s: None, **kw)
-    result = fit(model, opt, batches, loss_fn, run, device=torch.device("cpu"),
+    result = fit(model, opt, batches, loss, run, device=torch.device("cpu"),
                  evaluate=lambda m: {"loss": loss_fn(m, (x, y)).item()}, update_hparams=update, settings=settings)
     return result, run.eval_rows
 
@@ -169,7 +170,8 @@ def test_losses_read_every_few_steps_change_nothing_but_when_they_are_read(monke
                                                                       ema_decay=0.9))
         runs.append((model, run))
     (a, run_a), (b, run_b) = runs
-    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))  # one process, the same ops in
+    # the same order: when the losses are read changes no computation
     assert len(run_a.train_rows) == 100 and len(run_a.eval_rows) == 4
     assert reads[:1000] == [1] * 1000 and max(reads[1000:]) == 5 and len(reads) < 1000 + 1000 / 3
     drop = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]  # noqa: E731
@@ -198,7 +200,8 @@ def test_profile_traces_steps_without_changing_or_timing_them(tmp_path):
     res, _ = run_fit(traced, x, y, Budget("steps", 20), profile=4, sync_every=3, dir=tmp_path)
     plain, _, _ = make_problem()
     run_fit(plain, x, y, Budget("steps", 20))
-    assert all(torch.equal(a, b) for a, b in zip(traced.parameters(), plain.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(traced.parameters(), plain.parameters()))  # one process, the
+    # same ops: the profiler records them, it changes none
     text = (tmp_path / "profile.txt").read_text()
     assert text.startswith("4 optimizer steps traced on cpu")
     for name in ("zoo::batch", "zoo::forward_backward", "zoo::clip", "zoo::optimizer", "aten::addmm"):
@@ -212,10 +215,41 @@ def test_profile_traces_steps_without_changing_or_timing_them(tmp_path):
     assert (tmp_path / "short" / "profile.txt").read_text().startswith("2 optimizer steps traced")
 
 
-def test_time_budget_with_losses_read_every_few_steps():
+class StepClock:
+    """The loop's step clock (``profiling.time``, what charges steps to a time budget) moved only by the steps:
+    each costs ``step`` seconds, so a time budget ends at the same step on any CPU, however loaded."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def loss(self, model, batch):
+        self.now += self.step
+        return loss_fn(model, batch)
+
+
+@pytest.fixture
+def step_clock(monkeypatch):
+    from recipe_zoo.core import profiling
+
+    def install(step: float) -> StepClock:
+        clock = StepClock(step)
+        monkeypatch.setattr(profiling, "time", clock)
+        return clock
+    return install
+
+
+def test_time_budget_with_losses_read_every_few_steps(step_clock):
+    """0.2 s at 1e-4 s a step: windows of 8 steps (8e-4 s, under the 1e-3 s a window may last: half a train row's
+    share), read together; the budget ends after 2,000 charged steps (the first, counting FLOPs, is not), or at
+    most one window later where the sum rounds short."""
+    clock = step_clock(1e-4)
     model, x, y = make_problem()
-    res, rows = run_fit(model, x, y, Budget("seconds", 0.5), sync_every=8)
-    assert 0.5 <= res.train_seconds < 1.5 and res.steps > 8
+    res, rows = run_fit(model, x, y, Budget("seconds", 0.2), sync_every=8, loss=clock.loss)
+    assert 2000 <= res.steps - 1 <= 2008
+    assert 0.2 <= res.train_seconds <= 0.2 + 8e-4 + 1e-9
     assert rows[-1]["progress"] == 1.0
 
 
@@ -234,26 +268,32 @@ def test_epoch_budget_and_eval_points():
     assert eval_thresholds(0) == [1.0]
 
 
-def test_time_budget_stops_near_budget():
+def test_time_budget_stops_near_budget(step_clock):
+    """0.5 s at 0.01 s a step, each loss read at once (CPU): the step that spends the budget is the last (50
+    charged, 51 where the sum rounds short; the first step counts FLOPs and is not charged)."""
+    clock = step_clock(0.01)
     model, x, y = make_problem()
-    res, rows = run_fit(model, x, y, Budget("seconds", 0.5))
-    assert 0.5 <= res.train_seconds < 1.5 and res.steps > 1
+    res, rows = run_fit(model, x, y, Budget("seconds", 0.5), loss=clock.loss)
+    charged = res.steps - 1
+    assert charged in (50, 51) and res.train_seconds >= 0.5 and res.train_seconds == pytest.approx(0.01 * charged)
     assert rows[-1]["progress"] == 1.0
 
 
-def test_an_epoch_cap_ends_a_time_budget_like_an_epoch_budget():
-    """A minute's budget with epoch_cap=2 stops after 2 epochs (12 steps), its schedule and evaluations run to the
-    end with it, and the weights are those of a 2-epoch budget, bit for bit; without the cap a 2 s run goes past it."""
+def test_an_epoch_cap_ends_a_time_budget_like_an_epoch_budget(step_clock):
+    """A minute's budget (at 0.01 s a step) with epoch_cap=2 stops after 2 epochs (12 steps), its schedule and
+    evaluations run to the end with it, and the weights are those of a 2-epoch budget, bit for bit (the same steps
+    on the same batches in this process: the order of operations is the same); without the cap 2 s go past it."""
+    clock = step_clock(0.01)
     capped, x, y = make_problem()
-    res, rows = run_fit(capped, x, y, Budget("seconds", 60), epoch_cap=2)
+    res, rows = run_fit(capped, x, y, Budget("seconds", 60), epoch_cap=2, loss=clock.loss)
     by_epochs, _, _ = make_problem()
     ref, ref_rows = run_fit(by_epochs, x, y, Budget("epochs", 2))
-    assert res.steps == ref.steps == 12 and res.train_seconds < 30
+    assert res.steps == ref.steps == 12 and res.train_seconds == pytest.approx(0.11)  # the first step: uncharged
     assert [(r["step"], r["progress"]) for r in rows] == [(r["step"], r["progress"]) for r in ref_rows]
     for a, b in zip(capped.parameters(), by_epochs.parameters()):
         assert torch.equal(a, b)
     uncapped, _, _ = make_problem()
-    assert run_fit(uncapped, x, y, Budget("seconds", 2))[0].steps > 12
+    assert run_fit(uncapped, x, y, Budget("seconds", 2), loss=clock.loss)[0].steps - 1 in (200, 201)
 
 
 def test_loss_falls():
@@ -279,6 +319,77 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temp file left behind
 
 
+def test_each_save_keeps_the_checkpoint_before_it(tmp_path, monkeypatch):
+    """Two checkpoints at most on disk: the last and the one before it, which a resume reads when the last is
+    missing (killed between the two renames) or cannot be read; none readable is one line naming both."""
+    import re
+
+    from recipe_zoo.core.errors import ZooError
+
+    path = tmp_path / "checkpoint.pt"
+
+    def save(step):
+        checkpoint.save_atomic({"loop": {"step": step}}, path, keep_previous=True)
+
+    def step_of(p):
+        return checkpoint.load(p)["loop"]["step"]
+
+    for step in (1, 2, 3):
+        save(step)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.prev.pt", "checkpoint.pt"]
+    assert (step_of(path), step_of(checkpoint.previous_path(path))) == (3, 2)
+    assert checkpoint.resumable(path).path == path and not checkpoint.resumable(path).skipped
+
+    real_replace = os.replace
+
+    def killed_before_the_new_one_is_named(src, dst):
+        if dst == path:
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_new_one_is_named)
+    with pytest.raises(KeyboardInterrupt):
+        save(4)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.prev.pt"]
+    chosen = checkpoint.resumable(path)
+    assert chosen.path == checkpoint.previous_path(path) and chosen.blob["loop"]["step"] == 3
+    save(4)  # with no checkpoint.pt the previous one is the only one: kept
+    assert (step_of(path), step_of(checkpoint.previous_path(path))) == (4, 3)
+
+    path.write_bytes(path.read_bytes()[:100])  # cut short
+    chosen = checkpoint.resumable(path)
+    assert chosen.path == checkpoint.previous_path(path) and chosen.blob["loop"]["step"] == 3
+    assert chosen.skipped.startswith(f"{path}: cannot be read (")
+    checkpoint.previous_path(path).write_bytes(b"not a checkpoint")
+    with pytest.raises(ZooError, match=f"^{re.escape(str(path))}: cannot be read .*; "
+                                       f"{re.escape(str(checkpoint.previous_path(path)))}: cannot be read .*; "
+                                       "the run cannot be resumed: start it again$"):
+        checkpoint.resumable(path)
+
+
+def test_a_full_disk_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """The one kept before the last is removed before a write, so a write needs the room it needed without it:
+    on a full disk the last checkpoint stays, whole."""
+    import errno
+
+    path = tmp_path / "checkpoint.pt"
+    for step in (1, 2):
+        checkpoint.save_atomic({"loop": {"step": step}, "w": torch.ones(3)}, path, keep_previous=True)
+
+    def disk_full(obj, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left on device") as info:
+        checkpoint.save_atomic({"loop": {"step": 3}}, path, keep_previous=True)
+    monkeypatch.undo()
+    assert info.value.filename == str(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+    assert checkpoint.load(path)["loop"]["step"] == 2
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned",))
@@ -297,7 +408,10 @@ def test_safetensors_export(tmp_path):
     model, _, _ = make_problem()
     checkpoint.export_safetensors(model, tmp_path / "m.safetensors")
     loaded = load_file(tmp_path / "m.safetensors")
-    assert set(loaded) == set(model.state_dict())
+    state = model.state_dict()
+    assert set(loaded) == set(state)
+    for key, tensor in state.items():  # a copy of the bytes, not a computation: equal bit for bit
+        assert loaded[key].dtype == tensor.dtype and torch.equal(loaded[key], tensor), key
 
 
 class Blocks(nn.Module):
@@ -349,7 +463,7 @@ def test_best_state_keeps_the_best_weights_in_either_direction():
             best.update(v, model)
             weights[v] = model.weight.clone()
         best.restore(model)
-        assert best.value == kept and torch.equal(model.weight, weights[kept])
+        assert best.value == kept and torch.equal(model.weight, weights[kept])  # restored by copying: exact
 
 
 def test_read_weights_reads_tensors_and_refuses_the_rest(tmp_path):
@@ -388,6 +502,8 @@ def test_every_run_handle_has_what_the_run_protocol_lists(tmp_path):
     for handle in handles:
         missing = [m for m in members if not hasattr(handle, m)]
         assert not missing, (type(handle).__name__, missing)
-    assert part.checkpoint_path is None and part.resume_from is None and part.budget == Budget("steps", 2)
+    # a part that is not the main one keeps a checkpoint of its own (numbered by its turn), resumed only on a resume
+    assert part.checkpoint_path == tmp_path / "checkpoint-part0.pt" and part.resume_from is None
+    assert part.budget == Budget("steps", 2)
     part.record_eval({"step": 1})
     assert run.eval_rows == []

@@ -16,6 +16,7 @@ from recipe_zoo.recipes.medical import plan as planner
 from recipe_zoo.recipes.medical import unet
 from recipe_zoo.core.budget import parse_budget
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import torch_state_kept
 
 run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
@@ -125,7 +126,7 @@ def test_patches_replay_exactly_after_resume():
     b.load_state_dict(a.state_dict())
     (xa, ya), (xb, yb) = a.next_batch(), b.next_batch()
     assert xa.shape == (3, 1, 32, 32) and ya.shape == (3, 1, 32, 32) and ya.dtype == torch.long
-    assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert torch.equal(xa, xb) and torch.equal(ya, yb)  # one process, the same draws and ops from the same state
     assert not torch.equal(xa, a.next_batch()[0])
 
 
@@ -155,7 +156,7 @@ def test_patch_shards_are_the_micro_batches_of_accumulation_across_an_epoch_boun
         ranks.append(drawn)
     merged = [batch for step in zip(*ranks) for batch in step]
     assert len(merged) == len(expected)
-    for i, ((xa, ya), (xb, yb)) in enumerate(zip(merged, expected)):
+    for i, ((xa, ya), (xb, yb)) in enumerate(zip(merged, expected)):  # one process: the same draws and ops
         assert torch.equal(xa, xb) and torch.equal(ya, yb), f"micro-batch {i} (step {i // 2 + 1}) differs"
 
 
@@ -221,7 +222,8 @@ def run_in_process(root: Path, tmp: Path, seed: int = 0, **cfg):
                     log=lambda line: None)
     config = unet.MedicalConfig(data=str(root), width=4, levels=3, patch="32,32", batch_size=2, eval_every=0.5,
                                 tta=False, overlap=0.25, flip_axes="0,1", **cfg)
-    return unet.train(config, run), run
+    with torch_state_kept():  # as `zoo run` leaves the caller's torch switches
+        return unet.train(config, run), run
 
 
 def without_timing(rows: list[dict]) -> list[dict]:

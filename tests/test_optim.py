@@ -120,7 +120,7 @@ def test_muon_batches_same_shape_matrices_with_each_result_as_alone(monkeypatch)
             update = optim.muon_update(g, buffers[i], 0.9)
             alone[i].sub_(alone[i] * ((update * alone[i]) > 0), alpha=lr * wd)
             alone[i].sub_(update, alpha=lr)
-    for p, a in zip(params, alone):
+    for p, a in zip(params, alone):  # the optimizer runs these same per-tensor ops in this order, in this process
         assert torch.equal(p.detach(), a)
 
 

@@ -18,9 +18,10 @@ from test_medical import nifti, png_folder
 TINY = ["width=4", "levels=3", "eval_every=0", "batch_size=2"]
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True)
 def _one_thread():
-    """Tiny networks: on a busy machine a second thread mostly waits (a predict took 20 s, not 0.4)."""
+    """Tiny networks: on a busy machine a second thread mostly waits (a predict took 20 s, not 0.4). Per test:
+    each test leaves torch's switches as it found them (conftest checks)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -144,7 +145,10 @@ def test_predict_new_images_labelled_flat_and_one_file(cells, tmp_path, capfd):
     rows = _rows(out)
     assert list(rows[0]) == ["file", "mask", "foreground_fraction"] and len(rows) == 5
     masks = {r["file"]: _png(tmp_path / "preds" / r["mask"]) for r in rows}
-    assert np.array_equal(masks["copy.tif"], masks[first.name]) and masks["copy.tif"].shape == (48, 48)
+    # the same image twice: the same mask, but for a pixel whose float32 scores nearly tie, where windows batched
+    # with other files' sum in another order (at most 1 in 1,000 pixels)
+    assert masks["copy.tif"].shape == masks[first.name].shape == (48, 48)
+    assert np.mean(masks["copy.tif"] != masks[first.name]) <= 1e-3
     one = model.predict(data=str(first), labels=str(new / "masks" / first.name), tta=0, overlap=0.25)
     assert len(one.rows) == 1 and one.rows[0]["file"] == first.name and "test_dice" in one.metrics
     written, _ = read_image(one.files[0])  # read back as training reads a mask: the same axes and values
@@ -244,7 +248,9 @@ def test_export_safetensors_predicts_the_same(cubes, tmp_path):
     scan = root / "imagesTr" / "case1.nii.gz"
     mine = load(out, device="cpu").predict(data=str(scan)).arrays["masks"][0]
     theirs = load(run_dir, device="cpu").predict(data=str(scan)).arrays["masks"][0]
-    assert np.array_equal(mine, theirs)
+    # the same weights from two files, in buffers aligned as each load chose (BLAS promises no bitwise result across
+    # alignments): the same mask but for a voxel whose float32 scores nearly tie (at most 1 in 1,000)
+    assert mine.shape == theirs.shape and np.mean(mine != theirs) <= 1e-3
 
 
 @pytest.mark.slow

@@ -87,14 +87,18 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_scheduler_that_does_not_answer_is_one_line(houses, tmp_path, capfd):
-    import time
+def test_a_scheduler_that_does_not_answer_is_one_line(houses, tmp_path, capfd, monkeypatch):
+    """A refused port is not waited on: the plain TCP connect is refused at once, and Dask, which would retry it
+    until its timeout, is never asked (made to fail here if it were)."""
+    from recipe_zoo.recipes.tabular import dask_engine
 
-    start = time.perf_counter()
+    def dask_asked(address):
+        raise AssertionError("Dask was asked about a refused port: it retries until its timeout")
+
+    monkeypatch.setattr(dask_engine, "identity", dask_asked)
     address = f"tcp://127.0.0.1:{_closed_port()}"
     bad_input(capfd, ["tabular/xgb", f"data={houses}", *ARGS, "engine=dask", f"scheduler={address}"],
-              tmp_path / "runs", f"scheduler={address}", "nothing answers there")
-    assert time.perf_counter() - start < 10  # a refused port is not waited on
+              tmp_path / "runs", f"scheduler={address}", "nothing answers there", "Connection refused")
     bad_input(capfd, ["tabular/xgb", f"data={houses}", *ARGS, "engine=dask", "scheduler=nonsense"], tmp_path / "runs",
               "scheduler=nonsense: not a Dask scheduler address")
 
@@ -108,12 +112,15 @@ def test_dask_not_installed_names_the_extra(houses, tmp_path, capfd, monkeypatch
 
 @pytest.mark.slow
 def test_a_time_budget_stops_every_worker_together_near_it(houses, tmp_path):
-    """--budget 6s where nothing early-stops (bagged models at lr 0.001): the workers' all-reduced time limit ends
-    the run near 6 s of training. About 12 s (the cluster's start and the scoring are outside the budget)."""
+    """--budget 6s where nothing early-stops (bagged models at lr 0.001; 20,000 rounds take minutes on the cluster):
+    the workers' all-reduced time limit ends each model, together, the last when the budget is spent, so the run
+    ends (no worker left waiting on another) after at least 0.8 x 6 s of training. Above it only each fit's own
+    overhead (the cluster's frames, a round in flight, copying the booster back): under 3 x 6 s, a margin of 3x
+    for a loaded machine (~6.5 s here). About 12 s (the cluster's start and the scoring are outside the budget)."""
     run_dir = train_in_process(tmp_path, "tabular/xgb", f"data={houses}", *ARGS, "engine=dask", "xgb_lr=0.001",
                                budget="6s")
     summary = _summary(run_dir)
-    assert summary["status"] == "ok" and 5 < summary["train_seconds"] < 8, summary["train_seconds"]
+    assert summary["status"] == "ok" and 0.8 * 6 <= summary["train_seconds"] < 3 * 6, summary["train_seconds"]
     log = (run_dir / "log.txt").read_text()
     assert "final: depth 4, lr 0.001, 2 model(s)" in log
 

@@ -141,7 +141,8 @@ def test_mlp_streams_bitwise_as_in_memory(tables, tmp_path, monkeypatch, name, a
     m_mem, r_mem, _, p_mem = _train(tmp_path / "memory", *mlp[1:], budget="40steps", recipe=mlp[0])
     m_str, r_str, logs, p_str = _train(tmp_path / "stream", *mlp[1:], "stream=true", budget="40steps", recipe=mlp[0])
     assert p_str == p_mem and _split(r_str).equals(_split(r_mem))
-    for weights in sorted(r_mem.glob("model*.safetensors")):
+    for weights in sorted(r_mem.glob("model*.safetensors")):  # bit for bit: one process, and both paths gather each
+        # batch into a fresh tensor (torch's aligned allocator) of the same numbers: the same ops in the same order
         assert (r_str / weights.name).read_bytes() == weights.read_bytes()
     quality = {k: v for k, v in m_mem.items() if k.startswith(("test_", "val_"))}
     assert quality and {k: m_str[k] for k in quality} == quality

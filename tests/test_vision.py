@@ -12,6 +12,7 @@ from conftest import bad_input, summary_block, zoo, zoo_in_process
 from recipe_zoo.recipes import images
 from recipe_zoo.recipes.vision import data, evaluation, resnet
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import torch_state_kept
 
 
 def test_digits_split_is_fixed_and_validation_is_carved_from_train():
@@ -347,7 +348,8 @@ def _train_in_process(out, seed=0, **overrides):
     run = SimpleRun(budget=parse_budget("4steps"), seed=seed, dir=out, device="cpu", log=lambda s: None,
                     spec=SimpleNamespace(name="vision/resnet"))
     seed_everything(seed)
-    return resnet.train(resnet.VisionConfig(width=8, eval_every=0.5, **overrides), run), run
+    with torch_state_kept():  # as `zoo run` leaves the caller's torch switches
+        return resnet.train(resnet.VisionConfig(width=8, eval_every=0.5, **overrides), run), run
 
 
 def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ from recipe_zoo.core.errors import ZooError
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
-        code = _main(argv)
+        with _callers_torch_kept():
+            code = _main(argv)
     except BrokenPipeError:  # `zoo list | head`: the reader left early; stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail again flushing at exit
         return 128 + 13  # killed by SIGPIPE, as the shell reports it
@@ -20,6 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     if exit_file and os.environ.get("RANK", "0") == "0":  # `zoo run --nproc` hands rank 0's status back
         Path(exit_file).write_text(str(code))
     return code
+
+
+def _callers_torch_kept():
+    """Called from Python with torch loaded (a notebook, a test), a run's switches and seeds are undone when it returns
+    (core.precision.torch_state_kept); a ``zoo`` process has no caller's torch to keep, and skips the import."""
+    import contextlib
+
+    if "torch" not in sys.modules:
+        return contextlib.nullcontext()
+    from recipe_zoo.core.precision import torch_state_kept
+
+    return torch_state_kept()
 
 
 def _main(argv: list[str]) -> int:
@@ -252,6 +265,7 @@ def launch(nproc: int, argv: list[str]) -> int:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     with tempfile.TemporaryDirectory(prefix="zoo-launch-") as tmp:
         env["ZOO_EXIT_FILE"] = exit_file = str(Path(tmp) / "exit_code")
+        env["ZOO_RUN_FILE"] = str(Path(tmp) / "run.json")  # rank 0's index row, for _close_unfinished
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", module, *argv]
         print("launching: " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
@@ -263,7 +277,30 @@ def launch(nproc: int, argv: list[str]) -> int:
             except KeyboardInterrupt:  # torchrun and its workers got it too: wait while they checkpoint and stop
                 continue
         path = Path(exit_file)
-        return int(path.read_text()) if path.is_file() and path.read_text().strip() else code
+        if path.is_file() and path.read_text().strip():
+            return int(path.read_text())
+        _close_unfinished(Path(env["ZOO_RUN_FILE"]))
+        return code
+
+
+def _close_unfinished(run_file: Path) -> None:
+    """Rank 0 ended without finishing its run (killed by torchrun after another rank failed, or by SIGTERM's
+    default action while it wrote its crash): the index row it left ``running`` says ``crash``."""
+    import json
+    import time
+
+    from recipe_zoo import results
+
+    if not run_file.is_file():
+        return
+    where = json.loads(run_file.read_text())
+    index = Path(where["index"])
+    try:
+        if any(r["run_id"] == where["run_id"] and r["status"] == "running" for r in results.all_rows(index)):
+            results.upsert(index, {"run_id": where["run_id"], "status": "crash",
+                                   "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    except ZooError as exc:  # the index damaged meanwhile: the job's own exit status still goes back
+        print(f"zoo: warning: run {where['run_id']} is left 'running' in the index: {exc}", file=sys.stderr)
 
 
 def cmd_doctor(args) -> int:
