@@ -15,8 +15,12 @@ setup: $(BIN)/zoo
 demo: setup
 	$(BIN)/zoo run vision/resnet
 
+# Both run one pytest-xdist worker per core (at most 4; worksteal: a worker that runs out takes another's tests),
+# end with the 25 slowest tests and write a JUnit report (CI keeps it) under the git-ignored reports/.
+REPORT = -n auto --maxprocesses=4 --dist worksteal --durations=25 --junitxml=reports/$@.xml
+
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(REPORT)
 
 test-all: setup
-	$(BIN)/python -m pytest -m "slow or not slow"
+	$(BIN)/python -m pytest -m "slow or not slow" $(REPORT)

@@ -25,6 +25,15 @@ def gpu_peak_flops(name: str) -> float | None:
     return None
 
 
+def computed_cache_root() -> Path:
+    """``$ZOO_CACHE``, else ``~/.cache/zoo`` (``$XDG_CACHE_HOME`` honoured): where what is computed once and keyed by
+    its inputs is kept (this CPU peak, the fid_zoo feature network), so several processes, or a test session's
+    tests, can share one folder."""
+    if os.environ.get("ZOO_CACHE"):
+        return Path(os.environ["ZOO_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo"
+
+
 def cpu_peak_flops(cache_dir: Path | None = None) -> float:
     """fp32 matmul throughput measured once per CPU model and thread count, then cached.
 
@@ -34,7 +43,7 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
 
     threads = torch.get_num_threads()
     key = f"{cpu_model()}|{threads} threads|fp32 matmul 2048"
-    cache = (cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo") / "cpu_peak.json"
+    cache = (cache_dir or computed_cache_root()) / "cpu_peak.json"
     try:
         table = json.loads(cache.read_text())
     except (OSError, ValueError):

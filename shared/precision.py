@@ -1,8 +1,10 @@
-"""Device choice, mixed precision, TF32 and torch.compile with a clean fallback."""
+"""Device choice, mixed precision, TF32 and torch.compile with a clean fallback; torch's global switches kept for
+a caller (``torch_state_kept``)."""
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 
 import torch
 
@@ -113,3 +115,111 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch's process-wide state: what a run sets (speed_switches, maybe_compile, the seeds) and a caller gets back
+# ---------------------------------------------------------------------------------------------
+
+def _flushes_denormals() -> bool:
+    return bool(torch.tensor([1e-323], dtype=torch.float64)[0] == 0)  # torch has no getter: a denormal reads as 0
+
+
+def _dynamo_config():
+    import sys
+
+    return sys.modules.get("torch._dynamo.config")  # only once loaded: importing it costs about a second
+
+
+def _dynamo_suppresses_errors() -> bool:
+    config = _dynamo_config()
+    if config is None:  # not loaded yet: the value torch's config module starts with (torch/_dynamo/config.py)
+        return bool(os.environ.get("TORCHDYNAMO_SUPPRESS_ERRORS", False))
+    return bool(config.suppress_errors)
+
+
+def _set_dynamo_suppress_errors(value: bool) -> None:
+    config = _dynamo_config()
+    if config is not None:
+        config.suppress_errors = value
+
+
+def _deterministic() -> tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_deterministic(value: tuple[bool, bool]) -> None:
+    torch.use_deterministic_algorithms(value[0], warn_only=value[1])
+
+
+def _attribute(owner, name: str) -> tuple:
+    return (lambda: getattr(owner, name)), (lambda value: setattr(owner, name, value))
+
+
+def _autocast(kind: str) -> tuple:
+    return (lambda: torch.is_autocast_enabled(kind)), (lambda value: torch.set_autocast_enabled(kind, value))
+
+
+def _switches() -> dict:
+    """name: (getter, setter) of each process-wide switch; the thread-local autocast and grad mode are the
+    calling thread's."""
+    cudnn = {f"cudnn.{flag}": _attribute(torch.backends.cudnn, flag)
+             for flag in ("benchmark", "deterministic", "allow_tf32", "enabled")}
+    return {
+        "float32_matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        "flush_denormal": (_flushes_denormals, torch.set_flush_denormal),
+        "dynamo.suppress_errors": (_dynamo_suppresses_errors, _set_dynamo_suppress_errors),
+        "num_threads": (torch.get_num_threads, torch.set_num_threads),
+        "default_dtype": (torch.get_default_dtype, torch.set_default_dtype),
+        "deterministic_algorithms": (_deterministic, _set_deterministic),
+        **cudnn,
+        **{f"autocast.{kind}": _autocast(kind) for kind in ("cpu", "cuda")},
+        "grad_enabled": (torch.is_grad_enabled, torch.set_grad_enabled),
+    }
+
+
+def global_switches() -> dict:
+    """torch's global switches as they are now: name -> value (compare two, or give one to set_global_switches)."""
+    return {name: get() for name, (get, _) in _switches().items()}
+
+
+def set_global_switches(values: dict) -> None:
+    """Set each switch named in ``values`` (a global_switches dict) back to its value, touching only those that
+    differ."""
+    for name, (get, set_) in _switches().items():
+        if name in values and get() != values[name]:
+            set_(values[name])
+
+
+def rng_states() -> dict:
+    """The global generators: Python's, numpy's, torch's CPU one and, once CUDA is initialised, each GPU's."""
+    import random
+
+    import numpy as np
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return {"random": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": cuda}
+
+
+def set_rng_states(states: dict) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(states["random"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] is not None:
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@contextlib.contextmanager
+def torch_state_kept():
+    """Inside, a run may set torch's switches and seed its generators as it needs; on leaving, the caller's are
+    back (``recipe_zoo.cli.main`` called from Python, a notebook or a test, then finds its torch as it left it)."""
+    switches, rngs = global_switches(), rng_states()
+    try:
+        yield
+    finally:
+        set_global_switches(switches)
+        set_rng_states(rngs)

@@ -1,21 +1,126 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_output import stdout_lines  # noqa: F401  (a child's output with a deadline: tests take it from here)
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# GPUs are hidden from the tests (before anything initialises CUDA; subprocesses inherit it), so `--device auto` means
+# the CPU here as on a machine without one. ZOO_TEST_GPU=1 shows them to the whole session: run it with `-m gpu`.
+GPU_TESTS = os.environ.get("ZOO_TEST_GPU") == "1"
+if not GPU_TESTS:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# Under pytest-xdist (`make test` runs one worker per core) each worker and the runs it starts use one thread: two
+# workers of two threads each on two cores spend their time waiting on each other's threads, not computing.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+# No deadline anywhere (a verdict must not depend on this machine's speed); under CI (`CI` set: .ci/run sets it) the
+# examples are derandomised too, so a CI failure is the same failure on every rerun.
+settings.register_profile("zoo", deadline=None)
+settings.register_profile("ci", parent=settings.get_profile("zoo"), derandomize=True, database=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "zoo")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked gpu runs only with ZOO_TEST_GPU=1 and a GPU visible; it is skipped otherwise."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    reason = None if GPU_TESTS else "GPUs are hidden from the tests: ZOO_TEST_GPU=1 shows them"
+    if reason is None:
+        import torch
+
+        reason = None if torch.cuda.is_available() else "ZOO_TEST_GPU=1, but no GPU is visible"
+    for item in gpu_items if reason else ():
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_computed_cache(tmp_path_factory):
+    """One ``$ZOO_CACHE`` for the session (core.flops.computed_cache_root): what is computed once and keyed by its
+    inputs (the fid_zoo network, the CPU peak) is computed by the first test that needs it, not by each. Under
+    pytest-xdist the workers share it too (their temp folders sit in one session folder); its writers rename
+    finished files into place, so processes filling it at once at worst compute an entry twice. Tests of those
+    caches take ``@pytest.mark.own_cache``: an empty one of their own."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    (root / "zoo-cache").mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("ZOO_CACHE", str(root / "zoo-cache"))
+        yield root / "zoo-cache"
+
 
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path, monkeypatch):
-    """Runs, the results index and caches go to a temp folder; nothing touches the network."""
+def _isolated_env(request, tmp_path, monkeypatch):
+    """Runs, the results index and caches go to a temp folder; nothing touches the network. The computed caches
+    are the session's (``_shared_computed_cache``) unless the test is marked own_cache."""
     monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("ZOO_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path / "board"))  # never the committed leaderboard
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # the hub cache ESM weights are looked up in
+    if request.node.get_closest_marker("own_cache"):
+        monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "zoo-cache"))
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)  # the loop's Ctrl-C and SIGTERM handlers (core.loop) must not outlive it
+
+
+def global_state() -> dict:
+    """torch's global switches (core.precision.global_switches) and the SIGINT/SIGTERM handlers, by name."""
+    from recipe_zoo.core import precision
+
+    return {**precision.global_switches(), **{signal.Signals(s).name: signal.getsignal(s) for s in SIGNALS}}
+
+
+def restore_global_state(saved: dict) -> list[str]:
+    """Put ``saved`` (from global_state) back; returns what had changed, as ``name: before -> now``."""
+    from recipe_zoo.core import precision
+
+    now = global_state()
+    changed = [f"{k}: {saved[k]!r} -> {now[k]!r}" for k in saved if now[k] != saved[k]]
+    precision.set_global_switches(saved)
+    for s in SIGNALS:
+        signal.signal(s, saved[signal.Signals(s).name])
+    return changed
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_torch_state():
+    """torch's state as the session found it, the global generators seeded: every test starts from it."""
+    import random
+
+    import numpy as np
+
+    from recipe_zoo.core import precision
+
+    random.seed(0)  # a test drawing unseeded gets the same draws in any order and in any session
+    np.random.seed(0)
+    return global_state(), precision.rng_states()
+
+
+@pytest.fixture(autouse=True)
+def _torch_left_as_found(_session_torch_state):
+    """A test (its in-process runs, its fixtures) must leave torch's switches as it found them: the zoo's entry
+    point (``recipe_zoo.cli.main``) restores what a run sets, and a test that calls a recipe's training function
+    directly wraps it in ``core.precision.torch_state_kept()``. Otherwise the test fails naming what changed, and the
+    switches are put back for the next test. The generators are put back silently: drawing from them is no fault."""
+    from recipe_zoo.core import precision
+
+    switches, rngs = _session_torch_state
+    yield
+    precision.set_rng_states(rngs)
+    changed = restore_global_state(switches)
+    if changed:
+        pytest.fail("the test left torch's global state changed (now restored): " + "; ".join(changed), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

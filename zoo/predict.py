@@ -40,7 +40,10 @@ class Model:
         opts = options if options is not None else self.options(values)
         out_path = Path(out) if out is not None else self.dir / "predict" / f"{_stem(opts, self.card)}.csv"
         run = self.open(out_path, log)
-        result = self.spec.predict(self.cfg, opts, run)
+        from recipe_zoo.core.precision import torch_state_kept
+
+        with torch_state_kept():  # predict sets the switches its run set (llm: speed_switches); the caller's come back
+            result = self.spec.predict(self.cfg, opts, run)
         if out is not None:
             artifact.write_rows(out_path, result.rows)
         return result

@@ -15,7 +15,7 @@ from torch import nn
 
 from recipe_zoo.core import devices, metrics
 from recipe_zoo.core.checkpoint import read_weights
-from recipe_zoo.core.flops import counting_flops
+from recipe_zoo.core.flops import computed_cache_root, counting_flops
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.diffusion.data import to_model_range, to_uint8
 
@@ -148,7 +148,7 @@ class FeatureNet(nn.Module):
 
 
 def fid_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features" / "fid_zoo"
+    return computed_cache_root() / "features" / "fid_zoo"
 
 
 def feature_net(data, log, epochs: int = 8) -> tuple[FeatureNet, float]:
