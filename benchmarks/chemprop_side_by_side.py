@@ -7,7 +7,7 @@ chemprop is never our dependency: install it in a throwaway environment and pass
         --data esol --split random --seeds 0 1 2
 
 For each seed it writes the dataset with a ``split`` column holding our train/val/test assignment
-(``recipes.molecules.data.split_indices``), runs ``chemprop train`` on it, and scores chemprop's test
+(``recipes.molecules.splits.split_indices``), runs ``chemprop train`` on it, and scores chemprop's test
 predictions with our metric code. Prints one line per seed and the mean ± std.
 """
 from __future__ import annotations
@@ -25,9 +25,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recipe_zoo.core.metrics import score_tasks  # noqa: E402
-from recipe_zoo.recipes.molecules import data as mol  # noqa: E402
 from recipe_zoo.recipes.molecules.config import MolConfig  # noqa: E402
-from recipe_zoo.data import locate  # noqa: E402
+from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK  # noqa: E402
+from recipe_zoo.recipes.molecules.splits import parse_sizes, split_indices  # noqa: E402
+from recipe_zoo.recipes.molecules.table import read_table  # noqa: E402
 
 
 def main() -> int:
@@ -38,11 +39,11 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = p.parse_args()
     cfg = MolConfig(data=args.data, split=args.split)
-    table = mol.read_table(cfg, locate)
+    table = read_table(cfg)
     task = "regression" if table.task == "regression" else "classification"
     scores = []
     for seed in args.seeds:
-        train, val, test = mol.split_indices(table.mols, args.split, mol.parse_sizes(cfg.split_sizes), seed)
+        train, val, test = split_indices(table.mols, args.split, parse_sizes(cfg.split_sizes), seed)
         part = {**{i: "train" for i in train}, **{i: "val" for i in val}, **{i: "test" for i in test}}
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "data.csv"
@@ -67,7 +68,7 @@ def main() -> int:
         if [r["smiles"] for r in rows] != [table.smiles[i] for i in test]:
             raise SystemExit("chemprop's test rows do not line up with our test split")
         pred = np.array([float(r["target"]) for r in rows])[:, None]
-        result = score_tasks(table.y[test], pred, mol.SCORE_TASK[table.task], mol.METRIC_NAMES[table.task])
+        result = score_tasks(table.y[test], pred, SCORE_TASK[table.task], METRIC_NAMES[table.task])
         metric = "rmse" if table.task == "regression" else "roc_auc"
         scores.append(result[metric])
         print(f"seed {seed}: test {metric} {result[metric]:.4f} in {seconds:.0f} s wall "

@@ -20,8 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from recipe_zoo.data import locate
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import backbones, images
 from recipe_zoo.recipes.contrastive import evaluation, models, simclr
 
 
@@ -35,8 +34,8 @@ def main() -> None:
     args = parser.parse_args()
     cfg = simclr.ContrastiveConfig(data=args.data, model=args.model, width=args.width)
     splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction,
-                                      SimpleNamespace(data_path=locate, log=print))  # the recipes' split
-    mean, std = (t.view(1, -1, 1, 1) for t in images.input_stats(splits.train_x))
+                                      SimpleNamespace(log=print))  # the recipes' split
+    mean, std = (t.view(1, -1, 1, 1) for t in backbones.input_stats(splits.train_x))
 
     def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
         return ((x_uint8.float() / 255 - mean) / std).contiguous(memory_format=torch.channels_last)
@@ -46,7 +45,7 @@ def main() -> None:
     for seed in range(args.seeds):
         torch.manual_seed(seed)
         backbone, _ = models.build_backbone(cfg, channels, size)
-        if isinstance(backbone, images.ZooNet):
+        if isinstance(backbone, backbones.ZooNet):
             backbone.init_whitening(normalize(splits.train_x[:5000]))
         values.append(evaluation.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg))
     if values:
@@ -58,7 +57,7 @@ def main() -> None:
         config = config.get("config", config)
         run_cfg = dataclasses.replace(cfg, model=config["model"], width=int(config["width"]))
         backbone, _ = models.build_backbone(run_cfg, channels, size)
-        images._load_own_weights(backbone, str(run_dir), run_cfg.model)
+        backbones._load_own_weights(backbone, str(run_dir), run_cfg.model)
         result = evaluation.evaluate_features(backbone.to(memory_format=torch.channels_last), splits, normalize, cfg)
         summary = json.loads((run_dir / "summary.json").read_text())
         print(json.dumps({"figure": "supervised backbone", "run": str(run_dir), "recipe": summary.get("recipe"),

@@ -14,9 +14,7 @@ from __future__ import annotations
 import sys
 
 from recipe_zoo import data as zoo_data
-from recipe_zoo.core.api import SimpleRun
-from recipe_zoo.core.budget import Budget
-from recipe_zoo.recipes.llm import data as llm_data
+from recipe_zoo.recipes.llm import text_splits, tokenization
 
 SHAKESPEARE_TRAIN_TOKENS = 361_533
 SHAKESPEARE_KEYS = {"train": ["input.txt[0:948084]"], "validation": ["input.txt[948084:1003854]"],
@@ -29,9 +27,9 @@ def tinyshakespeare() -> list[tuple[str, bool, str]]:
     if not path.exists():
         print(f"tinyshakespeare is not in the data cache ({path}): set ZOO_DATA", file=sys.stderr)
         sys.exit(2)
-    s = llm_data.load_text(str(path), 0.05, 0.1, SimpleRun(Budget("steps", 1), log=lambda line: None))
-    scored = len(llm_data.eval_text(s, 100_000).encode())
-    tokens = len(llm_data.encode_docs(llm_data.train_bpe(s.train, 1024), s.train))
+    s = text_splits.load_text(str(path), 0.05, 0.1, log=lambda line: None)
+    scored = len(text_splits.eval_text(s, 100_000).encode())
+    tokens = len(tokenization.encode_docs(tokenization.train_bpe(s.train, 1024), s.train))
     return [("tinyshakespeare split ranges", s.keys == SHAKESPEARE_KEYS, str(s.keys)),
             ("tinyshakespeare test bytes scored", scored == 100_000, f"{scored:,}"),
             ("tinyshakespeare training tokens", tokens == SHAKESPEARE_TRAIN_TOKENS, f"{tokens:,}")]

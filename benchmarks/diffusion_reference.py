@@ -17,7 +17,6 @@ import statistics
 from types import SimpleNamespace
 
 import torch
-from recipe_zoo.data import locate
 from recipe_zoo.recipes.diffusion import data as dif_data
 from recipe_zoo.recipes.diffusion import ddpm, models
 
@@ -30,7 +29,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000, help="generated images (the recipes' n_samples)")
     args = parser.parse_args()
     recipe_cfg = ddpm.DiffusionConfig(data=args.data)
-    data = dif_data.load_data(recipe_cfg, SimpleNamespace(data_path=locate, log=print))  # the recipes' split
+    data = dif_data.load_data(recipe_cfg, SimpleNamespace(log=print, report=lambda *a: None))  # the recipes' split
     n_real = min(recipe_cfg.n_real, len(data.val_y), len(data.test_y))
     net, acc = models.feature_net(data, print)
     real = net.embed(dif_data.to_model_range(data.test_x[:n_real]))

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from recipe_zoo.data import locate
-from recipe_zoo.recipes.medical.data import split_keys
+from recipe_zoo.recipes.medical.split import split_keys
 
 
 def load(root: Path, ids):

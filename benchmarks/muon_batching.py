@@ -16,7 +16,7 @@ from recipe_zoo.recipes.llm import gpt, models
 torch.manual_seed(0)
 for depth in map(int, sys.argv[1:] or ["4"]):
     cfg = gpt.GPTConfig()
-    model = models.GPT(models.GPTShape.from_depth(depth, cfg, 1024))
+    model = models.GPT(gpt.shape_at(cfg, depth, 1024))
     opt = gpt.build_optimizer(cfg, model)
     muon = [g for g in opt.param_groups if g["optimizer"] == "muon"]
     mats = [p for g in muon for p in g["params"]]

@@ -19,10 +19,11 @@ import time
 
 import numpy as np
 from recipe_zoo.core.metrics import spearman  # the recipes' own: near-equal predictions tie as they do there
-from recipe_zoo.data import locate
-from recipe_zoo.recipes.protein import data as prot
+from recipe_zoo.core.datasets import locate
 from recipe_zoo.recipes.protein import split as psplit
 from recipe_zoo.recipes.protein.config import ProteinConfig
+from recipe_zoo.recipes.protein.encodings import encode
+from recipe_zoo.recipes.protein.loading import load_fasta, load_npz  # (importing it declares protein's datasets)
 
 
 def tem1(seeds: list[int]) -> None:
@@ -31,7 +32,7 @@ def tem1(seeds: list[int]) -> None:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    data = prot.load_npz(ProteinConfig(), locate("tem1-esm2-8m"), "fitness")
+    data = load_npz(ProteinConfig(), locate("tem1-esm2-8m"), "fitness")
     X, y = data.emb.astype(np.float64), data.y
     train, _, test = psplit.hash_split(psplit.item_keys(data), psplit.parse_sizes(ProteinConfig.split_sizes))
     results: dict[str, list[float]] = {"RidgeCV": [], "MLPRegressor(256)": []}
@@ -52,8 +53,8 @@ def tem1(seeds: list[int]) -> None:
 def p62593() -> None:
     from sklearn.linear_model import RidgeCV
 
-    data = prot.load_fasta(ProteinConfig(), locate("p62593"))
-    X = prot.encode(data.seqs, "onehot")
+    data = load_fasta(ProteinConfig(), locate("p62593"))
+    X = encode(data.seqs, "onehot")
     train, val, test = psplit.esm_example_split(psplit.item_keys(data))
     for what, fit in (("the recipes' train", train), ("the example's whole 80%", np.concatenate([train, val]))):
         start = time.perf_counter()

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from recipe_zoo.core.batches import TensorBatches
-from recipe_zoo.data import data_key, locate, prepare_run
-from recipe_zoo.recipes import image_streams, images
+from recipe_zoo.data import locate, prepare_run
+from recipe_zoo.recipes import images
+from recipe_zoo.recipes.vision.data import prepare_images
 
 
 def images_per_s(x, y, batch: int, batches: int, workers: int, repeats: int = 3) -> float:
@@ -52,8 +53,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = type("Cfg", (), {"data": str(root), "image_size": 0, "val_fraction": 0.1, "test_fraction": 0.2,
                                "workers": 0})()
-        run.data_key = data_key
-        folder = image_streams.prepare_images(cfg, run, out=Path(tmp) / "p")
+        folder = prepare_images(cfg, run, out=Path(tmp) / "p")
         arrays = images.load_image_splits(str(folder), 0, 0.1, 0.2, run)
         for w in (0, 1):
             rate = images_per_s(arrays.train_x, arrays.train_y, args.batch, args.batches, w)

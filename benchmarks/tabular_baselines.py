@@ -24,14 +24,10 @@ from recipe_zoo.core.metrics import score  # noqa: E402
 from recipe_zoo.recipes.tabular import data as tab  # noqa: E402
 from recipe_zoo.recipes.tabular import split  # noqa: E402
 from recipe_zoo.recipes.tabular.config import TabularConfig  # noqa: E402
-from recipe_zoo.data import locate  # noqa: E402
 
 
 class _Run:
     """What ``tabular.data.load_table`` needs of a run."""
-
-    def data_path(self, name):
-        return locate(name)
 
     def report(self, *args):
         pass

@@ -1,6 +1,6 @@
 """The image domains' networks: the from-scratch backbones (``zoo-net``, ``zoo-resnet``), model building (those or any
 timm model, from scratch or from pretrained weights) and the input-statistics rule. The images themselves are in
-``recipe_zoo.recipes.images``, which re-exports these names.
+``recipe_zoo.recipes.images``.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.image_streams import channel_stats
 
 # =============================================================================================
 # Networks: the from-scratch backbones
@@ -213,7 +214,5 @@ def input_stats(train_x: torch.Tensor, model: nn.Module | None = None, name: str
     if weights and name not in OWN_MODELS:
         pc = model.pretrained_cfg
         return torch.tensor(pc["mean"]), torch.tensor(pc["std"])
-    from recipe_zoo.recipes.image_streams import channel_stats
-
     mean, std = channel_stats(train_x)
     return mean, std.clamp(min=1e-3)

@@ -1,6 +1,6 @@
 """New images for a trained model (``zoo predict``), shared by the image domains: a folder (flat, or class
 subfolders named as the run's classes) or one file, decoded as training decoded its own folders
-(``images.decode_image``: centre square at the model's size) with the model's channel count. Also the timm
+(``image_decoding.decode_image``: centre square at the model's size) with the model's channel count. Also the timm
 folder a timm backbone exports to (``zoo export --format timm``)."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.images import IMAGE_SUFFIXES, OWN_MODELS, decode_image
+from recipe_zoo.recipes.backbones import OWN_MODELS
+from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES, decode_image
 
 
 def list_images(data: str, classes: list[str] | None = None, log=print) -> tuple[list[Path], list[int] | None, Path]:

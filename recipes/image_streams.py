@@ -4,7 +4,8 @@ A streamed folder is decoded a batch at a time (in worker processes while the mo
 in-memory path decodes it, so the same files give the same pixels; memory holds the batches in flight, not the
 dataset. ``zoo data prepare vision/resnet data=FOLDER`` decodes every image once, at the run's size, into one
 uint8 array per part (``train_x.npy`` ...: plain ``.npy`` files, ``numpy.load(..., mmap_mode="r")`` reads them
-too) with the labels and the split's keys, so later runs read rows instead of decoding files.
+too) with the labels and the split's keys, so later runs read rows instead of decoding files (the ``prepare`` hook
+that makes them is ``images.prepare_images``: it loads what it writes through the image dispatcher).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from recipe_zoo.core import prepared, streams
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.core.splits import readable_key
+from recipe_zoo.recipes.image_decoding import decode_image, is_grey
+from recipe_zoo.recipes.image_splits import ImageSplits
 
 PREPARED_FIELDS = ("image_size", "val_fraction", "test_fraction")  # fixed when the arrays are written
 STATS_SAMPLE = 10_000  # input statistics over this many training images, evenly spaced (all when fewer)
@@ -32,18 +35,16 @@ def default_workers(requested: int) -> int:
 
 
 def folder_images(paths: list[Path], size: int | None, root: Path, log=print):
-    """The files as a lazy (N, C, H, W) uint8 array, decoded when read (``images.decode_image``): one channel when
-    every file is grey (read from the headers), else grey files repeated to RGB, as the in-memory path does."""
+    """The files as a lazy (N, C, H, W) uint8 array, decoded when read (``image_decoding.decode_image``): one channel
+    when every file is grey (read from the headers), else grey files repeated to RGB, as the in-memory path does."""
     from PIL import Image, UnidentifiedImageError
-
-    from recipe_zoo.recipes.images import GREY_MODES, decode_image
 
     grey, first = 0, None
     progress = Progress(len(paths), f"{root}: reading headers", log, "images")
     for path in paths:
         try:
             with Image.open(path) as im:  # the header only
-                grey += im.mode in GREY_MODES or im.mode.startswith("I;16")
+                grey += is_grey(im.mode)
                 first = first or im.size
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise ZooError(f"{path}: cannot decode image ({exc})") from None
@@ -109,24 +110,16 @@ def stats_sample(x, y: torch.Tensor):
 # Prepared image arrays
 # =============================================================================================
 
-PARTS = (("train", "train_x", "train_y"), ("validation", "val_x", "val_y"), ("test", "test_x", "test_y"))
+PART_ARRAYS = (("train", "train_x", "train_y"), ("validation", "val_x", "val_y"), ("test", "test_x", "test_y"))
 
 
-def prepare_images(cfg, run, out: Path | None = None, force: bool = False) -> Path:
-    """``zoo data prepare vision/resnet data=SOURCE [image_size=N] ...``: the decoded arrays, made once."""
-    return prepared.ensure(cfg, run, kind="images", fields=PREPARED_FIELDS, recipe="vision/resnet", out=out,
-                           force=force, make=lambda folder: _write(cfg, run, folder))
-
-
-def _write(cfg, run, folder: Path) -> dict:
-    from recipe_zoo.recipes import images
-
-    data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run, stream=True)
-    workers = default_workers(getattr(cfg, "workers", -1))
-    total = sum(len(getattr(data, x)) for _, x, _ in PARTS)
-    progress = run.progress(total, "decoding", "images") if hasattr(run, "progress") else None
+def write_prepared(data: ImageSplits, folder: Path, workers: int, start_progress=None) -> dict:
+    """``data``'s parts as the arrays of a prepared folder (read ahead by ``workers`` processes), its keys beside
+    them; returns the manifest's fields. ``start_progress(total, what, unit)``: a progress line, when given."""
+    total = sum(len(getattr(data, x)) for _, x, _ in PART_ARRAYS)
+    progress = start_progress(total, "decoding", "images") if start_progress is not None else None
     files = []
-    for part, x_name, y_name in PARTS:
+    for part, x_name, y_name in PART_ARRAYS:
         x = getattr(data, x_name)
         with streams.NpyWriter(folder / f"{x_name}.npy", np.uint8, x.shape[1:]) as writer:
             for chunk in streams.chunks(x, 256, workers):
@@ -140,18 +133,16 @@ def _write(cfg, run, folder: Path) -> dict:
     (folder / "keys.json").write_text(json.dumps({k: [readable_key(v) for v in keys] for k, keys in data.keys.items()}))
     return {"files": [*files, "keys.json"], "classes": data.classes, "name": data.name, "how": data.how,
             "image_shape": list(data.train_x.shape[1:]),
-            "sizes": {part: len(getattr(data, y)) for part, _, y in PARTS}}
+            "sizes": {part: len(getattr(data, y)) for part, _, y in PART_ARRAYS}}
 
 
-def open_prepared(folder: Path, settings: dict, log=print):
+def open_prepared(folder: Path, settings: dict, log=print) -> ImageSplits:
     """A prepared folder as ``ImageSplits`` of arrays read as they are used; the run must ask for the settings the
     arrays were made with (one line otherwise)."""
-    from recipe_zoo.recipes.images import ImageSplits
-
     manifest = prepared.read(folder, "images")
     prepared.check(manifest, types.SimpleNamespace(**settings), folder)
-    arrays = {name: streams.NpyArray(folder / f"{name}.npy") for _, x, y in PARTS for name in (x, y)}
-    labels = {name: arrays[name][0:len(arrays[name])] for _, _, name in PARTS}  # small: held in memory
+    arrays = {name: streams.NpyArray(folder / f"{name}.npy") for _, x, y in PART_ARRAYS for name in (x, y)}
+    labels = {name: arrays[name][0:len(arrays[name])] for _, _, name in PART_ARRAYS}  # small: held in memory
     keys = json.loads((folder / "keys.json").read_text())
     out = ImageSplits(arrays["train_x"], labels["train_y"], arrays["val_x"], labels["val_y"], arrays["test_x"],
                       labels["test_y"], manifest["classes"], manifest["name"], keys=keys, how=manifest["how"])

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from recipe_zoo.core.budget import Budget
-from recipe_zoo.core.errors import ZooError
 
 
 @dataclass(frozen=True)
@@ -142,18 +141,6 @@ class Run(Protocol):
     def set_metric(self, name: str, higher_is_better: bool) -> None:
         """The primary metric follows the data (RMSE for a regression target, ROC-AUC for classes)."""
 
-    def data_path(self, name: str) -> Path:
-        """A registered dataset's file or folder in the data cache (a one-line error when it is not there)."""
-
-    def is_dataset(self, name: str) -> bool:
-        """Whether ``name`` is a registered dataset (else the recipe reads it as a path)."""
-
-    def data_key(self, data: str) -> str:
-        """The benchmark key of ``data`` (a dataset's name, or ``own:<content hash>``), as prepared data records it."""
-
-    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
-        """Download ``url`` to ``dest`` (pretrained weights), checked by sha256 when given; one line on failure."""
-
     def record_split(self, parts: dict[str, Iterable]) -> None:
         """Who went where: each split's item keys (paths, row names), written to the run's ``split.csv``."""
 
@@ -202,18 +189,6 @@ class SimpleRun:
 
     def set_metric(self, name: str, higher_is_better: bool) -> None:
         self.metric, self.higher_is_better = name, higher_is_better
-
-    def data_path(self, name: str) -> Path:
-        raise ZooError(f"data={name}: a SimpleRun knows no dataset registry; give a path")
-
-    def is_dataset(self, name: str) -> bool:
-        return False
-
-    def data_key(self, data: str) -> str:
-        return data
-
-    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
-        raise ZooError(f"{dest}: not here, and a SimpleRun does not download ({url})")
 
     def record_split(self, parts: dict[str, Iterable]) -> None:
         self.splits = {name: list(keys) for name, keys in parts.items()}

@@ -166,28 +166,19 @@ class Predictions:
 
 @dataclass
 class PredictRun:
-    """A trained run, opened for prediction. Has what a recipe's data loaders use of a ``Run`` (``data_path``,
-    ``is_dataset``, ``log``, ``seed``, ``device``, no-op ``record_split``/``report``/``inspect``), plus the card
-    and where outputs go (``files_dir``: beside the CSV, made on first use)."""
+    """A trained run, opened for prediction. Has what a recipe's data loaders use of a ``Run`` (``log``, ``seed``,
+    ``device``, no-op ``record_split``/``report``/``inspect``), plus the card and where outputs go (``files_dir``:
+    beside the CSV, made on first use)."""
 
     dir: Path
     card: dict
     out: Path  # the CSV
     device: str = "auto"
     seed: int = 0
-    data_path: Callable[[str], Path] | None = None
-    is_dataset: Callable[[str], bool] = lambda name: False
     log: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True)
     spec: Any = None
     inspecting = False
     _progress_times: list = field(default_factory=list)  # (first call, last line) of progress()
-
-    def __post_init__(self):
-        if self.data_path is None:
-            def _no_registry(name: str) -> Path:
-                raise ZooError(f"data={name}: not a file or folder, and no dataset registry here")
-
-            self.data_path = _no_registry
 
     @property
     def files_dir(self) -> Path:
@@ -214,9 +205,6 @@ class PredictRun:
 
     def record_split(self, parts) -> None:
         pass
-
-    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
-        raise ZooError(f"{dest}: not here, and predict does not download ({url}); place the file there")
 
     def report(self, key: str, value) -> None:
         pass

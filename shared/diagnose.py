@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from recipe_zoo.core.loop import _train_step
+from recipe_zoo.core.train_step import train_step
 from recipe_zoo.core.precision import autocast, grad_scaler, resolve_precision
 
 
@@ -69,8 +69,8 @@ class Parts:
 
     def step(self, batches=None) -> tuple[float, float]:
         """One optimizer step through the loop's own step (accumulation, autocast, clipping)."""
-        loss, grad_norm = _train_step(self.model, self.optimizer, batches or self.batches, self.loss_fn,
-                                      self.settings, self.scaler, self.trainable(), self.device, self.precision)
+        loss, grad_norm = train_step(self.model, self.optimizer, batches or self.batches, self.loss_fn,
+                                     self.settings, self.scaler, self.trainable(), self.device, self.precision)
         return float(loss), float(grad_norm)
 
     @torch.no_grad()
@@ -80,7 +80,7 @@ class Parts:
 
 
 class _Repeat:
-    """The same batch again and again, in the shape ``_train_step`` expects."""
+    """The same batch again and again, in the shape ``train_step`` expects."""
 
     def __init__(self, batch, batch_size: int):
         self.batch, self.batch_size = batch, batch_size

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recipe_zoo.core import datasets
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
 
@@ -26,6 +27,14 @@ FORMAT, FORMAT_VERSION, MANIFEST = "recipe-zoo-prepared", 1, "prepared.json"
 
 def is_prepared(data: str | os.PathLike) -> bool:
     return bool(str(data)) and (Path(data) / MANIFEST).is_file()
+
+
+def benchmark_key(data: str) -> str:
+    """The benchmark key of ``data``: a prepared folder is still its source's benchmark (its manifest records which),
+    anything else is keyed by ``datasets.data_key`` (a dataset's name, or ``own:<content hash>``)."""
+    if is_prepared(data) and not datasets.is_dataset(data):
+        return str(read(Path(data)).get("benchmark") or datasets.own_data_key(Path(data)))
+    return datasets.data_key(data)
 
 
 def cache_root() -> Path:
@@ -51,11 +60,8 @@ def fingerprint(path: Path) -> str:
 
 @dataclass
 class PrepareRun:
-    """What a prepare hook is handed: the dataset registry's lookups, the log, and the source's benchmark key."""
+    """What a prepare hook is handed outside a run (``zoo data prepare``): the log, a seed, the reports."""
 
-    data_key: Callable[[str], str]  # the benchmark key of a source: its dataset name, or own:<content hash>
-    data_path: Callable[[str], Path]
-    is_dataset: Callable[[str], bool]
     log: Callable[[str], None] = lambda message: print(message, file=sys.stderr, flush=True)
     seed: int = 0
     extra: dict = field(default_factory=dict)
@@ -72,10 +78,6 @@ class PrepareRun:
         pass
 
 
-def source_path(data: str, run) -> Path:
-    return run.data_path(data) if run.is_dataset(data) else Path(data).expanduser()
-
-
 def settings_of(cfg, fields: tuple[str, ...]) -> dict:
     return {name: getattr(cfg, name) for name in fields}
 
@@ -85,7 +87,7 @@ def ensure(cfg, run, *, kind: str, fields: tuple[str, ...], recipe: str, make: C
     """The prepared folder of ``cfg.data`` under the settings ``fields`` name, made by ``make(folder) -> dict``
     (what to add to the manifest: the parts, their sizes) unless an up-to-date one is there. Written into a temp
     folder and renamed into place, so an interrupted prepare leaves nothing half-made under the final name."""
-    source = source_path(cfg.data, run)
+    source = datasets.source_path(cfg.data)
     if not source.exists():
         raise ZooError(f"data={cfg.data}: no such file or folder, and not a dataset name (see `zoo data list`)")
     settings = settings_of(cfg, fields)
@@ -108,7 +110,7 @@ def ensure(cfg, run, *, kind: str, fields: tuple[str, ...], recipe: str, make: C
     try:
         parts = make(tmp)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "recipe": recipe,
-                    "source": str(cfg.data), "source_path": str(source.resolve()), "benchmark": run.data_key(cfg.data),
+                    "source": str(cfg.data), "source_path": str(source.resolve()), "benchmark": benchmark_key(cfg.data),
                     "settings": settings, "key": key, **parts}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
         if folder.exists():

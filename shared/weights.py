@@ -1,5 +1,5 @@
 """Copies of a model's weights kept beside training: an exponential moving average (also lookahead's slow
-weights, ``core.loop``) and the weights at the best validation value so far (``BestState``)."""
+weights, ``core.train_step``) and the weights at the best validation value so far (``BestState``)."""
 from __future__ import annotations
 
 import copy

@@ -245,7 +245,7 @@ def make_tiny_llama(path: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from recipe_zoo.recipes.llm import data as llm
+    from recipe_zoo.recipes.llm import tokenization as llm
 
     text = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 20
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=llm.train_bpe([text], 300), bos_token=llm.BOS,
@@ -275,6 +275,12 @@ def make_tiny_esm(path: Path, layers: int = 2, width: int = 32, heads: int = 4, 
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"cfg": {"model": cfg}, "model": state}, path)
     return path
+
+
+@pytest.fixture
+def tiny_esm(tmp_path) -> Path:
+    """A tiny random ESM-2 (2 layers, width 32) as a local fair-esm file: the protein tests' weights."""
+    return make_tiny_esm(tmp_path / "weights" / "esm2_t2_tiny.pt")
 
 
 def small_run_args(name: str, tmp_path) -> list[str]:
@@ -340,16 +346,17 @@ def garble_digits_test(monkeypatch) -> None:
 
     from recipe_zoo.recipes import images
 
-    loader = images.load_digits_splits
+    split = images.fixed_test_split
 
-    def garbage(val_fraction=0.1):
-        splits = loader(val_fraction)
-        g = torch.Generator().manual_seed(1)
-        splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
-        splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
+    def garbage(x, y, classes, name, val_fraction=0.1):
+        splits = split(x, y, classes, name, val_fraction)
+        if name == "digits":
+            g = torch.Generator().manual_seed(1)
+            splits.test_x = torch.randint(0, 256, splits.test_x.shape, generator=g).to(torch.uint8)
+            splits.test_y = torch.randint(0, 10, splits.test_y.shape, generator=g)
         return splits
 
-    monkeypatch.setattr(images, "load_digits_splits", garbage)
+    monkeypatch.setattr(images, "fixed_test_split", garbage)
 
 
 def roundtrip(run_dir: Path, tol: float = 1e-6, **options):

@@ -5,8 +5,8 @@ import shutil
 import pytest
 
 from conftest import summary_block, zoo, zoo_in_process
-from recipe_zoo import board
-from recipe_zoo.data import own_data_key
+from recipe_zoo import board, board_render
+from recipe_zoo.core.datasets import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
 
@@ -22,8 +22,8 @@ def test_render_is_deterministic_and_separates_tables():
     rows = [row("a", 0.70), row("b", 0.80), row("c", 0.90, hardware="NVIDIA H100 x1"), row("d", 0.5, budget="1m")]
     reported = [{"benchmark": "cifar10-subset", "metric": "accuracy", "model": "ResNet18 (full CIFAR-10)",
                  "value": "93.02%", "source": "kuangliu/pytorch-cifar README"}]
-    text = board.render(rows, reported)
-    assert text == board.render(list(rows), list(reported))
+    text = board_render.render(rows, reported)
+    assert text == board_render.render(list(rows), list(reported))
     assert text.count("## cifar10-subset") == 3  # 5m on CPU, 5m on GPU, 1m on CPU: never ranked together
     cpu_table = text.split("## cifar10-subset · accuracy · 5m · AMD EPYC")[1].split("##")[0]
     assert cpu_table.index("| 1 | b |") < cpu_table.index("| 2 | a |")
@@ -141,7 +141,7 @@ def test_one_seed_shows_no_spread_and_overlapping_rows_share_rank_one():
     rest by mean; a protocol-1 row is shown apart and never ranked against them."""
     rows = [row("a", 0.80, n=1, std=0.0, ci_low=0.79, ci_high=0.81), row("b", 0.805, ci_low=0.795, ci_high=0.815),
             row("c", 0.70, ci_low=0.69, ci_high=0.71), row("old", 0.99, protocol=1)]
-    text = board.render(rows, [])
+    text = board_render.render(rows, [])
     current, old = text.split("# Protocol 1")
     assert "| =1 | b | 0.8050 ± 0.0100 | 0.7950..0.8150 |" in current
     assert "| =1 | a | 0.8000 (n=1) |" in current and "± 0.0000" not in text
@@ -153,7 +153,7 @@ def test_one_seed_shows_no_spread_and_overlapping_rows_share_rank_one():
 def test_context_rows_say_their_split():
     reported = [{"benchmark": "cifar10-subset", "metric": "accuracy", "model": "ResNet18 (full CIFAR-10)",
                  "value": "93.02%", "source": "README", "split": "CIFAR-10's own 50k / 10k", "same_split": "no"}]
-    text = board.render([row("a", 0.8, metric="test_accuracy")], reported)
+    text = board_render.render([row("a", 0.8, metric="test_accuracy")], reported)
     assert "| ResNet18 (full CIFAR-10) | 93.02% | CIFAR-10's own 50k / 10k | no | README |" in text
 
 

@@ -146,8 +146,8 @@ def test_show_names_the_fields_of_the_benchmark_key():
 # ---------------------------------------------------------------------------------------------
 
 def _recipe_files(source: str) -> set:
-    """The file that registers a recipe and the recipe modules it imports, transitively (its domain's data,
-    models, config; images.py), as tests/import_graph.py reads imports."""
+    """The file that registers a recipe and the recipe modules it imports, transitively (its domain's
+    helpers, the shared image modules), as tests/import_graph.py reads imports."""
     import import_graph
     from conftest import ROOT
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 import conftest
-from recipe_zoo.recipes import backbones, images
+from recipe_zoo.recipes import backbones, image_splits, images
 from recipe_zoo.recipes.contrastive import data, evaluation, models, simclr
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import torch_state_kept
@@ -129,7 +129,7 @@ def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
     assert result["test_knn_accuracy_ci_low"] <= result["test_knn_accuracy"] <= result["test_knn_accuracy_ci_high"]
     assert "360 test" in summary["split"] and "without labels" in summary["split"]
     assert "random resized crop" in summary["augment"]
-    model = images.ZooResNet(1, 10, 8, 8)
+    model = backbones.ZooResNet(1, 10, 8, 8)
     backbones._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
 
 
@@ -224,12 +224,12 @@ def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch
 
 def test_pretraining_never_sees_validation_or_test_images(tmp_path):
     reported = {}
-    run = SimpleNamespace(log=lambda s: None, data_path=None, report=reported.__setitem__)
+    run = SimpleNamespace(log=lambda s: None, report=reported.__setitem__)
     on_digits = data.load_data(simclr.ContrastiveConfig(), run)
     splits = on_digits.eval
     assert torch.equal(on_digits.pretrain_x, splits.train_x) and on_digits.pretrain_keys == splits.keys["train"]
     held = set(splits.keys["validation"]) | set(splits.keys["test"])
-    assert not held & set(images.content_keys(on_digits.pretrain_x))
+    assert not held & set(image_splits.content_keys(on_digits.pretrain_x))
     # an unlabelled folder that holds copies of the labelled images: those of validation and test stay out
     for cls in ("red", "blue"):
         _write_images(tmp_path / "labelled" / cls, 10)

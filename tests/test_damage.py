@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, summary_block, zoo_in_process
-from recipe_zoo import board, results
+from recipe_zoo import board, board_render, results
 from recipe_zoo.core.errors import ResourceError
 from test_board import row
 
@@ -67,7 +67,7 @@ def test_a_damaged_line_is_skipped_with_one_warning_and_the_rest_read(damage):
     path.write_bytes(b"".join(map(line_of, GOOD)) + DAMAGE[damage][0])
     shown = zoo_in_process("board")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout == board.render(readable(damage), [], [])
+    assert shown.stdout == board_render.render(readable(damage), [], [])
     warnings = zoo_lines(shown.stderr)
     assert [w.split(": ")[2] for w in warnings] == [f"{path}:{n}" for n in DAMAGE[damage][1]], warnings
     assert all(DAMAGE[damage][2] in w and w.endswith("skipped, the other rows are read") for w in warnings)
@@ -271,7 +271,7 @@ def test_bench_and_verify_refuse_a_damaged_board_before_training(tmp_path, comma
 
 
 def _render_board(_) -> None:
-    board.write_board()
+    board_render.write_board()
 
 
 def waiting_on(path: Path) -> int:
@@ -304,7 +304,7 @@ def test_renders_take_turns_so_the_last_holds_every_row(monkeypatch):
         board.append_rows([LATER])  # another bench's row, appended while the first render waits
     child.join()
     assert child.exitcode == 0
-    assert (board.board_dir() / "leaderboard.md").read_text() == board.render(GOOD + [LATER], [], [])
+    assert (board.board_dir() / "leaderboard.md").read_text() == board_render.render(GOOD + [LATER], [], [])
 
 
 def start_zoo(log: Path, *args) -> subprocess.Popen:
@@ -395,4 +395,4 @@ def test_two_benches_at_once_on_one_board_keep_every_row(tmp_path):
         assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
     rows = whole_rows(board.rows_file())
     assert rows[:2] == GOOD and sorted(r["overrides"]["width"] for r in rows[2:]) == ["4", "8"]
-    assert (board.board_dir() / "leaderboard.md").read_text() == board.render(rows, [], [])
+    assert (board.board_dir() / "leaderboard.md").read_text() == board_render.render(rows, [], [])

@@ -12,7 +12,9 @@ import zipfile
 import pytest
 
 from conftest import zoo, zoo_in_process
-from recipe_zoo import data, packaged
+from recipe_zoo import data
+from recipe_zoo.core import datasets, downloads
+from recipe_zoo.recipes.llm import debian_docs
 from recipe_zoo.core.errors import ZooError
 
 
@@ -47,14 +49,14 @@ def fake_dataset():
     added = []
 
     def add(**kw):
-        info = data.register(data.DatasetInfo(domain="vision", source="cache", description="t", split="t",
-                                              metric="t", **kw))
+        info = datasets.dataset(datasets.DatasetInfo(domain="vision", source="cache", description="t", split="t",
+                                                     metric="t", **kw))
         added.append(info.name)
         return info
 
     yield add
     for name in added:
-        data.DATASETS.pop(name)
+        datasets.DATASETS.pop(name)
 
 
 def test_fetch_archive_selects_and_verifies_tree(server, fake_dataset, tmp_path):
@@ -68,15 +70,15 @@ def test_fetch_archive_selects_and_verifies_tree(server, fake_dataset, tmp_path)
         if int(fname[:4]) < (3 if split == "train" else 2):
             (expected / split / cls).mkdir(parents=True, exist_ok=True)
             (expected / split / cls / fname).write_bytes(content)
-    fake_dataset(name="tiny-cifar", path="vision/tiny", tree_sha256=data.tree_sha256(expected),
-                 downloads=(data.Download(url=f"{url}/a.tar.gz",
+    fake_dataset(name="tiny-cifar", path="vision/tiny", tree_sha256=datasets.tree_sha256(expected),
+                 downloads=(datasets.Download(url=f"{url}/a.tar.gz",
                                           sha256=hashlib.sha256((www / "a.tar.gz").read_bytes()).hexdigest(),
                                           archive_root="repo-abc", select=(("train/*", 3), ("test/*", 2))),))
     cache = tmp_path / "cache"
-    target = data.fetch("tiny-cifar", root=cache)
+    target = downloads.fetch("tiny-cifar", root=cache)
     assert target == cache / "vision/tiny"
     assert sorted(p.name for p in (target / "train" / "cat").iterdir()) == ["0000.jpg", "0001.jpg", "0002.jpg"]
-    assert data.tree_sha256(target) == data.tree_sha256(expected)
+    assert datasets.tree_sha256(target) == datasets.tree_sha256(expected)
 
 
 def test_fetch_several_plain_files_through_cli(server, fake_dataset, tmp_path):
@@ -85,18 +87,18 @@ def test_fetch_several_plain_files_through_cli(server, fake_dataset, tmp_path):
     (www / "labels.gz").write_bytes(b"\x1f\x8b not unpacked")
     digest = hashlib.sha256(b"a,b\n1,2\n").hexdigest()
     gz_digest = hashlib.sha256(b"\x1f\x8b not unpacked").hexdigest()
-    fake_dataset(name="tiny-csv", path="tabular/tiny", downloads=(data.Download(url=f"{url}/f.csv", sha256=digest),
-                                                                  data.Download(url=f"{url}/labels.gz", sha256=gz_digest)))
-    target = data.fetch("tiny-csv", root=tmp_path / "c")
+    fake_dataset(name="tiny-csv", path="tabular/tiny", downloads=(datasets.Download(url=f"{url}/f.csv", sha256=digest),
+                                                                  datasets.Download(url=f"{url}/labels.gz", sha256=gz_digest)))
+    target = downloads.fetch("tiny-csv", root=tmp_path / "c")
     assert (target / "f.csv").read_text() == "a,b\n1,2\n" and (target / "labels.gz").is_file()
 
 
 def test_sha256_mismatch_discards_file(server, fake_dataset, tmp_path):
     www, url = server
     (www / "f.csv").write_text("tampered")
-    fake_dataset(name="bad-sum", path="x/bad", downloads=(data.Download(url=f"{url}/f.csv", sha256="0" * 64),))
+    fake_dataset(name="bad-sum", path="x/bad", downloads=(datasets.Download(url=f"{url}/f.csv", sha256="0" * 64),))
     with pytest.raises(ZooError, match="sha256 mismatch"):
-        data.fetch("bad-sum", root=tmp_path / "c")
+        downloads.fetch("bad-sum", root=tmp_path / "c")
     assert not (tmp_path / "c" / "x" / "bad").exists()
 
 
@@ -104,9 +106,9 @@ def test_tree_mismatch_places_nothing(server, fake_dataset, tmp_path):
     www, url = server
     _tar(www / "a.tar.gz", {"r/train/cat/0.jpg": b"x"})
     fake_dataset(name="bad-tree", path="x/tree", tree_sha256="f" * 64,
-                 downloads=(data.Download(url=f"{url}/a.tar.gz", sha256=None, archive_root="r"),))
+                 downloads=(datasets.Download(url=f"{url}/a.tar.gz", sha256=None, archive_root="r"),))
     with pytest.raises(ZooError, match="does not match the registry"):
-        data.fetch("bad-tree", root=tmp_path / "c")
+        downloads.fetch("bad-tree", root=tmp_path / "c")
     assert not (tmp_path / "c" / "x" / "tree").exists()
 
 
@@ -120,7 +122,7 @@ def test_safe_extract_refuses_crafted_tars(tmp_path, files, links, message):
     archive = tmp_path / "evil.tar.gz"
     _tar(archive, files, links)
     with pytest.raises(ZooError, match=message):
-        data.safe_extract(archive, tmp_path / "out")
+        downloads.safe_extract(archive, tmp_path / "out")
     assert not (tmp_path / "evil.txt").exists()
 
 
@@ -129,18 +131,18 @@ def test_safe_extract_refuses_zip_slip_and_bombs(tmp_path):
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("../../slip.txt", "x")
     with pytest.raises(ZooError, match="escapes"):
-        data.safe_extract(archive, tmp_path / "out")
+        downloads.safe_extract(archive, tmp_path / "out")
     big = tmp_path / "big.zip"
     with zipfile.ZipFile(big, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("zeros.bin", b"\0" * 10_000)
     with pytest.raises(ZooError, match="unpacks to more than"):
-        data.safe_extract(big, tmp_path / "out2", max_bytes=1000)
+        downloads.safe_extract(big, tmp_path / "out2", max_bytes=1000)
 
 
 def test_fetch_unreachable_address_is_a_clear_error(fake_dataset, tmp_path):
-    fake_dataset(name="offline", path="x/off", downloads=(data.Download(url="http://127.0.0.1:9/none.csv", sha256=None),))
+    fake_dataset(name="offline", path="x/off", downloads=(datasets.Download(url="http://127.0.0.1:9/none.csv", sha256=None),))
     with pytest.raises(ZooError, match="cannot download http://127.0.0.1:9/none.csv"):
-        data.fetch("offline", root=tmp_path / "c")
+        downloads.fetch("offline", root=tmp_path / "c")
 
 
 def test_cli_data_list_and_errors(tmp_path):
@@ -154,7 +156,7 @@ def test_cli_data_list_and_errors(tmp_path):
 
 
 def test_registered_cifar_subset_matches_the_cache_layout():
-    info = data.get("cifar10-subset")
+    info = data.load_all()["cifar10-subset"]
     assert info.path == "vision/cifar10_subset" and len(info.tree_sha256) == 64
 
 
@@ -195,8 +197,8 @@ PYTHON = "usr/share/doc/python3.11/html/_sources/"
 
 def _docs_dataset(www, url, fake_dataset, linux: dict, python: dict, links: dict | None = None):
     sums = [_deb(www / "linux.deb", linux, links), _deb(www / "python.deb", python)]
-    return fake_dataset(name="tiny-docs", path="text/tiny_docs", build=packaged.linux_python_docs,
-                        downloads=tuple(data.Download(f"{url}/{n}.deb", s, unpack=False)
+    return fake_dataset(name="tiny-docs", path="text/tiny_docs", build=debian_docs.linux_python_docs,
+                        downloads=tuple(datasets.Download(f"{url}/{n}.deb", s, unpack=False)
                                         for n, s in zip(("linux", "python"), sums)))
 
 
@@ -210,14 +212,14 @@ def test_a_dataset_built_from_debian_packages(server, fake_dataset, tmp_path):
              "usr/share/doc/linux-doc-6.1/html/_sources/PCI/pci.rst.txt": b"a copy\n"}
     python = {PYTHON + "tutorial/index.rst.txt": "Tutorial — héllo\n".encode(), PYTHON + "x.js": b"skip"}
     _docs_dataset(www, url, fake_dataset, linux, python, links={LINUX + "link.rst.gz": "PCI/pci.rst.gz"})
-    target = data.fetch("tiny-docs", root=tmp_path / "cache")
+    target = downloads.fetch("tiny-docs", root=tmp_path / "cache")
     texts = {"linux/PCI/pci.rst": "PCI\n===\n\nBuses.\n", "linux/old.txt": "plain text\n",
              "python/tutorial/index.rst.txt": "Tutorial — héllo\n"}
     order = sorted(texts, key=lambda name: hashlib.sha256(name.encode()).hexdigest())
     assert [p.name for p in target.iterdir()] == ["docs.txt"]
     assert (target / "docs.txt").read_text() == "\n".join(texts[name] for name in order)
-    info = data.get("linux-python-docs")
-    assert info.build is packaged.linux_python_docs and len(info.tree_sha256) == 64
+    info = data.load_all()["linux-python-docs"]
+    assert info.build is debian_docs.linux_python_docs and len(info.tree_sha256) == 64
     assert all(d.sha256 and not d.unpack for d in info.downloads)
 
 
@@ -232,15 +234,38 @@ def test_a_package_that_is_not_the_expected_one_places_nothing(server, fake_data
     _docs_dataset(www, url, fake_dataset, linux or {}, python)
     if linux is None:  # a file that is no ar archive at all, under its own checksum
         (www / "linux.deb").write_bytes(b"<html>not found</html>")
-        info = data.DATASETS["tiny-docs"]
-        data.DATASETS["tiny-docs"] = dataclasses.replace(info, downloads=(
-            data.Download(f"{url}/linux.deb", hashlib.sha256(b"<html>not found</html>").hexdigest(), unpack=False),
+        info = datasets.DATASETS["tiny-docs"]
+        datasets.DATASETS["tiny-docs"] = dataclasses.replace(info, downloads=(
+            datasets.Download(f"{url}/linux.deb", hashlib.sha256(b"<html>not found</html>").hexdigest(), unpack=False),
             info.downloads[1]))
     with pytest.raises(ZooError, match=message) as info:
-        data.fetch("tiny-docs", root=tmp_path / "cache")
+        downloads.fetch("tiny-docs", root=tmp_path / "cache")
     assert "\n" not in str(info.value) and not (tmp_path / "cache" / "text" / "tiny_docs").exists()
     truncated = tmp_path / "cut.deb"
     _deb(truncated, {PYTHON + "a.rst.txt": b"x" * 5000})
     truncated.write_bytes(truncated.read_bytes()[:-100])
     with pytest.raises(ZooError, match="runs past the end of the file"):
-        list(packaged.package_files(truncated, packaged.PYTHON_DOCS))
+        list(debian_docs.package_files(truncated, debian_docs.PYTHON_DOCS))
+
+
+def test_data_list_imports_no_torch_and_each_dataset_is_declared_once_beside_its_recipes(tmp_path):
+    """``zoo data list`` reads every domain's declarations without torch; each name is declared by one module,
+    under ``recipe_zoo.recipes``; a second declaration of a name elsewhere is an error naming both places."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from recipe_zoo.cli import main; code = main(['data', 'list']); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "ZOO_DATA": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("no torch"), proc.stdout[-500:] + proc.stderr
+    known = data.load_all()
+    modules = data.dataset_modules()
+    assert len(known) >= 20 and {info.declared_in for info in known.values()} <= set(modules)
+    info = known["digits"]
+    with pytest.raises(ZooError, match=r"dataset 'digits' is declared twice: in recipe_zoo\.recipes\.image_datasets "
+                                       r"and in test_data"):
+        datasets.dataset(dataclasses.replace(info, description="another", declared_in=""))
+    with pytest.raises(ZooError, match="declared twice"):  # the same content from another module too
+        datasets.dataset(dataclasses.replace(info, declared_in=""))
+    assert datasets.dataset(info) == info  # its own module imported again (a reload): no error

@@ -1,5 +1,6 @@
 """The device profile sizing reads (``core.devices``), the llm depth rule on it, and ``zoo plan --recipe NAME
 --budget B`` reaching a recipe's sizing rule through the registry."""
+import functools
 import json
 import math
 
@@ -10,6 +11,12 @@ from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import gpt, sizing
 
 SHAKESPEARE_TRAIN_TOKENS = 361_533  # tinyshakespeare's training part under the default BPE (test_llm.py)
+
+
+def depth_choice(cfg: gpt.GPTConfig, train_tokens: int, seconds: float, profile) -> dict:
+    """``sizing.depth_choice`` for an llm/gpt config at the default vocabulary (1,024 tokens)."""
+    return sizing.depth_choice(functools.partial(gpt.shape_at, cfg, vocab=1024), train_tokens, seconds, profile,
+                               **gpt.sizing_rules(cfg))
 
 
 def test_a_share_is_interpolated_in_log_width_and_flat_past_the_ends():
@@ -36,14 +43,15 @@ def test_the_h200_profile_reproduces_the_steps_it_was_calibrated_on():
     for depth, seq_len, batch_tokens, tokens_per_s in ((6, 256, 4096, 101e3), (12, 1024, 131072, 270e3),
                                                        (32, 256, 4096, 11.6e3)):
         cfg = gpt.GPTConfig(depth=depth, seq_len=seq_len, batch_tokens=batch_tokens)
-        steps_per_second = sizing.depth_row(cfg, 1024, depth, 10**12, 1.0, h200)["steps"]  # data: no cap
+        steps_per_second = sizing.depth_row(gpt.shape_at(cfg, depth, 1024), 10**12, 1.0, h200,
+                                            **gpt.sizing_rules(cfg))["steps"]  # data: no cap
         assert 1 / steps_per_second == pytest.approx(batch_tokens / tokens_per_s, rel=0.2), depth
 
 
 def test_on_an_h200_30_s_of_tinyshakespeare_buys_a_small_model_with_200_steps():
     """The flat 50% guess sized a 1.61 B model that got 86 steps there; with the latency counted the depth rule
     stays at or under 50 M parameters and 200 steps."""
-    c = sizing.depth_choice(gpt.GPTConfig(), 1024, SHAKESPEARE_TRAIN_TOKENS, 30, devices.gpu("H200"))
+    c = depth_choice(gpt.GPTConfig(), SHAKESPEARE_TRAIN_TOKENS, 30, devices.gpu("H200"))
     assert c["params"] <= 50e6 and c["steps"] >= 200, c
 
 
@@ -52,25 +60,25 @@ def test_a_gpu_with_little_data_stops_at_the_epoch_cap_and_sizes_by_the_data_not
     5 min); with it the run ends after epoch_cap passes, and 5 min and 1 h choose the same model, which keeps the
     tokens-per-parameter floor on the capped tokens."""
     cfg, h200 = gpt.GPTConfig(), devices.gpu("H200")
-    picks = [sizing.depth_choice(cfg, 1024, SHAKESPEARE_TRAIN_TOKENS, s, h200) for s in (300, 3600)]
+    picks = [depth_choice(cfg, SHAKESPEARE_TRAIN_TOKENS, s, h200) for s in (300, 3600)]
     for c in picks:
         assert c["capped"] and c["tokens"] < cfg.epoch_cap * SHAKESPEARE_TRAIN_TOKENS + c["batch_tokens"], c
         assert c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM and c["steps"] >= sizing.MIN_STEPS
         assert "epoch_cap=16" in c["reason"]
     assert picks[0]["depth"] == picks[1]["depth"] and picks[0]["params"] <= 50e6
-    uncapped = sizing.depth_choice(gpt.GPTConfig(epoch_cap=0), 1024, SHAKESPEARE_TRAIN_TOKENS, 3600, h200)
+    uncapped = depth_choice(gpt.GPTConfig(epoch_cap=0), SHAKESPEARE_TRAIN_TOKENS, 3600, h200)
     assert uncapped["params"] > 200e6 and uncapped["tokens"] > 100 * SHAKESPEARE_TRAIN_TOKENS
 
 
 def test_an_hour_on_a_large_corpus_lands_at_10_to_40_tokens_per_parameter():
     for profile in (devices.gpu("H200"), devices.cpu(peak=2.36e11, memory=8e9)):
-        c = sizing.depth_choice(gpt.GPTConfig(), 1024, 2_000_000_000, 3600, profile)
+        c = depth_choice(gpt.GPTConfig(), 2_000_000_000, 3600, profile)
         assert 10 <= c["tokens_per_param"] <= 40 and c["steps"] >= 200, (profile.name, c)
 
 
 def test_a_short_budget_on_little_data_keeps_the_step_floor():
     """10 s on 100k tokens: the old rule chose depth 2 with ~150 steps; the floor keeps 200."""
-    c = sizing.depth_choice(gpt.GPTConfig(), 1024, 100_000, 10, devices.cpu(peak=1.56e11, memory=8e9))
+    c = depth_choice(gpt.GPTConfig(), 100_000, 10, devices.cpu(peak=1.56e11, memory=8e9))
     assert c["steps"] >= sizing.MIN_STEPS and c["tokens_per_param"] >= sizing.MIN_TOKENS_PER_PARAM
 
 
@@ -79,11 +87,9 @@ def test_the_batch_leaves_latency_a_small_share_of_a_step_and_keeps_the_step_flo
     smallest batch whose step is at most a quarter latency, or the largest keeping 200 steps in a short budget or
     under the epoch cap. micro_batch=0: the step in one pass when its activations fit in half the memory, else a
     power of two that does; the activation estimate matches issue 24's measured peaks (21.8 GB at 32 x 1,024)."""
-    from recipe_zoo.recipes.llm.models import GPTShape
-
     cpu, h200 = devices.cpu(peak=2.36e11, memory=16e9), devices.gpu("H200")
-    gpt2 = GPTShape.from_depth(12, gpt.GPTConfig(seq_len=1024), 1024)
-    small = GPTShape.from_depth(4, gpt.GPTConfig(), 1024)
+    gpt2 = gpt.shape_at(gpt.GPTConfig(seq_len=1024), 12, 1024)
+    small = gpt.shape_at(gpt.GPTConfig(), 4, 1024)
     assert sizing.batch_choice(gpt2, 300, cpu)[0] == sizing.batch_choice(small, 30, cpu)[0] == 4096
     assert sizing.micro_batch_choice(small, 4096, cpu)[0] == 16  # the CPU's runs are as before
     batch, why = sizing.batch_choice(gpt2, 300, h200)

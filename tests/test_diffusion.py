@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 import conftest
+from recipe_zoo.recipes import images
 from recipe_zoo.recipes.diffusion import data as diffusion_data
 from recipe_zoo.recipes.diffusion import ddpm, models, sampling
 from recipe_zoo.recipes.diffusion.data import to_model_range
@@ -198,7 +199,7 @@ def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch
                  "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().out[-3000:]
     (folder,) = (tmp_path / "doctor" / "diffusion" / "flow").iterdir()
-    n_val = len(diffusion_data.load_data(ddpm.DiffusionConfig(), None).val_y)  # validation, never test
+    n_val = len(diffusion_data.load_data(ddpm.DiffusionConfig(), SimpleNamespace(log=print)).val_y)  # not test
     assert f"- validation: {n_val} rows, inputs of shape ({n_val}, 1, 8, 8)" in (folder / "report.md").read_text()
     findings = json.loads((folder / "findings.json").read_text())
     severity = {f["check"]: f["severity"] for f in findings}
@@ -212,14 +213,15 @@ def test_doctor_sees_the_digits_and_finds_no_error(tmp_path, capsys, monkeypatch
 
 def test_split_is_hash_chosen_and_the_same_in_any_order():
     cfg = ddpm.DiffusionConfig()
-    data = diffusion_data.load_data(cfg, None)
+    data = diffusion_data.load_data(cfg, SimpleNamespace(log=print))
     keys = {p: set(data.keys[p]) for p in ("train", "validation", "test")}
     assert not (keys["train"] & keys["validation"] or keys["train"] & keys["test"] or keys["validation"] & keys["test"])
     assert sum(map(len, data.keys.values())) == 1797 and len(data.train_y) + len(data.val_y) + len(data.test_y) == 1797
     assert 0.07 < len(data.val_y) / 1797 < 0.13 and 0.07 < len(data.test_y) / 1797 < 0.13  # 10% and 10%
-    x, y, classes = diffusion_data.digits_arrays()
+    x, y, classes = images.digits_arrays()
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    shuffled = diffusion_data.hash_split_arrays(x[order], y[order], classes, "digits", cfg)
+    shuffled = diffusion_data.hash_split_arrays(x[order], y[order], classes, "digits", cfg.val_fraction,
+                                                cfg.test_fraction)
     assert {p: set(k) for p, k in shuffled.keys.items()} == keys
 
 
@@ -248,8 +250,8 @@ def test_garbage_test_images_change_nothing_before_the_end(tmp_path, monkeypatch
     honest, run = _train_in_process(tmp_path / "honest")
     split = diffusion_data.hash_split_arrays
 
-    def garbage(*args):
-        data = split(*args)
+    def garbage(*args, **kwargs):
+        data = split(*args, **kwargs)
         data.test_x = torch.randint(0, 256, data.test_x.shape, generator=torch.Generator().manual_seed(1)).byte()
         return data
 

@@ -85,7 +85,7 @@ def test_shards_are_the_micro_batches_of_accumulation_across_an_epoch_boundary()
 
 
 def test_token_windows_shard_like_accumulation():
-    from recipe_zoo.recipes.llm.data import TokenWindows
+    from recipe_zoo.recipes.llm.token_windows import TokenWindows
 
     tokens = torch.arange(16 * 160 + 17)  # 160 windows: 40 micro-batches of 4, 20 steps of 2 ranks
     one = TokenWindows(tokens, 16, 4, seed=1)
@@ -277,7 +277,7 @@ def test_one_failing_rank_ends_the_job_and_its_row_says_so(tmp_path):
 def test_a_rank_0_that_dies_mid_run_leaves_no_running_row(tmp_path):
     """The launcher's side of it, on the row a killed rank 0 leaves: ``running`` becomes ``crash``; a finished
     row is left as it is."""
-    from recipe_zoo.cli import _close_unfinished
+    from recipe_zoo.launch import _close_unfinished
 
     index = tmp_path / "index.sqlite"
     results.upsert(index, {"run_id": "a", "status": "running", "started": "2026-01-01T00:00:00"})

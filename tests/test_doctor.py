@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from recipe_zoo import plan, registry, sweep
+from recipe_zoo import plan_advice, plan_cost, registry, sweep
 from recipe_zoo.core import api
 from recipe_zoo.cli import main
 
@@ -205,10 +205,10 @@ def test_bad_input_one_line_exit_2(args, needle, capsys, tmp_path):
 
 
 def test_plan_formulas(capsys):
-    p = plan.compute_plan(125e6)
+    p = plan_cost.compute_plan(125e6)
     assert p["tokens"] == 2.5e9 and p["flops"] == 6 * 125e6 * 2.5e9
     assert p["inference_tokens"] == (12.5e9, 25e9) and p["train_memory_bytes"] == (2.25e9, 2.5e9)
-    assert plan.parse_count("1.3B") == 1.3e9 and plan.parse_count("350k") == 350e3
+    assert plan_cost.parse_count("1.3B") == 1.3e9 and plan_cost.parse_count("350k") == 350e3
     assert main(["plan", "--params", "125M", "--gpu", "A100", "--gpus", "8", "--mfu", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "2.5 B" in out and "1.88e+18" in out and "2.25 GB-2.5 GB" in out
@@ -221,10 +221,10 @@ def test_plan_recipe_counts_the_gpt_shape(capsys):
 
     assert main(["plan", "--recipe", "llm/gpt", "depth=6"]) == 0
     out = capsys.readouterr().out
-    shape = models.GPTShape.from_depth(6, gpt.GPTConfig(depth=6), 1024)
+    shape = gpt.shape_at(gpt.GPTConfig(depth=6), 6, 1024)
     n = models.param_estimate(shape)
-    assert f"{plan.human(n)}" in out and f"{plan.human(20 * n)}" in out and "activations:" in out
-    assert math.isclose(plan.activation_bytes(256, 16, 384, 6, 6), 6 * 256 * 16 * 384 * (34 + 5 * 6 * 256 / 384))
+    assert f"{plan_cost.human(n)}" in out and f"{plan_cost.human(20 * n)}" in out and "activations:" in out
+    assert math.isclose(plan_cost.activation_bytes(256, 16, 384, 6, 6), 6 * 256 * 16 * 384 * (34 + 5 * 6 * 256 / 384))
 
 
 @pytest.mark.parametrize("kind, rows, recipe", [
@@ -234,7 +234,7 @@ def test_plan_recipe_counts_the_gpt_shape(capsys):
     ("audio", 100, None),
 ])
 def test_plan_recommends_by_kind_and_size(kind, rows, recipe):
-    advice = plan.recommend(kind, rows)
+    advice = plan_advice.recommend(kind, rows)
     assert advice.recipe == recipe and advice.reason
     if recipe:
         assert recipe in {r["name"] for r in registry.static_list()}
@@ -248,15 +248,15 @@ def test_plan_reads_the_data_type(tmp_path, capsys):
     folder.mkdir(parents=True)
     for i in range(3):
         (folder / f"{i}.png").write_bytes(b"\x89PNG")
-    assert plan.detect(tmp_path / "mols.csv")[:2] == ("molecules", 30)
-    assert plan.detect(tmp_path / "seqs.csv")[:2] == ("protein", 12)
-    assert plan.detect(tmp_path / "table.csv")[:2] == ("tabular", 40)
-    assert plan.detect(tmp_path / "imgs")[:2] == ("image", 3)
+    assert plan_advice.detect(tmp_path / "mols.csv")[:2] == ("molecules", 30)
+    assert plan_advice.detect(tmp_path / "seqs.csv")[:2] == ("protein", 12)
+    assert plan_advice.detect(tmp_path / "table.csv")[:2] == ("tabular", 40)
+    assert plan_advice.detect(tmp_path / "imgs")[:2] == ("image", 3)
     assert main(["plan", "--data", str(tmp_path / "table.csv")]) == 0
     assert "zoo run tabular/xgb data=" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()
     with pytest.raises(Exception, match="empty folder"):
-        plan.detect(tmp_path / "empty")
+        plan_advice.detect(tmp_path / "empty")
 
 
 def test_data_checks_on_frames_strings_and_tokens():

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import image_decoding, images
 
 
 def _save(path, size, mode="L", value=128):
@@ -40,7 +40,7 @@ def _grey_folder(root, classes=("a", "b"), n=8, size=(20, 20)):
 def test_the_size_rule(tmp_path, sizes, expected):
     paths = [_save(tmp_path / f"{i}.png", size) for i, size in enumerate(sizes)]
     logs = []
-    assert images.own_image_size(paths, logs.append) == expected
+    assert image_decoding.own_image_size(paths, logs.append) == expected
     assert logs == [f"image size {expected} px: the median short side {np.median([min(s) for s in sizes]):g} px "
                     "rounded to 32, within [32, 224] (set image_size=N to choose)"]
 
@@ -61,7 +61,7 @@ def _stripes(size, colours):
 def test_the_aspect_ratio_is_kept_by_a_centre_crop(tmp_path, size):
     red, green, yellow, blue = (255, 0, 0), (0, 255, 0), (255, 255, 0), (0, 0, 255)
     _stripes(size, [red, green, yellow, blue]).save(tmp_path / "wide.png")
-    x = images.decode_image(tmp_path / "wide.png", 32)  # (32, 32, 3): the centre square, green then yellow
+    x = image_decoding.decode_image(tmp_path / "wide.png", 32)  # (32, 32, 3): the centre square, green then yellow
     first, second = (x[:, 2:14], x[:, 18:30]) if size[0] > size[1] else (x[2:14], x[18:30])
     assert x.shape == (32, 32, 3)
     assert (first == torch.tensor(green, dtype=torch.uint8)).all()
@@ -73,20 +73,20 @@ def test_the_aspect_ratio_is_kept_by_a_centre_crop(tmp_path, size):
 def test_an_image_of_the_size_is_not_resampled(tmp_path):
     pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(tmp_path / "0.png")
-    assert torch.equal(images.decode_image(tmp_path / "0.png", 16), torch.from_numpy(pixels))
+    assert torch.equal(image_decoding.decode_image(tmp_path / "0.png", 16), torch.from_numpy(pixels))
 
 
 def test_greyscale_modes_stay_one_channel_and_colour_modes_become_rgb(tmp_path):
     grey = [_save(tmp_path / "l.png", (6, 4), "L", 77), _save(tmp_path / "one.png", (6, 4), "1", 1),
             _save(tmp_path / "la.png", (6, 4), "LA", (77, 10)), _save(tmp_path / "i16.png", (6, 4), "I;16", 77)]
     for path in grey:
-        assert images.decode_image(path, None).shape == (4, 6, 1), path.name
-    assert images.decode_image(grey[0], None).unique().tolist() == [77]
+        assert image_decoding.decode_image(path, None).shape == (4, 6, 1), path.name
+    assert image_decoding.decode_image(grey[0], None).unique().tolist() == [77]
     colour = [_save(tmp_path / "rgba.png", (6, 4), "RGBA", (1, 2, 3, 4)), _save(tmp_path / "p.png", (6, 4), "P", 3),
               _save(tmp_path / "cmyk.jpg", (6, 4), "CMYK", (0, 0, 0, 0))]
     for path in colour:
-        assert images.decode_image(path, None).shape == (4, 6, 3), path.name
-    assert images.decode_images(grey, 8, tmp_path).shape == (4, 1, 8, 8)
+        assert image_decoding.decode_image(path, None).shape == (4, 6, 3), path.name
+    assert image_decoding.decode_images(grey, 8, tmp_path).shape == (4, 1, 8, 8)
 
 
 def test_a_greyscale_folder_is_one_channel_and_a_mixed_one_rgb(tmp_path):

@@ -1,6 +1,7 @@
 """LLM recipes: tokenizer and bits per byte, the GPT, the optimizer table, text data and its bad
 inputs, and LoRA on a tiny transformers Llama built locally."""
 import csv
+import functools
 import json
 import math
 import random
@@ -13,7 +14,8 @@ import torch
 from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
 from recipe_zoo import registry
 from recipe_zoo.core import devices
-from recipe_zoo.recipes.llm import data as llm_data, gpt, models, sizing
+from recipe_zoo.recipes.llm import (gpt, models, prompt_response, scoring, sizing, text_splits, token_windows,
+                                    tokenization)
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo.core.errors import ZooError
@@ -29,18 +31,18 @@ def small_cfg(**kw) -> gpt.GPTConfig:
 
 
 def test_bpe_round_trips_any_text_and_byte_table_counts_utf8():
-    tok = llm_data.train_bpe([TEXT], 320)
-    lengths = llm_data.token_bytes(tok)
-    assert lengths[tok.token_to_id(llm_data.BOS)] == 0
+    tok = tokenization.train_bpe([TEXT], 320)
+    lengths = tokenization.token_bytes(tok)
+    assert lengths[tok.token_to_id(tokenization.BOS)] == 0
     for text in (TEXT[:200], "naïve café — 😀 日本語\r\n\tend", "\x01\x7f"):
         ids = tok.encode(text, add_special_tokens=False).ids
         assert tok.decode(ids) == text
         assert int(lengths[torch.tensor(ids)].sum()) == len(text.encode())
     assert tok.get_vocab_size() == 320
-    byte_tok = llm_data.train_bpe([TEXT], 0, byte_only=True)
+    byte_tok = tokenization.train_bpe([TEXT], 0, byte_only=True)
     assert byte_tok.get_vocab_size() == 257 and len(byte_tok.encode("héllo").ids) == 6
     with pytest.raises(ZooError, match="vocab_size=100"):
-        llm_data.train_bpe([TEXT], 100)
+        tokenization.train_bpe([TEXT], 100)
 
 
 def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
@@ -49,32 +51,32 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
     per_target = torch.randint(1, 4, (37,))
     uniform = lambda x: torch.zeros(*x.shape, vocab)  # noqa: E731
     for batch in (1, 3, 16):
-        bpb = llm_data.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
+        bpb = scoring.bits_per_byte(uniform, tokens, seq, batch, "cpu", bytes_per_target=per_target)
         assert bpb == pytest.approx(37 * math.log2(vocab) / int(per_target.sum()), rel=1e-6)
-        nats, n_bytes = llm_data.window_sums(uniform, tokens, seq, batch, "cpu", per_target)
+        nats, n_bytes = scoring.window_sums(uniform, tokens, seq, batch, "cpu", per_target)
         assert nats == pytest.approx([8 * math.log(vocab)] * 4 + [5 * math.log(vocab)])  # each window's nats
         assert n_bytes.tolist() == [int(per_target[i:i + 8].sum()) for i in range(0, 37, 8)]
     # the interval resamples the windows: it brackets the value, and is a point when every window scores alike
     rng = np.random.default_rng(0)
     nats, n_bytes = rng.uniform(50, 150, 40), rng.uniform(60, 90, 40)
-    low, high = llm_data.bpb_interval(nats, n_bytes)
+    low, high = scoring.bpb_interval(nats, n_bytes)
     assert low < nats.sum() / (math.log(2) * n_bytes.sum()) < high
-    assert llm_data.bpb_interval(np.full(9, 2.0), np.full(9, 1.0)) == pytest.approx((2 / math.log(2),) * 2)
+    assert scoring.bpb_interval(np.full(9, 2.0), np.full(9, 1.0)) == pytest.approx((2 / math.log(2),) * 2)
 
 
 def test_token_windows_cover_each_epoch_once_and_resume_exactly():
     tokens = torch.arange(1000, dtype=torch.int32)
-    a = llm_data.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    a = token_windows.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
     seen = torch.cat([a.next_batch()[0] for _ in range(a.batches_per_epoch)])
     starts = seen[:, 0]
     assert len(set(starts.tolist())) == len(starts) and bool(((starts - starts[0]) % 10 == 0).all())
     x, y = a.next_batch()
     assert torch.equal(y[:, :-1], x[:, 1:]) and a.epoch == 1
-    b = llm_data.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
+    b = token_windows.TokenWindows(tokens, seq_len=10, batch_size=4, seed=3)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.next_batch()[0], b.next_batch()[0])
     with pytest.raises(ZooError, match="fewer than one batch"):
-        llm_data.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
+        token_windows.TokenWindows(tokens[:50], seq_len=10, batch_size=8, seed=0)
 
 
 def test_token_windows_shard_like_accumulation_across_an_epoch_boundary():
@@ -82,16 +84,16 @@ def test_token_windows_shard_like_accumulation_across_an_epoch_boundary():
     next epoch's first (its own offset and shuffle) in one step; two processes must too, not drop it, and a
     rank resumed right after that step goes on the same."""
     tokens = torch.arange(16 * 45 + 17, dtype=torch.int32)  # 45 windows of 16: 11 micro-batches of 4 an epoch
-    one = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+    one = token_windows.TokenWindows(tokens, 16, 4, seed=7)
     assert one.batches_per_epoch == 11
     expected = [one.next_batch() for _ in range(2 * 14)]  # 14 steps of 2: past the boundaries at 11 and 22
     ranks = []
     for rank in range(2):
-        w = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+        w = token_windows.TokenWindows(tokens, 16, 4, seed=7)
         w.shard(rank, 2)
         assert w.batches_per_epoch == 5  # steps_per_epoch still counts whole steps of this process
         drawn = [w.next_batch() for _ in range(6)]  # step 6 straddles the first boundary
-        resumed = llm_data.TokenWindows(tokens, 16, 4, seed=7)
+        resumed = token_windows.TokenWindows(tokens, 16, 4, seed=7)
         resumed.shard(rank, 2)
         resumed.load_state_dict(w.state_dict())
         drawn += [resumed.next_batch() for _ in range(8)]
@@ -105,7 +107,7 @@ def test_token_windows_shard_like_accumulation_across_an_epoch_boundary():
 @pytest.mark.parametrize("mlp,kv_heads", [("relu2", 0), ("swiglu", 1)])
 def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
     torch.manual_seed(0)
-    shape = models.GPTShape.from_depth(2, small_cfg(mlp=mlp, kv_heads=kv_heads, softcap=5.0), vocab=64)
+    shape = gpt.shape_at(small_cfg(mlp=mlp, kv_heads=kv_heads, softcap=5.0), 2, vocab=64)
     model = models.GPT(shape)
     assert model.scaling_params() == models.param_estimate(shape)
     x = torch.randint(64, (2, 16))
@@ -126,7 +128,7 @@ def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
 
 def test_optimizer_follows_the_recipe_table():
     cfg = gpt.GPTConfig(aspect=48)  # depth 4: width 192, s = (192/768)^-0.5 = 2
-    model = models.GPT(models.GPTShape.from_depth(4, cfg, vocab=100))
+    model = models.GPT(gpt.shape_at(cfg, 4, vocab=100))
     opt = gpt.build_optimizer(cfg, model)
     by_kind = {g["kind"]: g for g in opt.param_groups}
     assert by_kind["matrix"]["optimizer"] == "muon" and by_kind["matrix"]["lr"] == 0.04
@@ -141,7 +143,8 @@ def test_depth_grows_with_the_budget_and_the_data():
     cfg, machine = gpt.GPTConfig(), devices.cpu(peak=1e11, memory=8e9)  # a fixed machine, not this one's measurement
 
     def depth(budget: str, train_tokens: int) -> int:
-        return sizing.size_for_budget(cfg, 1024, train_tokens, parse_budget(budget), machine, log=print)
+        return sizing.size_for_budget(functools.partial(gpt.shape_at, cfg, vocab=1024), train_tokens,
+                                      parse_budget(budget), machine, **gpt.sizing_rules(cfg), log=print)
 
     assert depth("10s", 10**9) <= depth("5m", 10**9) < depth("1h", 10**9) < depth("24h", 10**9)
     assert depth("1h", 10**5) > depth("1h", 10**9)  # a small corpus caps the epochs: spend compute on size
@@ -160,7 +163,8 @@ def test_default_depths_on_tinyshakespeare_are_2_3_4(train_tokens, peak):
     """60 s, 163 s and 5 minutes buy depths 2, 3 and 4 with the training part the split leaves, as they did with
     the old one, across the CPU peaks where they did (165-301 GFLOP/s then; 156-284 now)."""
     cfg, machine = gpt.GPTConfig(), devices.cpu(peak=peak, memory=8e9)
-    assert [sizing.size_for_budget(cfg, 1024, train_tokens, parse_budget(b), machine, log=print)
+    assert [sizing.size_for_budget(functools.partial(gpt.shape_at, cfg, vocab=1024), train_tokens, parse_budget(b),
+                                   machine, **gpt.sizing_rules(cfg), log=print)
             for b in ("60s", "163s", "5m")] == [2, 3, 4]
 
 
@@ -175,23 +179,22 @@ def test_tinyshakespeare_sized_text_splits_85_5_10_in_reading_order(tmp_path):
     line = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
     text = (line * (TINYSHAKESPEARE_CHARS // len(line) + 1))[:TINYSHAKESPEARE_CHARS]
     (tmp_path / "input.txt").write_text(text)
-    s = llm_data.load_text(str(tmp_path / "input.txt"), 0.05, 0.1, SimpleRun(Budget("steps", 1)))
+    s = text_splits.load_text(str(tmp_path / "input.txt"), 0.05, 0.1)
     assert s.keys == {"train": ["input.txt[0:948084]"], "validation": ["input.txt[948084:1003854]"],
                       "test": ["input.txt[1003854:1115394]"]}
     assert "".join(s.train) + "".join(s.val) + "".join(s.test) == text
-    assert llm_data.eval_text(s, 100_000).encode() == text[1003854:1103854].encode()
+    assert text_splits.eval_text(s, 100_000).encode() == text[1003854:1103854].encode()
 
 
 def test_text_sources_and_bad_inputs(tmp_path):
-    run = SimpleRun(Budget("steps", 1))
     f = tmp_path / "book.txt"
     f.write_text("abcdefghij" * 10)
-    s = llm_data.load_text(str(f), 0.05, 0.1, run)  # in reading order: 85 / 5 / 10 characters
+    s = text_splits.load_text(str(f), 0.05, 0.1)  # in reading order: 85 / 5 / 10 characters
     assert "".join(s.train) + "".join(s.val) + "".join(s.test) == "abcdefghij" * 10
     assert [len("".join(p)) for p in (s.train, s.val, s.test)] == [85, 5, 10]
     assert s.keys == {"train": ["book.txt[0:85]"], "validation": ["book.txt[85:90]"], "test": ["book.txt[90:100]"]}
     (tmp_path / "book.val.txt").write_text("held out")  # the held-out file is test; validation the training tail
-    s = llm_data.load_text(str(f), 0.1, 0.1, run)
+    s = text_splits.load_text(str(f), 0.1, 0.1)
     assert s.test == ["held out"] and s.val == ["abcdefghij"] and "".join(s.train) == "abcdefghij" * 9
     assert s.keys["test"] == ["book.val.txt"] and s.keys["validation"] == ["book.txt[90:100]"]
     folder = tmp_path / "docs"
@@ -201,21 +204,21 @@ def test_text_sources_and_bad_inputs(tmp_path):
     (folder / "val" / "c.txt").write_text("doc c")
     (folder / "notes.pdf").write_bytes(b"%PDF")
     logged = []
-    s = llm_data.load_text(str(folder), 0.2, 0.1, SimpleRun(Budget("steps", 1), log=logged.append))
+    s = text_splits.load_text(str(folder), 0.2, 0.1, logged.append)
     assert s.train == ["doc a", "doc"] and s.val == [" b"] and s.test == ["doc c"] and "1 files" in logged[0]
     assert s.keys == {"train": ["a.md", "b.txt[0:3]"], "validation": ["b.txt[3:5]"], "test": ["val/c.txt"]}
     (folder / "val" / "c.txt").unlink()  # no held-out part: the tail of the files in order, cut through b.txt
-    s = llm_data.load_text(str(folder), 0.2, 0.3, run)
+    s = text_splits.load_text(str(folder), 0.2, 0.3)
     assert s.keys == {"train": ["a.md"], "validation": ["b.txt[0:2]"], "test": ["b.txt[2:5]"]}
     with pytest.raises(ZooError, match="test split has 8 bytes, fewer than eval_bytes=100"):
-        llm_data.eval_text(llm_data.TextSplits("x", ["a"], ["b"], ["held out"]), 100)
-    short_val = llm_data.TextSplits("x", ["a"], ["héllo"], ["held out"])  # validation is scored up to eval_bytes
-    assert llm_data.eval_text(short_val, 100, "validation") == "héllo"
-    assert llm_data.eval_text(short_val, 3, "validation") == "hé" and llm_data.eval_text(short_val, 4) == "held"
+        text_splits.eval_text(text_splits.TextSplits("x", ["a"], ["b"], ["held out"]), 100)
+    short_val = text_splits.TextSplits("x", ["a"], ["héllo"], ["held out"])  # validation is scored up to eval_bytes
+    assert text_splits.eval_text(short_val, 100, "validation") == "héllo"
+    assert text_splits.eval_text(short_val, 3, "validation") == "hé" and text_splits.eval_text(short_val, 4) == "held"
     for val, test, message in ((0, 0.1, "val_fraction=0: must be between 0 and 1"),
                                (0.1, 1.5, "test_fraction=1.5: must be between"), (0.5, 0.5, "leave some data")):
         with pytest.raises(ZooError, match=message):
-            llm_data.load_text(str(f), val, test, run)
+            text_splits.load_text(str(f), val, test)
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "bin.txt").write_bytes(b"abc\0def")
     (tmp_path / "latin1.txt").write_bytes("caf".encode() + b"\xe9 au lait")
@@ -224,12 +227,12 @@ def test_text_sources_and_bad_inputs(tmp_path):
                           ("latin1.txt", "not UTF-8 text \\(byte 0xe9 at offset 3\\)"),
                           ("nothing", "no .txt or .md files"), ("missing.txt", "no such file")):
         with pytest.raises(ZooError, match=message):
-            llm_data.load_text(str(tmp_path / name), 0.05, 0.1, run)
+            text_splits.load_text(str(tmp_path / name), 0.05, 0.1)
     try:
         import datasets  # noqa: F401
     except ImportError:
         with pytest.raises(ZooError, match="needs the Hugging Face datasets package: pip install 'recipe-zoo\\[hf\\]'"):
-            llm_data.load_text("hf:wikitext:wikitext-2-raw-v1", 0.05, 0.1, run)
+            text_splits.load_text("hf:wikitext:wikitext-2-raw-v1", 0.05, 0.1)
 
 
 GPT_RUN = ["depth=1", "aspect=32", "head_dim=16", "seq_len=32", "micro_batch=4", "batch_tokens=256",
@@ -384,12 +387,12 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."})
                               for i in range(20)) + "\n" + json.dumps({"prompt": "x " * 80, "response": "y"}) + "\n")
-    examples = llm_data.load_jsonl(path, tokenizer)
+    examples = prompt_response.load_jsonl(path, tokenizer)
     assert len(examples) == 21 and [e.line for e in examples] == list(range(1, 22))
     e = examples[0]
     n_prompt = len(tokenizer("Q0: speak?").input_ids)
     assert e.labels[:n_prompt] == [-100] * n_prompt and e.labels[n_prompt:] == e.ids[n_prompt:]
-    ids, labels, mask = llm_data.pad_examples(examples[:3], pad_id=0)
+    ids, labels, mask = prompt_response.pad_examples(examples[:3], pad_id=0)
     assert ids.shape == labels.shape == mask.shape and int(mask.sum()) == sum(len(x.ids) for x in examples[:3])
     r = zoo("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
             "micro_batch=4", "val_fraction=0.2")
@@ -404,15 +407,15 @@ def test_lora_bytes_per_token_partition_the_text(tiny_llama):
     offset, so every window's bytes are known and they add up to the text's."""
     from transformers import AutoTokenizer
 
-    from recipe_zoo.recipes.llm import lora
+    from recipe_zoo.recipes.llm import causal_lm
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     text = "First Citizen:\nBefore we — naïve 😀 proceed.\n\n  end "
     ids = tokenizer(text, add_special_tokens=False).input_ids
-    per = lora.bytes_per_token(tokenizer, text, ids)
+    per = causal_lm.bytes_per_token(tokenizer, text, ids)
     assert len(per) == len(ids) and per.sum() == len(text.encode()) and (per >= 0).all()
     ascii_ids = tokenizer("First Citizen", add_special_tokens=False).input_ids
-    assert lora.bytes_per_token(tokenizer, "First Citizen", ascii_ids).tolist() == \
+    assert causal_lm.bytes_per_token(tokenizer, "First Citizen", ascii_ids).tolist() == \
         [len(tokenizer.decode([i])) for i in ascii_ids]
 
 
@@ -431,7 +434,8 @@ def test_jsonl_split_by_content_hash(tiny_llama, tmp_path):
     def parts_of(order):
         path = tmp_path / "pairs.jsonl"
         path.write_text("".join(json.dumps(items[i]) + "\n" for i in order))
-        p = llm_data.split_examples(llm_data.load_jsonl(path, tokenizer), 0.15, 0.2, 32, "pairs.jsonl", logged.append)
+        p = prompt_response.split_examples(prompt_response.load_jsonl(path, tokenizer), 0.15, 0.2, 32, "pairs.jsonl",
+                                           logged.append)
         line = {f"line {n + 1}": i for n, i in enumerate(order)}  # split.csv's lines back to the items
         return p, {part: sorted(line[k] for k in keys) for part, keys in p.keys.items()}
 
@@ -462,7 +466,7 @@ def test_lora_jsonl_test_is_read_only_at_the_end(tiny_llama, tmp_path, monkeypat
     path.write_text("".join(json.dumps({"prompt": f"Q{i}: speak?", "response": " Speak, speak."}) + "\n"
                             for i in range(40)))
     cfg = lora.LoRAConfig(model=str(tiny_llama), data=str(path), seq_len=32, micro_batch=4, lr=0.01)
-    split = llm_data.split_examples
+    split = prompt_response.split_examples
 
     def garbled(*args, **kw):
         parts = split(*args, **kw)
@@ -473,7 +477,7 @@ def test_lora_jsonl_test_is_read_only_at_the_end(tiny_llama, tmp_path, monkeypat
     results = []
     for garble in (False, True):
         if garble:
-            monkeypatch.setattr(llm_data, "split_examples", garbled)
+            monkeypatch.setattr(prompt_response, "split_examples", garbled)
         run = SimpleRun(Budget("steps", 4), dir=tmp_path / str(garble), spec=registry.get("llm/lora"),
                         log=lambda line: None)
         run.dir.mkdir()

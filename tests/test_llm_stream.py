@@ -6,18 +6,19 @@ import random
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import ROOT, bad_input, roundtrip, summary_block, without_timing, zoo
-from recipe_zoo.core import prepared
+from recipe_zoo.core import datasets, prepared
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.streams import NpyArray, NpyWriter
-from recipe_zoo.recipes.llm import data as llm_data, gpt, shards, textfiles
+from recipe_zoo.recipes.llm import gpt, shards, text_splits, textfiles, token_windows, tokenization
 
 WORDS = ["the", "king", "Romeo", "thou", "art", "'tis", "I'll", "don't", "o'er", "naïve", "café", "Ἀθῆναι", "東京",
          "2024", "1st", "hath", "we've", "they're", "--", "...", "?!", "«quoi»", "ñandú", "x²"]
@@ -49,12 +50,12 @@ def test_chunks_cut_where_no_pretoken_spans_so_bpe_and_tokens_match_the_whole_te
     """Cut after a newline that a non-space follows (or, in a long line, between two words): the GPT-4 split of the
     chunks is the split of the whole text, so a BPE trained on chunks and the chunks encoded are the whole text's."""
     text = shakespeare_like(3000)
-    whole = llm_data.train_bpe([text], 400)
+    whole = tokenization.train_bpe([text], 400)
     for size in (40, 700):
         chunks = list(shards.clean_chunks((text[i:i + 997] for i in range(0, len(text), 997)), size=size))
         assert "".join(chunks) == text and len(chunks) > len(text) // (size * 4)
         assert pre_tokens(whole, chunks) == pre_tokens(whole, [text])
-        trained = llm_data.train_bpe(iter(chunks), 400)
+        trained = tokenization.train_bpe(iter(chunks), 400)
         assert trained.to_str() == whole.to_str()
         assert [i for e in trained.encode_batch_fast(chunks, add_special_tokens=False) for i in e.ids] == \
             whole.encode(text, add_special_tokens=False).ids
@@ -102,10 +103,10 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
                         test_fraction=0.15)
     run = SimpleRun(Budget("steps", 1), log=lambda message: None)
     memory = shards.text_data(cfg, run)
-    splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
-    whole = llm_data.load_tokenizer(cfg, splits.train)
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)  # whole documents, one each
+    whole = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size, splits.train)
     assert memory.tok.to_str() == whole.to_str()
-    assert torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
+    assert torch.equal(memory.train, tokenization.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert isinstance(streamed.train, NpyArray) and streamed.train.dtype == np.uint16
@@ -120,26 +121,27 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
     manifest = prepared.read(folder, "tokens")
     assert manifest["settings"] == {"tokenizer": tokenizer, **({"vocab_size": 400} if tokenizer == "bpe" else {}),
                                     "val_fraction": 0.1, "test_fraction": 0.15}
-    assert manifest["tokens"]["train"] == len(memory.train) and manifest["benchmark"] == source
+    assert manifest["tokens"]["train"] == len(memory.train)
+    assert manifest["benchmark"] == datasets.own_data_key(Path(source))  # a source's benchmark: its content
 
 
 def test_a_tokenizer_file_past_65536_tokens_gives_uint32_shards(tmp_path):
     from tokenizers import Tokenizer, models
 
-    trained = llm_data.train_bpe([shakespeare_like(300)], 400)
+    trained = tokenization.train_bpe([shakespeare_like(300)], 400)
     vocab = {**trained.get_vocab(), **{f"filler{i}": 400 + i for i in range(70_000)}}
     big = Tokenizer(models.BPE(vocab, []))  # the trained merges are dropped: encoding spells bytes
     big.pre_tokenizer, big.decoder = trained.pre_tokenizer, trained.decoder
-    big.add_special_tokens([llm_data.BOS])
+    big.add_special_tokens([tokenization.BOS])
     big.save(str(tmp_path / "big.json"))
     (tmp_path / "c.txt").write_text(shakespeare_like(200))
     cfg = gpt.GPTConfig(data=str(tmp_path / "c.txt"), tokenizer=str(tmp_path / "big.json"), eval_bytes=500)
     run = SimpleRun(Budget("steps", 1), log=lambda message: None)
     memory = shards.text_data(cfg, run)
-    splits = llm_data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)  # whole documents, one each
-    whole = llm_data.load_tokenizer(cfg, splits.train)
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)  # whole documents, one each
+    whole = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size, splits.train)
     assert memory.tok.to_str() == whole.to_str()
-    assert torch.equal(memory.train, llm_data.encode_docs(whole, splits.train))
+    assert torch.equal(memory.train, tokenization.encode_docs(whole, splits.train))
     cfg.stream = True
     streamed = shards.text_data(cfg, run)
     assert streamed.train.dtype == np.uint32 and streamed.train[0:2].dtype == torch.int64
@@ -247,7 +249,7 @@ def test_prepared_and_streamed_runs_train_bit_for_bit_as_in_memory_and_resume_ex
     roundtrip(one_run(tmp_path / "prepared"))
 
     stop_at = 7 * 2  # micro-batches: 2 per step; the signal lands in step 8, which ends before the loop stops
-    next_batch = llm_data.TokenWindows.next_batch
+    next_batch = token_windows.TokenWindows.next_batch
 
     def interrupted(self):
         if self.index == stop_at and isinstance(self.tokens, NpyArray):
@@ -256,7 +258,7 @@ def test_prepared_and_streamed_runs_train_bit_for_bit_as_in_memory_and_resume_ex
 
     out = tmp_path / "streamed"
     with monkeypatch.context() as patched:
-        patched.setattr(llm_data.TokenWindows, "next_batch", interrupted)
+        patched.setattr(token_windows.TokenWindows, "next_batch", interrupted)
         assert zoo_in_process(*common, "stream=true", "--out", out) == 128 + signal.SIGTERM
     assert "interrupted: SIGTERM at step 8" in (one_run(out) / "log.txt").read_text()
     assert zoo_in_process("run", "--resume", one_run(out), "--out", out) == 0
@@ -286,7 +288,7 @@ def test_bad_prepare_requests_are_one_line(tmp_path, capfd):
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
     with pytest.raises(ZooError, match="prepared token shards"):  # llm/lora reads text, not shards
-        llm_data.load_text(str(folder), 0.05, 0.1, SimpleRun(Budget("steps", 1)))
+        text_splits.load_text(str(folder), 0.05, 0.1)
 
 
 def test_each_process_reads_only_its_own_windows(tmp_path, monkeypatch):
@@ -299,10 +301,10 @@ def test_each_process_reads_only_its_own_windows(tmp_path, monkeypatch):
     read = NpyArray._read
     monkeypatch.setattr(NpyArray, "_read", lambda self, start, count: reads.append((start, count))
                         or read(self, start, count))
-    one = llm_data.TokenWindows(tokens, 16, 4, seed=1)
+    one = token_windows.TokenWindows(tokens, 16, 4, seed=1)
     reference = [one.next_batch() for _ in range(12)]
     for rank in (0, 1):
-        w = llm_data.TokenWindows(NpyArray(tmp_path / "t.npy"), 16, 4, seed=1)
+        w = token_windows.TokenWindows(NpyArray(tmp_path / "t.npy"), 16, 4, seed=1)
         w.shard(rank, 2)
         reads.clear()
         for i in range(6):

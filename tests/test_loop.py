@@ -10,9 +10,11 @@ from recipe_zoo.core import checkpoint
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
-from recipe_zoo.core.loop import Diverged, Interrupted, LoopSettings, OutOfMemory, eval_thresholds, fit
+from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.loop_state import eval_thresholds
 from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.schedule import apply_schedules, make_schedule
+from recipe_zoo.core.training_errors import Diverged, Interrupted, OutOfMemory
 
 
 def make_problem(seed=0, n=96, dropout=0.0):
@@ -301,6 +303,20 @@ def test_loss_falls():
     initial = loss_fn(model, (x, y)).item()
     res, rows = run_fit(model, x, y, Budget("steps", 100), batch_size=32)
     assert rows[-1]["loss"] < 0.8 * initial
+
+
+def test_the_checkpoint_keeps_the_entries_older_checkpoints_have(tmp_path):
+    """A resume sets the loop's counters back by name (``checkpoint.load_training``): a counter renamed would leave
+    an older checkpoint's value unread and the counter at its default. These are the names checkpoints carry."""
+    model, x, y = make_problem()
+    run_fit(model, x, y, Budget("steps", 2), checkpoint_path=tmp_path / "c.pt", ema_decay=0.9, lookahead=0.5)
+    blob = checkpoint.load(tmp_path / "c.pt")
+    assert set(blob) == {"model", "optimizer", "scaler", "ema", "batches", "lookahead", "loop", "rng", "rng_ranks",
+                         "keep", "metrics"}
+    assert list(blob["loop"]) == ["step", "train_seconds", "samples", "next_eval", "first_loss", "window_loss",
+                                  "window_steps", "last_loss", "next_train_log", "train_window_loss",
+                                  "train_window_steps", "flops_per_step"]
+    assert blob["loop"]["step"] == 2 and blob["ema"] is not None and blob["lookahead"] is not None
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):

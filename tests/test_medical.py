@@ -12,8 +12,11 @@ import torch
 
 import conftest
 from recipe_zoo.recipes.medical import data as meddata
+from recipe_zoo.recipes.medical import patches, preprocess
 from recipe_zoo.recipes.medical import plan as planner
+from recipe_zoo.recipes.medical import split as medsplit
 from recipe_zoo.recipes.medical import unet
+from recipe_zoo.core import datasets
 from recipe_zoo.core.budget import parse_budget
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import torch_state_kept
@@ -31,7 +34,8 @@ def fingerprint(**over) -> dict:
 
 
 def plan(fp, budget="5m", measure=lambda dims, levels, width: (2e4, 500.0), **cfg):
-    return planner.make_plan(fp, unet.MedicalConfig(**cfg), torch.device("cpu"), parse_budget(budget), measure)
+    return planner.make_plan(fp, unet.plan_settings(unet.MedicalConfig(**cfg)), torch.device("cpu"),
+                             parse_budget(budget), measure)
 
 
 def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
@@ -41,8 +45,8 @@ def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
     from recipe_zoo.core import devices
 
     fp = fingerprint()
-    h200 = planner.make_plan(fp, unet.MedicalConfig(), devices.gpu("H200", memory=1e11), parse_budget("6s"),
-                             lambda dims, levels, width: (2e4, 500.0))
+    h200 = planner.make_plan(fp, unet.plan_settings(unet.MedicalConfig()), devices.gpu("H200", memory=1e11),
+                             parse_budget("6s"), lambda dims, levels, width: (2e4, 500.0))
     assert h200["patch"] == [512, 512] and h200["levels"] == 6 and h200["expected_steps"] >= 100
     cpu = plan(fp, budget="6s")
     assert max(cpu["patch"]) < 512 and cpu["expected_steps"] >= 600 or max(cpu["patch"]) <= 16
@@ -50,7 +54,7 @@ def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
     # the CPU's patch was halved for the steps
     assert h200["why"] == "batch 2, the least: nnU-Net's 5% of the training voxels a step alone would allow 1"
     assert cpu["why"].startswith("patch halved from nnU-Net's 512x512 to ") and cpu["why"].endswith("600 steps")
-    roomy = planner.make_plan(fingerprint(total_voxels=2000 * 512 ** 2), unet.MedicalConfig(),
+    roomy = planner.make_plan(fingerprint(total_voxels=2000 * 512 ** 2), unet.plan_settings(unet.MedicalConfig()),
                               devices.gpu("H200", memory=1e11), parse_budget("6s"), lambda d, lv, w: (2e6, 500.0))
     assert roomy["patch"] == [512, 512] and roomy["batch_size"] > 2
     assert roomy["why"].startswith(f"nnU-Net's patch; batch {roomy['batch_size']} bound by the budget's steps; "
@@ -103,7 +107,7 @@ def test_dice_and_iou_match_a_hand_count():
     guess = torch.zeros(1, 32, 32)
     guess[0, 8:20, 4:24] = 1  # 240 pixels, 192 of them right
     model = lambda x: torch.cat([-x, x], 1) * 10  # noqa: E731
-    case = meddata.Case("a", guess, truth)
+    case = preprocess.Case("a", guess, truth)
     p = {"patch": [16, 16], "batch_size": 2, "slice_axis": None, "spacing": [1.0, 1.0]}
     got = unet.evaluate(model, [case], p, ["background", "fg"], torch.device("cpu"), overlap=0.5, hd95=True)
     assert got["dice_fg"] == pytest.approx(2 * 192 / (256 + 240))
@@ -113,12 +117,12 @@ def test_dice_and_iou_match_a_hand_count():
 
 
 def test_patches_replay_exactly_after_resume():
-    data = meddata.load_synthetic(2)
+    data = meddata.load_synthetic(datasets.get("synthetic-2d"))
     fp = planner.fingerprint(data, data.cases[:4])
-    cfg = unet.MedicalConfig()
+    aug = unet.patch_augmentation(unet.MedicalConfig())
     p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
-    cases = [meddata.preprocess(c, p, fp) for c in data.cases[:4]]
-    make = lambda: meddata.PatchBatches(cases, meddata.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
+    cases = [preprocess.preprocess(c, p, fp) for c in data.cases[:4]]
+    make = lambda: patches.PatchBatches(cases, patches.augmentation(aug, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
     a = make()
     for _ in range(7):
         a.next_batch()
@@ -134,12 +138,12 @@ def test_patch_shards_are_the_micro_batches_of_accumulation_across_an_epoch_boun
     """21 slots an epoch: one process accumulating two draws an epoch's last slot with the next epoch's first
     (that epoch's seed) in one step; two processes must too, not drop it, and a rank resumed right after that
     step goes on the same."""
-    data = meddata.load_synthetic(2)
+    data = meddata.load_synthetic(datasets.get("synthetic-2d"))
     fp = planner.fingerprint(data, data.cases[:4])
-    cfg = unet.MedicalConfig()
+    aug = unet.patch_augmentation(unet.MedicalConfig())
     p = {"patch": [32, 32], "dims": 2, "spacing": [1.0, 1.0], "normalize": "zscore"}
-    cases = [meddata.preprocess(c, p, fp) for c in data.cases[:4]]
-    make = lambda: meddata.PatchBatches(cases, meddata.augmentation(cfg, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
+    cases = [preprocess.preprocess(c, p, fp) for c in data.cases[:4]]
+    make = lambda: patches.PatchBatches(cases, patches.augmentation(aug, p, (0, 1)), 3, [32, 32], seed=5)  # noqa: E731
     one = make()
     assert one.slots_per_epoch == one.batches_per_epoch == 21
     expected = [one.next_batch() for _ in range(2 * 13)]  # 13 steps of 2: step 11 straddles the boundary at 21
@@ -172,26 +176,26 @@ def test_isbi_folds_are_fixed_by_the_slice_paths():
     """ISBI's 30 slices: 5 folds of 6 test slices, each with 4 validation (hash-chosen per fold) and 20 train
     slices, disjoint; every slice tested once; the same for any input order (and no seed is involved)."""
     keys = [f"image/{i}.png" for i in range(30)]
-    folds = meddata.split_keys(keys, 5, 0.2, 0.2)
+    folds = medsplit.split_keys(keys, 5, 0.2, 0.2)
     assert [tuple(map(len, f)) for f in folds] == [(20, 4, 6)] * 5
     for train, val, test in folds:
         assert not (set(train) & set(val) or set(train) & set(test) or set(val) & set(test))
         assert set(train) | set(val) | set(test) == set(keys)
     assert sorted(k for f in folds for k in f[2]) == sorted(keys)
     assert len({f[1] for f in parts_of(folds)}) > 1  # validation drawn anew per fold: every slice trains somewhere
-    assert parts_of(meddata.split_keys(keys[::-1], 5, 0.2, 0.2)) == parts_of(folds)
+    assert parts_of(medsplit.split_keys(keys[::-1], 5, 0.2, 0.2)) == parts_of(folds)
     shuffled = list(np.random.default_rng(3).permutation(keys))
-    assert parts_of(meddata.split_keys(shuffled, 5, 0.2, 0.2)) == parts_of(folds)
+    assert parts_of(medsplit.split_keys(shuffled, 5, 0.2, 0.2)) == parts_of(folds)
 
 
 def test_three_parts_by_hash_of_the_case():
     keys = [f"synthetic{i}" for i in range(40)]
-    ((train, val, test),) = meddata.split_keys(keys, 0, 0.2, 0.2)
+    ((train, val, test),) = medsplit.split_keys(keys, 0, 0.2, 0.2)
     assert (len(train), len(val), len(test)) == (26, 6, 8)
     assert not (set(train) & set(val) or set(train) & set(test) or set(val) & set(test))
-    assert parts_of(meddata.split_keys(keys[::-1], 0, 0.2, 0.2)) == [(tuple(train), tuple(val), tuple(test))]
+    assert parts_of(medsplit.split_keys(keys[::-1], 0, 0.2, 0.2)) == [(tuple(train), tuple(val), tuple(test))]
     # a case keeps its side when others join (the test set is the lowest hashes, so it can only gain newcomers)
-    more = meddata.split_keys(keys + [f"extra{i}" for i in range(10)], 0, 0.2, 0.2)[0]
+    more = medsplit.split_keys(keys + [f"extra{i}" for i in range(10)], 0, 0.2, 0.2)[0]
     assert set(more[2]) - set(test) <= {f"extra{i}" for i in range(10)}
 
 
@@ -200,14 +204,14 @@ def test_folds_follow_the_dataset_and_refuse_what_cannot_split():
     cases = [meddata.RawCase(f"c{i}", np.zeros((1, 4, 4), np.float32), np.zeros((1, 4, 4), np.uint8), (1.0, 1.0),
                              key=f"images/c{i}.png") for i in range(6)]
     data = meddata.SegData(cases, ["background", "x"], "cells", folds=meddata.folds_for(6))
-    assert len(meddata.split_cases(data, -1, 0.2, 0.2)) == 5 and len(meddata.split_cases(data, 0, 0.2, 0.2)) == 1
+    assert len(medsplit.split_cases(data, -1, 0.2, 0.2)) == 5 and len(medsplit.split_cases(data, 0, 0.2, 0.2)) == 1
     for folds, message in ((1, "folds=1"), (7, "folds=7"), (-2, "folds=-2")):
         with pytest.raises(ZooError, match=message):
-            meddata.split_cases(data, folds, 0.2, 0.2)
+            medsplit.split_cases(data, folds, 0.2, 0.2)
     with pytest.raises(ZooError, match="val_fraction=1.5"):
-        meddata.split_cases(data, 0, 1.5, 0.2)
+        medsplit.split_cases(data, 0, 1.5, 0.2)
     with pytest.raises(ZooError, match="cells: 2 cases are too few to train, validate and test"):
-        meddata.split_cases(meddata.SegData(cases[:2], ["background", "x"], "cells"), 0, 0.2, 0.2)
+        medsplit.split_cases(meddata.SegData(cases[:2], ["background", "x"], "cells"), 0, 0.2, 0.2)
 
 
 def run_in_process(root: Path, tmp: Path, seed: int = 0, **cfg):
@@ -328,7 +332,8 @@ def test_decathlon_folder_plans_2d_across_thick_slices(decathlon):
 def load_error(data, **cfg) -> str:
     """The one-line error loading ``data`` raises (the CLI prints it and exits 2; see the run_bad cases)."""
     with pytest.raises(ZooError) as info:
-        meddata.load_data(unet.MedicalConfig(data=str(data), **cfg), run=None)
+        config = unet.MedicalConfig(data=str(data), **cfg)
+        meddata.load_data(config.data, config.label_values)
     return str(info.value)
 
 
@@ -370,7 +375,7 @@ def test_png_folder_and_its_bad_inputs(tmp_path):
     assert "loss='dice' must be one of" in run_bad("medical/unet", "loss=dice")
     assert load_error(root, label_values="0,128").endswith(
         "slice0.png: unexpected label value 255 (expected one of [0, 128])")
-    data = meddata.load_data(unet.MedicalConfig(data=str(root)), run=None)
+    data = meddata.load_data(str(root), "")
     with pytest.raises(ZooError, match="axis 2 does not exist"):
         unet.resolve_flip_axes(unet.MedicalConfig(flip_axes="2"), data, {"slice_axis": None}, 2)
     assert unet.resolve_flip_axes(unet.MedicalConfig(), data, {"slice_axis": None}, 2) == ()  # own data: no flips
@@ -408,7 +413,7 @@ def test_doctor_sees_the_cases_and_finds_no_error(tmp_path, capsys):
     # cases of different shapes: one content digest each, so a case copied into validation still matches
     a, b = (meddata.RawCase(n, np.ones((1, *s), np.float32), np.zeros((1, *s), np.uint8), (1.0, 1.0))
             for n, s in (("a", (4, 4)), ("b", (4, 6))))
-    (train_x, train_y), (val_x, _) = meddata.inspect_view([a, b], [b])
+    (train_x, train_y), (val_x, _) = medsplit.inspect_view([a, b], [b])
     assert len(set(train_x)) == 2 and val_x == train_x[1:] and train_y.shape == (40,)
 
 

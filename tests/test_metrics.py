@@ -120,7 +120,7 @@ def test_spearman_is_the_same_for_predictions_a_few_ulps_apart(dtype):
     import numpy as np
     from scipy import stats
 
-    from recipe_zoo.recipes.protein.data import metric_statistic
+    from recipe_zoo.recipes.protein.scoring import metric_statistic
 
     rng = np.random.default_rng(0)
     base = rng.normal(size=60)

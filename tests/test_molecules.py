@@ -9,7 +9,12 @@ import torch
 
 from conftest import bad_input, run_doctor, summary_block, write_file, zoo, zoo_in_process
 from recipe_zoo.core.metrics import score_tasks
-from recipe_zoo.recipes.molecules import data as mol, models
+from recipe_zoo.recipes.molecules import dmpnn, models
+from recipe_zoo.recipes.molecules.features import bond_dim, featurize, rdkit_descriptors
+from recipe_zoo.recipes.molecules.run_data import splits_for
+from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, item_statistic
+from recipe_zoo.recipes.molecules.splits import fold_indices, parse_sizes, scaffolds, split_indices
+from recipe_zoo.recipes.molecules.table import read_table, standardize
 from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig, MolConfig
 from recipe_zoo.core.errors import ZooError
 
@@ -50,14 +55,14 @@ def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
     from rdkit import Chem
 
     mols = [Chem.MolFromSmiles(s) for s in ("CCO", "C", "c1ccccc1", "CC(=O)N")]
-    g = mol.featurize(mols)
-    assert g.x.shape[0] == 3 + 1 + 6 + 4 and g.edge_attr.shape == (2 * (2 + 0 + 6 + 3), mol.bond_dim())
+    g = featurize(mols)
+    assert g.x.shape[0] == 3 + 1 + 6 + 4 and g.edge_attr.shape == (2 * (2 + 0 + 6 + 3), bond_dim())
     b = models.collate(g, torch.tensor([3, 1, 0]), None)
     assert torch.equal(b.src[b.rev], b.dst) and torch.equal(b.dst[b.rev], b.src)
     assert torch.equal(b.mol_of_atom[b.src], b.mol_of_atom[b.dst])  # no bond crosses molecules
     assert b.x.shape[0] == 4 + 1 + 3
     torch.manual_seed(0)
-    model = models.DMPNN(g.x.size(1), g.edge_attr.size(1), 0, 1, DMPNNConfig(hidden=16, ffn_hidden=8)).eval()
+    model = dmpnn.network(DMPNNConfig(hidden=16, ffn_hidden=8), g.x.size(1), g.edge_attr.size(1), 0, 1).eval()
     together = model(b)
     alone = torch.cat([model(models.collate(g, torch.tensor([i]), None)) for i in (3, 1, 0)])
     assert torch.allclose(together, alone, atol=1e-5)  # permutation- and batch-invariant
@@ -66,7 +71,7 @@ def test_featurised_bonds_pair_up_and_batches_keep_molecules_apart():
 def test_standardisation_strips_salts_and_charges():
     from rdkit import Chem
 
-    parent = mol.standardize(Chem.MolFromSmiles("[Na+].CC(=O)[O-]"))
+    parent = standardize(Chem.MolFromSmiles("[Na+].CC(=O)[O-]"))
     assert Chem.MolToSmiles(parent) == "CC(=O)O"
 
 
@@ -76,61 +81,61 @@ def test_splits_are_seeded_disjoint_and_scaffolds_stay_whole():
     second = [r.replace("1", "3").replace("2", "4") for r in RINGS]  # other ring-closure digits
     mols = [Chem.MolFromSmiles(a + "C" + b + t) for a in RINGS for b in second for t in TAILS]  # 36 scaffolds
     assert all(m is not None for m in mols)
-    scaffold = mol.scaffolds(mols)
+    scaffold = scaffolds(mols)
     for kind in ("random", "scaffold"):
-        a = mol.split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
-        b = mol.split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
+        a = split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
+        b = split_indices(mols, kind, (0.8, 0.1, 0.1), seed=1)
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
         assert sorted(np.concatenate(a).tolist()) == list(range(len(mols)))
         assert len(a[0]) >= 0.75 * len(mols) and len(a[1]) > 0 and len(a[2]) > 0
-    train, val, test = mol.split_indices(mols, "scaffold", (0.8, 0.1, 0.1), seed=1)
+    train, val, test = split_indices(mols, "scaffold", (0.8, 0.1, 0.1), seed=1)
     parts = [{scaffold[i] for i in part} for part in (train, val, test)]
     assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
-    folds = list(mol.fold_indices(mols, "scaffold", 4, seed=0))
+    folds = list(fold_indices(mols, "scaffold", 4, seed=0))
     tested = np.concatenate([f[2] for f in folds])
     assert sorted(tested.tolist()) == list(range(len(mols)))  # every molecule is tested exactly once
     for train, val, test in folds:
         assert not ({scaffold[i] for i in train} & {scaffold[i] for i in test})
     with pytest.raises(ZooError, match="the scaffold split left the validation set empty"):
-        mol.split_indices(mols[:20], "scaffold", (0.8, 0.1, 0.1), seed=0)  # two scaffolds of 10
+        split_indices(mols[:20], "scaffold", (0.8, 0.1, 0.1), seed=0)  # two scaffolds of 10
     with pytest.raises(ZooError, match="at least 3 folds"):
-        list(mol.fold_indices(mols, "random", 2, seed=0))
+        list(fold_indices(mols, "random", 2, seed=0))
     with pytest.raises(ZooError, match="split_sizes"):
-        mol.parse_sizes("0.8,0.1")
+        parse_sizes("0.8,0.1")
 
 
 def test_metrics_match_their_definitions():
     y = np.array([[1.0], [2.0], [3.0], [np.nan]])
     p = np.array([[1.5], [2.0], [2.0], [9.0]])
-    s = score_tasks(y, p, "regression", mol.METRIC_NAMES["regression"])
+    s = score_tasks(y, p, "regression", METRIC_NAMES["regression"])
     assert s["rmse"] == pytest.approx(np.sqrt((0.25 + 0 + 1) / 3)) and s["mae"] == pytest.approx(0.5)
     c = score_tasks(np.array([[0.0], [1.0], [1.0], [0.0]]), np.array([[0.1], [0.8], [0.2], [0.3]]),
-                    mol.SCORE_TASK["classification"], mol.METRIC_NAMES["classification"])
+                    SCORE_TASK["classification"], METRIC_NAMES["classification"])
     assert c["roc_auc"] == pytest.approx(0.75) and 0 < c["macro_f1"] <= 1
 
 
 def test_reading_bad_tables(tmp_path, logp_csv):
-    t = mol.read_table(cfg(data=str(logp_csv)), None)
+    t = read_table(cfg(data=str(logp_csv)))
     assert t.task == "regression" and len(t.mols) == len(smiles_set()) and t.y.shape == (len(smiles_set()), 1)
     bad = write_table(tmp_path / "bad.csv", [("CCO", 1), ("C1CC", 2), ("CC", 3), ("xyz", 4)])
     with pytest.raises(ZooError, match=r"bad.csv: 2 SMILES do not parse \(rows 3, 5\)"):
-        mol.read_table(cfg(data=str(bad)), None)
-    t = mol.read_table(cfg(data=str(bad), on_invalid="skip"), None)
+        read_table(cfg(data=str(bad)))
+    t = read_table(cfg(data=str(bad), on_invalid="skip"))
     assert t.skipped == 2 and len(t.mols) == 2
     with pytest.raises(ZooError, match="no column 'activity'"):
-        mol.read_table(cfg(data=str(bad), target="activity"), None)
+        read_table(cfg(data=str(bad), target="activity"))
     text = write_table(tmp_path / "text.csv", [("CCO", 1), ("CC", "high")])
     with pytest.raises(ZooError, match="text.csv row 3: target 'y' is 'high', not a number"):
-        mol.read_table(cfg(data=str(text)), None)
+        read_table(cfg(data=str(text)))
     empty = write_table(tmp_path / "empty.csv", [("CCO", 1), ("CC", "")])
     with pytest.raises(ZooError, match="1 rows have no target value \\(first: row 3\\)"):
-        mol.read_table(cfg(data=str(empty)), None)
+        read_table(cfg(data=str(empty)))
     multi = write_table(tmp_path / "multi.csv", [("CCO", 1, ""), ("CC", "", 0), ("CCC", 0, 1)],
                         header=("smiles", "a", "b"))
-    t = mol.read_table(cfg(data=str(multi), target="a,b"), None)
+    t = read_table(cfg(data=str(multi), target="a,b"))
     assert t.task == "classification" and np.isnan(t.y).sum() == 2
     with pytest.raises(ZooError, match="no such CSV"):
-        mol.read_table(cfg(data=str(tmp_path / "nope.csv")), None)
+        read_table(cfg(data=str(tmp_path / "nope.csv")))
 
 
 def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
@@ -226,9 +231,9 @@ def test_split_csv_names_every_molecule_once_by_canonical_smiles(tmp_path):
     path = unique_logp_csv(tmp_path / "unique.csv", two_ring_set())
     for kind, folds in (("random", 0), ("scaffold", 0), ("scaffold", 4)):
         c = cfg(data=str(path), split=kind, folds=folds)
-        table = mol.read_table(c, None)
+        table = read_table(c)
         run = _simple_run("5steps")
-        splits = mol.splits_for(c, table, run)
+        splits = splits_for(c, table, run)
         canonical = sorted(Chem.MolToSmiles(m) for m in table.mols)
         assert sorted(k for keys in run.splits.values() for k in keys) == canonical  # every molecule once
         if folds:
@@ -282,14 +287,14 @@ def test_multi_task_interval_resamples_molecules():
     y = rng.integers(0, 2, (200, 2)).astype(float)
     y[rng.random((200, 2)) < 0.2] = np.nan
     pred = np.nan_to_num(y, nan=0.5) * 0.3 + rng.random((200, 2)) * 0.7  # informative, far from perfect
-    stat = mol.item_statistic(y, pred, "classification")
+    stat = item_statistic(y, pred, "classification")
     everything = np.arange(200)
     assert stat(everything) == pytest.approx(score_tasks(y, pred, "binary", ("roc_auc",))["roc_auc"])
     from recipe_zoo.core.metrics import bootstrap
 
     low, high = bootstrap(stat, 200)
     assert low < stat(everything) < high and 0.02 < high - low < 0.3
-    reg = mol.item_statistic(np.where(np.isnan(y), np.nan, y * 3), pred, "regression")
+    reg = item_statistic(np.where(np.isnan(y), np.nan, y * 3), pred, "regression")
     idx = rng.integers(0, 200, 200)
     assert reg(idx) == pytest.approx(score_tasks(np.where(np.isnan(y), np.nan, y * 3)[idx], pred[idx], "regression",
                                                  ("rmse",))["rmse"])
@@ -300,7 +305,7 @@ def test_descriptors_are_finite_float32_or_nan():
 
     big = Chem.MolFromSmiles("C" * 40 + "".join(f"C(c{i}ccccc{i})" for i in range(1, 9)) + "O" * 4 +
                              "C" * 40)  # large, branched: RDKit's Ipc overflows float32
-    d = mol.rdkit_descriptors([big, Chem.MolFromSmiles("CCO")])
+    d = rdkit_descriptors([big, Chem.MolFromSmiles("CCO")])
     assert d.dtype == np.float32 and not np.isinf(d).any()
 
 

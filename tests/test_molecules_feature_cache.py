@@ -12,21 +12,23 @@ import pytest
 import torch
 
 from recipe_zoo.core.progress import Progress
-from recipe_zoo.recipes.molecules import data as mol, feature_cache
+from recipe_zoo.recipes.molecules import feature_cache
+from recipe_zoo.recipes.molecules.features import featurize, morgan, rdkit_descriptors
+from recipe_zoo.recipes.molecules.table import MolTable, standardize
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)N", "C", "O", "C1CCCCC1", "CC(C)(C)Cl", "N#CC=C", "OC(=O)c1ccccc1", "CCN(CC)CC",
           "[Na+].[Cl-]", "C/C=C/C", "C[C@H](N)C(=O)O", "c1ccncc1", "CS(=O)(=O)C", "FC(F)(F)c1ccccc1", "CCCCCCCCO"]
 
 
-def table() -> mol.MolTable:
+def table() -> MolTable:
     from rdkit import Chem
 
-    mols = [mol.standardize(Chem.MolFromSmiles(s)) for s in SMILES]  # methane, water, Cl-: molecules without bonds
-    return mol.MolTable("t", SMILES, mols, np.zeros((len(SMILES), 1)), ["y"], "regression")
+    mols = [standardize(Chem.MolFromSmiles(s)) for s in SMILES]  # methane, water, Cl-: molecules without bonds
+    return MolTable("t", SMILES, mols, np.zeros((len(SMILES), 1)), ["y"], "regression")
 
 
-KINDS = {"graphs": mol.featurize, "descriptors": mol.rdkit_descriptors,
-         "morgan": lambda mols: mol.morgan(mols, 2, 64, True)}
+KINDS = {"graphs": featurize, "descriptors": rdkit_descriptors,
+         "morgan": lambda mols: morgan(mols, 2, 64, True)}
 
 
 def same(a, b) -> bool:
@@ -64,18 +66,18 @@ def test_a_stopped_featurisation_keeps_its_chunks_and_the_rerun_makes_only_the_r
         if len(seen) >= 10:
             raise KeyboardInterrupt  # Ctrl-C while chunk 10:15 is being made
         seen.extend(mols)
-        return mol.rdkit_descriptors(mols)
+        return rdkit_descriptors(mols)
 
     with pytest.raises(KeyboardInterrupt):
         feature_cache.cached("descriptors", t, stops_in_the_third_chunk, logs.append, chunk=5)
     folder = feature_cache.cache_dir("descriptors", t)
     assert sorted(p.name for p in folder.iterdir()) == ["0000000-0000005.safetensors", "0000005-0000010.safetensors"]
     rest = []
-    resumed = feature_cache.cached("descriptors", t, lambda mols: rest.extend(mols) or mol.rdkit_descriptors(mols),
+    resumed = feature_cache.cached("descriptors", t, lambda mols: rest.extend(mols) or rdkit_descriptors(mols),
                               logs.append, chunk=5)
     assert len(rest) == 7 and all(a is b for a, b in zip(rest, t.mols[10:]))  # only the molecules not yet done
     assert "featurised 7 molecules" in logs[-1] and "10 from the cache" in logs[-1]
-    assert same(resumed, mol.rdkit_descriptors(t.mols))
+    assert same(resumed, rdkit_descriptors(t.mols))
 
 
 def test_a_process_killed_mid_way_keeps_its_chunks():
@@ -84,14 +86,15 @@ def test_a_process_killed_mid_way_keeps_its_chunks():
         import os, signal, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_molecules_feature_cache import table
-        from recipe_zoo.recipes.molecules import data as mol, feature_cache
+        from recipe_zoo.recipes.molecules import feature_cache
+        from recipe_zoo.recipes.molecules.features import featurize
         feature_cache.BATCH = 2
         done = []
         def make(mols):
             if len(done) >= 10:
                 os.kill(os.getpid(), signal.SIGKILL)
             done.extend(mols)
-            return mol.featurize(mols)
+            return featurize(mols)
         feature_cache.cached("graphs", table(), make, print, chunk=5)
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -100,10 +103,10 @@ def test_a_process_killed_mid_way_keeps_its_chunks():
     folder = feature_cache.cache_dir("graphs", t)
     assert sorted(p.name for p in folder.iterdir()) == ["0000000-0000005.safetensors", "0000005-0000010.safetensors"]
     made = []
-    graphs = feature_cache.cached("graphs", t, lambda mols: made.extend(mols) or mol.featurize(mols), logs.append,
+    graphs = feature_cache.cached("graphs", t, lambda mols: made.extend(mols) or featurize(mols), logs.append,
                                   chunk=5)
     assert len(made) == 7 and "10 from the cache" in logs[-1]
-    assert same(graphs, mol.featurize(t.mols))
+    assert same(graphs, featurize(t.mols))
 
 
 class _Payload:
@@ -119,7 +122,7 @@ class _Payload:
 @pytest.mark.parametrize("damage", ["truncated", "pickle with code", "other molecules"])
 def test_a_damaged_chunk_is_logged_and_made_again(tmp_path, damage):
     t, logs = table(), []
-    whole = feature_cache.cached("graphs", t, mol.featurize, logs.append, chunk=5)
+    whole = feature_cache.cached("graphs", t, featurize, logs.append, chunk=5)
     folder = feature_cache.cache_dir("graphs", t)
     path = feature_cache.chunk_path(folder, 5, 10)
     marker = tmp_path / "pwned"
@@ -128,10 +131,10 @@ def test_a_damaged_chunk_is_logged_and_made_again(tmp_path, damage):
     elif damage == "pickle with code":
         torch.save({"x": _Payload(marker)}, path)  # a cache file replaced by code
     else:
-        four = feature_cache.tensors(mol.featurize(t.mols[5:9]))
+        four = feature_cache.tensors(featurize(t.mols[5:9]))
         feature_cache.write_chunk(path, four)  # four molecules' features in the file of five
     made = []
-    again = feature_cache.cached("graphs", t, lambda mols: made.extend(mols) or mol.featurize(mols), logs.append,
+    again = feature_cache.cached("graphs", t, lambda mols: made.extend(mols) or featurize(mols), logs.append,
                                  chunk=5)
     assert same(again, whole) and not marker.exists()  # the payload never ran
     warned = [line for line in logs if line.startswith("feature cache ")]
@@ -144,10 +147,10 @@ def test_a_damaged_chunk_is_logged_and_made_again(tmp_path, damage):
 
 def test_featurising_says_its_progress_while_it_runs_and_nothing_for_quick_work(small_batches, monkeypatch):
     t, quick, lines = table(), [], []
-    feature_cache.cached("graphs", t, mol.featurize, quick.append, chunk=5)
+    feature_cache.cached("graphs", t, featurize, quick.append, chunk=5)
     assert len(quick) == 1 and quick[0].startswith("graphs: featurised 17 molecules")  # the summary alone
     monkeypatch.setattr(feature_cache, "Progress", functools.partial(Progress, every=0.0))  # as if each step were slow
-    feature_cache.cached("descriptors", t, mol.rdkit_descriptors, lines.append, chunk=5)
+    feature_cache.cached("descriptors", t, rdkit_descriptors, lines.append, chunk=5)
     steps = [line for line in lines if line.startswith("featurising (descriptors): ")]
     counts = [line.split(": ")[1].split(" ")[0] for line in steps]
     assert counts == [f"{n}/17" for n in (2, 4, 5, 7, 9, 10, 12, 14, 15, 17)]  # each batch of 2, each chunk's end

@@ -128,7 +128,7 @@ def test_predict_bad_inputs_are_one_line(digits_run, folder_run, tmp_path, capfd
 def test_exports(digits_run, tmp_path, capfd):
     from recipe_zoo.cli import main
     from recipe_zoo.recipes.contrastive.models import load_backbone
-    from recipe_zoo.recipes.images import ZooNet
+    from recipe_zoo.recipes.backbones import ZooNet
 
     assert main(["export", str(digits_run), "--format", "safetensors", "--out", str(tmp_path / "st")]) == 0
     assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.json", "model.safetensors"]

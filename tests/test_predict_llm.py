@@ -56,13 +56,11 @@ def run_metrics(run_dir) -> dict:
 
 def test_text(run_dir) -> str:
     """The text the run's test scored (the first eval_bytes of its test split), rebuilt from its config."""
-    from recipe_zoo.core.api import SimpleRun
-    from recipe_zoo.core.budget import Budget
-    from recipe_zoo.recipes.llm import data
+    from recipe_zoo.recipes.llm import text_splits
 
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
-    splits = data.load_text(cfg["data"], cfg["val_fraction"], cfg["test_fraction"], SimpleRun(Budget("steps", 1)))
-    return data.eval_text(splits, cfg["eval_bytes"])
+    splits = text_splits.load_text(cfg["data"], cfg["val_fraction"], cfg["test_fraction"])
+    return text_splits.eval_text(splits, cfg["eval_bytes"])
 
 
 test_text.__test__ = False  # a helper, not a test
@@ -157,7 +155,7 @@ def test_gpt_prompts_are_continued_as_the_run_sampled(gpt_run, tmp_path, capsys)
 
 def test_gpt_scores_a_text_file_and_a_folder(gpt_run, tmp_path):
     from recipe_zoo import load
-    from recipe_zoo.recipes.llm import data, infer
+    from recipe_zoo.recipes.llm import scoring, tokenization
 
     model = load(gpt_run, device="cpu")
     same = tmp_path / "test.txt"
@@ -174,8 +172,8 @@ def test_gpt_scores_a_text_file_and_a_folder(gpt_run, tmp_path):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(gpt_run / "tokenizer.json"))
-    tokens = data.encode_docs(tok, [TEXT, (folder / "b.md").read_text()])
-    per_target = data.token_bytes(tok)[tokens[1:].long()]
+    tokens = tokenization.encode_docs(tok, [TEXT, (folder / "b.md").read_text()])
+    per_target = tokenization.token_bytes(tok)[tokens[1:].long()]
     assert len(tokens) - 1 > 2 * 32 * 32  # more than one chunk of windows (32 batches of 2)
     from recipe_zoo.core import artifact
     from recipe_zoo.recipes.llm import models
@@ -183,8 +181,8 @@ def test_gpt_scores_a_text_file_and_a_folder(gpt_run, tmp_path):
     gpt = models.GPT(models.GPTShape(**model.card["shape"]))
     gpt.load_state_dict(artifact.load_tensors(gpt_run / "model.safetensors"))
     gpt.eval()
-    whole = data.window_sums(gpt, tokens, 32, 2, "cpu", per_target)
-    chunked = infer.window_sums(gpt, tokens, 32, 2, "cpu", per_target, progress=lambda *a: None)
+    whole = scoring.window_sums(gpt, tokens, 32, 2, "cpu", per_target)
+    chunked = scoring.window_sums(gpt, tokens, 32, 2, "cpu", per_target, progress=lambda *a: None)
     assert whole[0].tolist() == chunked[0].tolist() and whole[1].tolist() == chunked[1].tolist()
     assert result.metrics["bpb"] == pytest.approx(whole[0].sum() / (math.log(2) * whole[1].sum()), abs=1e-6)
     assert sum(r["bytes"] for r in result.rows) == len(TEXT.encode()) + len((folder / "b.md").read_bytes())
@@ -311,14 +309,14 @@ def test_lora_export_pretrained_loads_in_transformers_and_peft(which, lora_run, 
 
     from recipe_zoo import load
     from recipe_zoo.cli import main
-    from recipe_zoo.recipes.llm import models
+    from recipe_zoo.recipes.llm import causal_lm
 
     run_dir = lora_run if which == "text" else lora_jsonl_run
     assert (run_dir / "merged").is_dir() == (which == "text")
     out = tmp_path / "pretrained"
     assert main(["export", str(run_dir), "--format", "pretrained", "--out", str(out)]) == 0
     m = load(run_dir, device="cpu")
-    ours = models.load_trained_lora(m.cfg, run_dir, torch.float32, log=lambda line: None)[0]
+    ours = causal_lm.load_trained_lora(m.cfg.model, m.cfg.seq_len, run_dir, torch.float32, log=lambda line: None)[0]
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_llama), out / "adapter").eval()
     merged = AutoModelForCausalLM.from_pretrained(out / "merged").eval()
     assert not any("lora" in n for n, _ in merged.named_parameters())

@@ -196,13 +196,13 @@ def test_the_safetensors_export_holds_each_model_and_its_scalers(dmpnn_run, tmp_
 
     from recipe_zoo import load
     from recipe_zoo.predict import export
-    from recipe_zoo.recipes.molecules import models
+    from recipe_zoo.recipes.molecules import dmpnn
 
     model = load(dmpnn_run, device="cpu")
     written = export(model, "safetensors", tmp_path / "st")
     assert sorted(p.name for p in written) == ["config.json", "model.json", "model.safetensors", "scalers.safetensors"]
     pre = model.card["preprocess"]
-    net = models.DMPNN(pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], 1, model.cfg)
+    net = dmpnn.network(model.cfg, pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], 1)
     net.load_state_dict(load_file(tmp_path / "st" / "model.safetensors"))  # strict: every weight, nothing else
 
 

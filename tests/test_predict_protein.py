@@ -57,11 +57,6 @@ def fasta(tmp_path):
     return write_fasta(tmp_path / "scan.fasta", seqs, [f"{v:.4f}" for v in y])
 
 
-@pytest.fixture
-def tiny_esm(tmp_path):
-    return make_tiny_esm(tmp_path / "esm2_tiny.pt", width=16, heads=2)
-
-
 def train(tmp_path, recipe, *args, budget="5steps"):
     out = tmp_path / "runs" / f"{len(list((tmp_path / 'runs').glob('*'))) if (tmp_path / 'runs').exists() else 0}"
     assert main(["run", recipe, *map(str, args), "--budget", budget, "--out", str(out), "--device", "cpu"]) == 0
@@ -132,11 +127,11 @@ def test_esm_embed_round_trip_new_sequences_and_the_weights_check(tmp_path, fast
     card = json.loads((run_dir / "model.json").read_text())
     pre = card["preprocess"]
     assert card["head"]["head"] == "krr" and card["head"]["gamma"] > 0
-    assert pre["layer"] == 2 and pre["pool"] == "mean" and pre["width"] == 16 and pre["esm"]["digest"]
+    assert pre["layer"] == 2 and pre["pool"] == "mean" and pre["width"] == 32 and pre["esm"]["digest"]
     new = write_csv(tmp_path / "new.csv", ["seq"], [[WT], [WT[::-1]]])
     got = load(run_dir, device="cpu").predict(data=str(new), sequence="seq", batch_size=1)
     assert len(got.rows) == 2 and all(isinstance(r["prediction"], float) for r in got.rows)
-    other = make_tiny_esm(tmp_path / "other" / "esm2_tiny.pt", width=16, heads=2, seed=1)
+    other = make_tiny_esm(tmp_path / "other" / "esm2_t2_tiny.pt", seed=1)
     predict_bad(capfd, run_dir, f"data={new}", "sequence=seq", f"esm_weights={other}",
                 needles=("not the ESM-2 weights this run was trained with",))
 
@@ -265,17 +260,17 @@ def test_saved_closed_form_heads_predict_within_round_off_and_reproduce_the_metr
     there twice (duplicate sequences: predictions equal up to that noise, which once flipped a rank)."""
     from recipe_zoo.core.artifact import PredictRun
     from recipe_zoo.core.metrics import tie_tolerance
-    from recipe_zoo.recipes.protein import data as pdata
-    from recipe_zoo.recipes.protein import models, saved
-    from recipe_zoo.recipes.protein.predictions import split_metrics
+    from recipe_zoo.recipes.protein import closed_form, saved
+    from recipe_zoo.recipes.protein.inference import split_metrics
+    from recipe_zoo.recipes.protein.sequences import ProteinData
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, features)).astype(np.float32)[rng.permutation(np.arange(120) % 60)]  # each row twice
-    data = pdata.ProteinData("t", X[:, 0] + rng.normal(0, 0.1, 120), "regression",
-                             split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
+    data = ProteinData("t", X[:, 0] + rng.normal(0, 0.1, 120), "regression",
+                       split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
     _, val, test = data.split
     for kinds in (["ridge"], ["krr"]):
-        _, head = models.select_closed_form(data, X, True, kinds, log=lambda line: None)
+        _, head = closed_form.select_closed_form(data, X, True, kinds, log=lambda line: None)
         meta = saved.save_head(tmp_path, head)
         back = saved.load_head(PredictRun(dir=tmp_path, card={"head": meta}, out=tmp_path / "o.csv", device="cpu"))
         for name in ("coef", "basis"):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import predict_bad, roundtrip, train_in_process
+from houses import houses as houses_table
 
 
 def _train(out, recipe, *args, budget="10steps"):
@@ -28,14 +29,8 @@ def tables(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tables")
     rng = np.random.default_rng(0)
     n = 300
-    households = np.round(rng.lognormal(6, 0.8, n)) + 10
-    rooms = households * rng.uniform(3, 8, n)
-    lat, lon = rng.uniform(32, 42, n), rng.uniform(-124, -114, n)
-    coast = np.where(lon < -121, "NEAR OCEAN", np.where(lat > 38, "INLAND", "<1H OCEAN"))
-    price = 40_000 * rooms / households + 30_000 * (coast == "NEAR OCEAN") + rng.normal(0, 10_000, n)
-    houses = pd.DataFrame({"id": np.arange(n), "households": households, "total_rooms": rooms.round(),
-                           "age": rng.integers(1, 50, n).astype(float), "latitude": lat, "longitude": lon,
-                           "coast": coast, "price": price.clip(10_000)})
+    houses = houses_table(rng, n, lat_slope=0)
+    houses.insert(3, "age", rng.integers(1, 50, n).astype(float))
     houses.loc[rng.choice(n, 12, replace=False), "total_rooms"] = np.nan
     _, test = train_test_split(np.arange(n), test_size=0.2, random_state=42)  # the recipe's split_seed split
     houses.loc[test[:5], "age"] = np.nan

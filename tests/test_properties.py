@@ -234,9 +234,6 @@ def tables(draw):
 class FakeRun:
     seed = 0
 
-    def data_path(self, name):
-        raise AssertionError("own files only")
-
     def report(self, *a):
         pass
 
@@ -307,14 +304,14 @@ smiles_text = st.one_of(st.sampled_from(["CCO", "c1ccccc1", "CC(=O)O", "[Na+].[C
 @example(smiles=["CCO", "C\x00C"], targets=["1"] * 8, skip=False)
 @example(smiles=["CCO", "CC"], targets=["1", "inf"] + ["1"] * 6, skip=False)
 def test_molecule_loader_on_random_smiles(smiles, targets, skip):
-    from recipe_zoo.recipes.molecules import data as mol
+    from recipe_zoo.recipes.molecules.table import read_table
     from recipe_zoo.recipes.molecules.config import MolConfig
 
     content = _csv_text(["smiles", "y"], [[s, t] for s, t in zip(smiles, targets)], raw=False).encode()
     folder, path = _written("mols.csv", content)
     with folder:
         cfg = MolConfig(data=str(path), target="y", on_invalid="skip" if skip else "auto")
-        loaded = loads_or_names_the_file(lambda: mol.read_table(cfg, None), path)
+        loaded = loads_or_names_the_file(lambda: read_table(cfg), path)
     if loaded is not None:
         assert len(loaded.mols) == len(loaded.smiles) == len(loaded.y) and all(m is not None for m in loaded.mols)
 
@@ -330,7 +327,8 @@ AMINO_TEXT = st.text(alphabet="ACDEFGHIKLMNPQRSTVWY", min_size=1, max_size=40)
        labels=label_lists(14), kind=st.sampled_from(["fasta", "csv"]),
        task=st.sampled_from(["auto", "regression", "classification"]))
 def test_protein_loader_on_random_letter_strings(seqs, labels, kind, task):
-    from recipe_zoo.recipes.protein import data as prot
+    from recipe_zoo.recipes.protein.loading import load_data
+    from recipe_zoo.recipes.protein.sequences import AMINO, EXTRA
     from recipe_zoo.recipes.protein.config import ProteinConfig
 
     if kind == "fasta":
@@ -340,7 +338,7 @@ def test_protein_loader_on_random_letter_strings(seqs, labels, kind, task):
     folder, path = _written(f"prot.{kind}", content.encode())
     with folder:
         cfg = ProteinConfig(data=str(path), task=task, max_len=30)
-        loaded = loads_or_names_the_file(lambda: prot.load_data(cfg, FakeRun()), path)
+        loaded = loads_or_names_the_file(lambda: load_data(cfg, FakeRun()), path)
     if loaded is not None:
-        assert len(loaded.seqs) == len(loaded.y) and all(set(s) <= set(prot.AMINO + prot.EXTRA) for s in loaded.seqs)
+        assert len(loaded.seqs) == len(loaded.y) and all(set(s) <= set(AMINO + EXTRA) for s in loaded.seqs)
         assert all(len(s) <= 30 for s in loaded.seqs)

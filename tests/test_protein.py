@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import conftest
-from conftest import make_tiny_esm, run_doctor, zoo
-from recipe_zoo.recipes.protein import data as pdata
-from recipe_zoo.recipes.protein import esm2, esm_finetune, models, position_mean
+from conftest import run_doctor, zoo
+from recipe_zoo.recipes.protein import (closed_form, encodings, esm2, esm_finetune, heads, loading, mutations,
+                                       position_mean, scoring, sequences)
 from recipe_zoo.recipes.protein import split as psplit
 from recipe_zoo.recipes.protein.config import FinetuneConfig, OnehotConfig, ProteinConfig
 from recipe_zoo.core import splits
@@ -29,13 +29,13 @@ def variants(n_single: int = 300, n_double: int = 100, seed: int = 0):
     residue term (as in deep mutational scans, where the site explains most of the effect)."""
     rng = np.random.default_rng(seed)
     pos_weight = rng.normal(size=len(WT))
-    aa_value = {a: v for a, v in zip(pdata.AMINO, rng.normal(size=20))}
+    aa_value = {a: v for a, v in zip(sequences.AMINO, rng.normal(size=20))}
     seqs, fitness, names = [], [], []
     for k in range(n_single + n_double):
         s = list(WT)
         muts = []
         for p in rng.choice(len(WT), size=1 if k < n_single else 2, replace=False):
-            a = rng.choice([x for x in pdata.AMINO if x != WT[p]])
+            a = rng.choice([x for x in sequences.AMINO if x != WT[p]])
             s[p] = a
             muts.append(f"{WT[p]}{p + 1}{a}")
         seqs.append("".join(s))
@@ -55,11 +55,6 @@ def variant_fasta(tmp_path):
     return write_fasta(tmp_path / "variants.fasta", seqs, [f"{v:.4f}" for v in y])
 
 
-@pytest.fixture
-def tiny_esm(tmp_path):
-    return make_tiny_esm(tmp_path / "weights" / "esm2_t2_tiny.pt")
-
-
 run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="5steps")
 
@@ -74,15 +69,15 @@ def bad(capfd, tmp_path, *args) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def test_onehot_and_blosum_encodings():
-    X = pdata.encode(["ACD", "AX"], "onehot")
+    X = encodings.encode(["ACD", "AX"], "onehot")
     assert X.shape == (2, 3 * 21)
     assert X[0].reshape(3, 21).argmax(1).tolist() == [0, 1, 2]
     assert X[1].reshape(3, 21)[1, 20] == 1 and X[1].reshape(3, 21)[2].sum() == 0  # X shares a column; padding 0
-    B = pdata.encode(["AW"], "blosum").reshape(2, 20)
-    assert B[0, pdata.AMINO.index("A")] == 4 / 4 and B[1, pdata.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
-    m = pdata.blosum62()[:20]  # the inlined table: symmetric, its diagonal the largest entry of each row
+    B = encodings.encode(["AW"], "blosum").reshape(2, 20)
+    assert B[0, sequences.AMINO.index("A")] == 4 / 4 and B[1, sequences.AMINO.index("W")] == 11 / 4  # BLOSUM62 diagonal
+    m = encodings.blosum62()[:20]  # the inlined table: symmetric, its diagonal the largest entry of each row
     assert (m == m.T).all() and (m.argmax(1) == np.arange(20)).all()
-    i = {a: n for n, a in enumerate(pdata.AMINO)}
+    i = {a: n for n, a in enumerate(sequences.AMINO)}
     assert m[i["C"], i["W"]] == -2 / 4 and m[i["F"], i["Y"]] == 3 / 4
 
 
@@ -93,23 +88,23 @@ def test_onehot_and_blosum_encodings():
 ])
 def test_bad_sequences_name_the_record(text, message):
     with pytest.raises(ZooError, match=message.replace("*", r"\*")):
-        pdata.check_sequence(text, "f.fasta record 'x' (line 3)", ProteinConfig())
+        sequences.check_sequence(text, "f.fasta record 'x' (line 3)", ProteinConfig())
 
 
 def test_too_long_sequences_error_or_crop():
     cfg = ProteinConfig(max_len=5)
     with pytest.raises(ZooError, match="longer than max_len=5"):
-        pdata.check_sequence("ACDEFG", "r", cfg)
-    assert pdata.check_sequence("acdefg", "r", ProteinConfig(max_len=5, too_long="crop")) == "ACDEF"
+        sequences.check_sequence("ACDEFG", "r", cfg)
+    assert sequences.check_sequence("acdefg", "r", ProteinConfig(max_len=5, too_long="crop")) == "ACDEF"
 
 
 def test_labels_regression_classes_and_nan():
-    y, task, classes = pdata.parse_labels(["1.5", "2", "-0.25"], ["a", "b", "c"], "auto")
+    y, task, classes = sequences.parse_labels(["1.5", "2", "-0.25"], ["a", "b", "c"], "auto")
     assert task == "regression" and y.tolist() == [1.5, 2.0, -0.25] and classes is None
-    y, task, classes = pdata.parse_labels(["cyto", "membrane", "cyto"], ["a", "b", "c"], "auto")
+    y, task, classes = sequences.parse_labels(["cyto", "membrane", "cyto"], ["a", "b", "c"], "auto")
     assert task == "classification" and classes == ["cyto", "membrane"] and y.tolist() == [0, 1, 0]
     with pytest.raises(ZooError, match="row 3: target 'nan'"):
-        pdata.parse_labels(["1", "2", "nan"], ["row 1", "row 2", "row 3"], "auto")
+        sequences.parse_labels(["1", "2", "nan"], ["row 1", "row 2", "row 3"], "auto")
 
 
 def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
@@ -121,7 +116,7 @@ def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     with zipfile.ZipFile(folder / "splits.zip", "w") as zf:
         zf.writestr("splits/three_vs_rest.csv", "\n".join(rows) + "\n")
-    data = pdata.load_flip(ProteinConfig(), folder)
+    data = loading.load_flip(ProteinConfig(), folder)
     train, val, test = data.split
     assert len(test) == 20 and len(val) == 7 and len(train) == 33 and data.name == "flip-gb1:three_vs_rest"
     from recipe_zoo.runs import key_suffix
@@ -133,11 +128,11 @@ def test_flip_csv_split_and_benchmark_key(tmp_path, monkeypatch):
     assert key_suffix(ProteinConfig(split_sizes="0.7,0.1,0.2", target="y")) == ":split_sizes=0.7,0.1,0.2:target=y"
     for name in ("flip-gb1", "p62593"):  # split_sizes would change the key and nothing else: refused
         with pytest.raises(ZooError, match=f"{name} has its own split"):
-            pdata.load_data(ProteinConfig(data=name, split_sizes="0.7,0.2,0.1"), SimpleRun(Budget("steps", 1)))
+            loading.load_data(ProteinConfig(data=name, split_sizes="0.7,0.2,0.1"), SimpleRun(Budget("steps", 1)))
     with pytest.raises(ZooError, match="cannot read splits/low_vs_high.csv"):
-        pdata.load_flip(ProteinConfig(split="low_vs_high"), folder)
+        loading.load_flip(ProteinConfig(split="low_vs_high"), folder)
     with pytest.raises(ZooError, match="split='three': FLIP GB1 has"):
-        pdata.load_flip(ProteinConfig(split="three"), folder)
+        loading.load_flip(ProteinConfig(split="three"), folder)
 
 
 def test_esm_example_split_is_sklearns_with_a_hashed_validation_carve_out():
@@ -163,9 +158,9 @@ def test_closed_form_ridge_matches_scikit_learn(features):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, features)).astype(np.float32)
     y = X @ rng.normal(size=features) + rng.normal(0, 0.5, size=120)
-    data = pdata.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
-    cands, chosen = models.select_closed_form(data, X, True, ["ridge"])
-    assert len(cands) == len(models.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
+    data = sequences.ProteinData("t", y, "regression", split=(np.arange(80), np.arange(80, 100), np.arange(100, 120)))
+    cands, chosen = closed_form.select_closed_form(data, X, True, ["ridge"])
+    assert len(cands) == len(closed_form.RIDGE_ALPHAS) and all(-1 <= c["val"]["spearman"] <= 1 for c in cands)
     assert chosen.alpha == max(cands, key=lambda c: c["val"]["spearman"])["alpha"]  # the best on validation
     fit = np.arange(80)  # fitted on train only: validation chose it, test scores it
     Xs = (X - X[fit].mean(0)) / X[fit].std(0)
@@ -178,9 +173,9 @@ def test_kernel_ridge_learns_a_nonlinear_target_that_ridge_cannot():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 2)).astype(np.float32)
     y = np.sin(2 * X[:, 0]) * np.cos(2 * X[:, 1]) + rng.normal(0, 0.05, 400)
-    data = pdata.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
-    cands, chosen = models.select_closed_form(data, X, True, ["ridge", "krr"])
-    assert chosen.head == "krr" and len(cands) == len(models.RIDGE_ALPHAS) + 25
+    data = sequences.ProteinData("t", y, "regression", split=(np.arange(300), np.arange(300, 350), np.arange(350, 400)))
+    cands, chosen = closed_form.select_closed_form(data, X, True, ["ridge", "krr"])
+    assert chosen.head == "krr" and len(cands) == len(closed_form.RIDGE_ALPHAS) + 25
     best = {k: max(c["val"]["spearman"] for c in cands if c["head"] == k) for k in ("ridge", "krr")}
     assert best["krr"] > 0.8 and best["ridge"] < 0.5
 
@@ -329,14 +324,14 @@ def test_scratch_model_trains_end_to_end(variant_fasta):
 # ---------------------------------------------------------------------------------------------
 
 def test_mutation_strings_are_checked_against_the_wild_type():
-    assert pdata.parse_mutations("K2A:T3W", WT, 1, "r") == [(1, "K", "A"), (2, "T", "W")]
-    assert pdata.parse_mutations("K12A", WT, 11, "r") == [(1, "K", "A")]
+    assert mutations.parse_mutations("K2A:T3W", WT, 1, "r") == [(1, "K", "A"), (2, "T", "W")]
+    assert mutations.parse_mutations("K12A", WT, 11, "r") == [(1, "K", "A")]
     with pytest.raises(ZooError, match="row 7: A2C says A at 2 but the wild type has K there"):
-        pdata.parse_mutations("A2C", WT, 1, "row 7")
+        mutations.parse_mutations("A2C", WT, 1, "row 7")
     with pytest.raises(ZooError, match="not like H24C"):
-        pdata.parse_mutations("K2", WT, 1, "r")
+        mutations.parse_mutations("K2", WT, 1, "r")
     with pytest.raises(ZooError, match="outside the wild type"):
-        pdata.parse_mutations("K99A", WT, 1, "r")
+        mutations.parse_mutations("K99A", WT, 1, "r")
 
 
 def test_zeroshot_scores_are_masked_marginals(tmp_path, tiny_esm):
@@ -431,7 +426,7 @@ def test_registered_datasets_are_listed():
 def test_csv_reader_handles_a_byte_order_mark(tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes("\ufeffsequence,target\nMKT,1\nMKA,2\nMKC,3\n".encode())
-    data = pdata.load_csv(ProteinConfig(), path, str(path))
+    data = loading.load_csv(ProteinConfig(), path, str(path))
     assert data.seqs == ["MKT", "MKA", "MKC"]
 
 
@@ -531,9 +526,9 @@ ZERO = ["target=y", "wt=MKTAYIAKQR"]
         "unknown-amino-acid-mutant", "unknown-amino-acid-wild-type", "non-utf8-fasta", "non-utf8-csv",
         "typo-key-onehot", "typo-key-finetune", "typo-key-zeroshot", "ill-typed-value", "budget-0s",
         "budget-negative"])
-def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
+def test_bad_input_table(tmp_path, capfd, request, recipe, name, content, args, needles, budget):
     path = conftest.write_file(tmp_path / name, content)
-    weights = [f"esm_weights={make_tiny_esm(tmp_path / 'esm2_tiny.pt')}"] if "esm" in recipe else []
+    weights = [f"esm_weights={request.getfixturevalue('tiny_esm')}"] if "esm" in recipe else []
     conftest.bad_input(capfd, [recipe, f"data={path}", *args, *weights], tmp_path / "runs", *needles, budget=budget)
 
 
@@ -556,7 +551,7 @@ def test_hash_split_is_disjoint_by_sequence_and_the_same_for_any_seed_or_order(t
     assert len(set(seqs)) < len(seqs)  # the random draws repeat a few mutants: copies must share a side
 
     def load(path, seed=0):
-        return pdata.load_data(ProteinConfig(data=str(path)), _run(tmp_path / "r", seed=seed))
+        return loading.load_data(ProteinConfig(data=str(path)), _run(tmp_path / "r", seed=seed))
 
     base = load(write_fasta(tmp_path / "a.fasta", seqs, [f"{v:.4f}" for v in y]))
     assert sorted(np.concatenate(base.split).tolist()) == list(range(len(seqs)))
@@ -572,7 +567,7 @@ def test_hash_split_is_disjoint_by_sequence_and_the_same_for_any_seed_or_order(t
 
 def test_positions_split_holds_out_every_mutant_at_a_test_position(tmp_path):
     seqs, y, names = variants(600, 200)
-    data = pdata.load_data(ProteinConfig(data=str(_scan_csv(tmp_path / "m.csv", seqs, y, names)), target="fitness",
+    data = loading.load_data(ProteinConfig(data=str(_scan_csv(tmp_path / "m.csv", seqs, y, names)), target="fitness",
                                          split="positions"), _run(tmp_path / "r"))
     train, val, test = data.split
     assert data.positions[0] == tuple(int(m[1:-1]) for m in names[0].split(":"))
@@ -583,8 +578,8 @@ def test_positions_split_holds_out_every_mutant_at_a_test_position(tmp_path):
         for i in part:  # test: a mutant touching a test position; validation: one touching a validation position
             assert k == max(side[p] for p in data.positions[i])  # (and no test one); train: the rest
     # the same positions from the sequences alone (their consensus is the wild type)
-    from_seqs = pdata.load_data(ProteinConfig(data=str(write_fasta(tmp_path / "v.fasta", seqs, y)), split="positions"),
-                                _run(tmp_path / "r"))
+    fasta = write_fasta(tmp_path / "v.fasta", seqs, y)
+    from_seqs = loading.load_data(ProteinConfig(data=str(fasta), split="positions"), _run(tmp_path / "r"))
     assert [set(p) for p in from_seqs.positions] == [set(p) for p in data.positions]
     assert all(np.array_equal(a, b) for a, b in zip(from_seqs.split, data.split))
     assert "split=positions and protein/position-mean need each item's mutated positions" in run_bad(
@@ -630,18 +625,19 @@ def test_bootstrap_statistic_is_the_metric():
     idx = rng.integers(0, 200, 200)
     from recipe_zoo.core.metrics import spearman
 
-    assert pdata.metric_statistic(y, pred, "regression")(idx) == pytest.approx(spearman(y[idx], pred[idx]))
-    assert pdata.metric_statistic(y, np.zeros(200), "regression")(idx) == 0.0
+    assert scoring.metric_statistic(y, pred, "regression")(idx) == pytest.approx(spearman(y[idx], pred[idx]))
+    assert scoring.metric_statistic(y, np.zeros(200), "regression")(idx) == 0.0
     scores = rng.normal(size=(200, 3))
     labels = rng.integers(0, 3, 200)
-    assert pdata.metric_statistic(labels, scores, "classification")(idx) == pytest.approx(
+    assert scoring.metric_statistic(labels, scores, "classification")(idx) == pytest.approx(
         (scores[idx].argmax(1) == labels[idx]).mean())
 
 
 class CountedSeconds:
-    """The closed form's clock (``models.time``) moved by the work done, not by this CPU: a Cholesky fit of an
-    r x r system costs (r / 1000)^3 s (about what a busy 2-core machine takes), everything else nothing. What the
-    grid shrinks to, and the seconds counted, are then the same on any machine."""
+    """The closed form's clock (``closed_form.time``, and ``heads.time`` that adds it to train_seconds) moved by the
+    work done, not by this CPU: a Cholesky fit of an r x r system costs (r / 1000)^3 s (about what a busy 2-core
+    machine takes), everything else nothing. What the grid shrinks to, and the seconds counted, are then the same
+    on any machine."""
 
     def __init__(self):
         self.now = 0.0
@@ -661,22 +657,24 @@ def _big_embeddings(n=2000):
     X = rng.normal(size=(n, 16)).astype(np.float32)
     y = np.tanh(X[:, 0] + 0.5 * X[:, 1]) + rng.normal(0, 0.1, n)
     cut = int(0.8 * n), int(0.9 * n)
-    return X, pdata.ProteinData("t", y, "regression", split=(np.arange(cut[0]), np.arange(*cut), np.arange(cut[1], n)))
+    return X, sequences.ProteinData("t", y, "regression",
+                                    split=(np.arange(cut[0]), np.arange(*cut), np.arange(cut[1], n)))
 
 
 def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path, monkeypatch):
     """1,600 training rows at (r / 1000)^3 s a fit: the full kernel ridge grid (25 fits of 1,600 x 1,600, 102 s)
     does not fit in 20 s after the 1 s probe; half the rows (25 x 0.51 s) do, so the grid shrinks to them (said in
     the log), all 25 candidates are fitted, and train_seconds counts the probe and the fits: 13.8 s, within 20."""
-    from recipe_zoo.recipes.protein.config import HeadFields
+    from recipe_zoo.recipes.protein.config import OnehotConfig
 
     clock = CountedSeconds()
-    monkeypatch.setattr(models, "time", clock)
-    monkeypatch.setattr(models, "solve_spd", clock.charging(models.solve_spd))
+    monkeypatch.setattr(closed_form, "time", clock)
+    monkeypatch.setattr(heads, "time", clock)
+    monkeypatch.setattr(closed_form, "solve_spd", clock.charging(closed_form.solve_spd))
     X, data = _big_embeddings()
     logs = []
-    metrics, head, _ = models.fit_head(HeadFields(head="krr"), _run(tmp_path, "20s", log=logs.append), data, X,
-                                       scale=True)
+    metrics, head, _ = heads.fit_head(OnehotConfig(head="krr"), _run(tmp_path, "20s", log=logs.append), data, X,
+                                      scale=True)
     text = "\n".join(logs)
     assert "the grid shrinks: kernel ridge on 800 of the 1600 training rows" in text, text
     assert "closed form: 25 candidates" in text and head.head == "krr" and len(head.basis) == 800
@@ -684,9 +682,10 @@ def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path, m
     assert metrics["train_seconds"] == pytest.approx(clock.now) and metrics["test_spearman"] > 0.5
     # head=auto: the closed form gets half the budget (10 s): kernel ridge a quarter of the rows, ridge all alphas
     logs.clear()
-    cands, _ = models.select_closed_form(data, X, True, ["ridge", "krr"], limit=10.0, log=logs.append)
+    cands, _ = closed_form.select_closed_form(data, X, True, ["ridge", "krr"], limit=10.0, log=logs.append)
     assert "kernel ridge on 400 of the 1600 training rows" in "\n".join(logs)
-    assert len(cands) == len(models.RIDGE_ALPHAS) + 25 and all(c["rows"] == 400 for c in cands if c["head"] == "krr")
+    assert len(cands) == len(closed_form.RIDGE_ALPHAS) + 25
+    assert all(c["rows"] == 400 for c in cands if c["head"] == "krr")
 
 
 def test_position_mean_on_a_random_split_and_on_held_out_positions(tmp_path):

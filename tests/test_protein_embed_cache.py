@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_tiny_esm
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.progress import Progress
@@ -30,8 +29,8 @@ def load(path):
 
 
 @pytest.fixture
-def tiny(tmp_path):
-    return load(make_tiny_esm(tmp_path / "esm2_t2_tiny.pt"))
+def tiny(tiny_esm):
+    return load(tiny_esm)
 
 
 def embed(tiny, seqs, log, progress=None):
@@ -68,7 +67,7 @@ def test_a_stopped_embedding_keeps_its_shards_and_the_rerun_embeds_only_the_rest
     assert resumed.dtype == np.float32 and resumed.tobytes() == whole.tobytes()  # the same batches: the same bits
 
 
-def test_a_process_killed_mid_way_keeps_its_shards(tiny, tmp_path, monkeypatch):
+def test_a_process_killed_mid_way_keeps_its_shards(tiny, tiny_esm, tmp_path, monkeypatch):
     whole = in_one_go(tiny, tmp_path, monkeypatch)
     script = textwrap.dedent(f"""
         import os, signal, sys
@@ -80,7 +79,7 @@ def test_a_process_killed_mid_way_keeps_its_shards(tiny, tmp_path, monkeypatch):
         def kill(done, total):
             if done >= 20:
                 os.kill(os.getpid(), signal.SIGKILL)  # no handler, no cleanup
-        t.embed(t.load({str(tmp_path / "esm2_t2_tiny.pt")!r}), t.SEQS, print, kill)  # the fixture's weights
+        t.embed(t.load({str(tiny_esm)!r}), t.SEQS, print, kill)  # the fixture's weights
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == -9, r.stderr

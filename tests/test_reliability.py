@@ -20,7 +20,7 @@ import torch
 
 from conftest import ROOT, roundtrip, stdout_lines, small_run_args, summary_block, without_timing, zoo, zoo_in_process
 from test_board import row
-from recipe_zoo import board, results
+from recipe_zoo import board, board_render, results
 from recipe_zoo.core import checkpoint, precision
 
 # Under a step budget a resumed run must end bit for bit where an uninterrupted one ends. A checkpoint is
@@ -541,14 +541,14 @@ def test_eight_runs_at_once_all_land_in_the_index(tmp_path):
 
 def _rewrite_board(n: int) -> None:
     for _ in range(n):
-        board.write_board()
+        board_render.write_board()
 
 
 def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkeypatch):
     """Four processes rewrite leaderboard.md while it is read: every read is the one complete text."""
     monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path))
     board.append_rows([row(f"r{i}", i / 200) for i in range(200)])
-    expected = board.write_board().read_text()
+    expected = board_render.write_board().read_text()
     ctx = multiprocessing.get_context("spawn")
     writers = [ctx.Process(target=_rewrite_board, args=(40,)) for _ in range(4)]
     for w in writers:

@@ -83,14 +83,14 @@ def test_every_entry_is_a_valid_run_at_both_scales():
     """Each entry's settings (and its small ones) are fields of its recipe's config with valid values; its budget
     is a time; the datasets it names are registered."""
     from recipe_zoo import config, registry, suite
-    from recipe_zoo.data import DATASETS
+    from recipe_zoo.data import load_all
 
     for entry in suite.entries("gpu"):
         spec = registry.get(entry.recipe)
         for scale in (1.0, 0.05):
             config.build(spec.config, spec.defaults, None, suite.settings_of(entry, scale), spec.name)
             assert suite.scaled_budget(entry.budget, scale).endswith("s")
-    assert set(suite.datasets("gpu")) <= set(DATASETS)
+    assert set(suite.datasets("gpu")) <= set(load_all())
     assert not set(suite.LEFT_OUT) & {e.recipe for e in suite.entries("gpu")}
     torch_recipes = {r["name"] for r in registry.static_list()} - {"molecules/fp-xgb", "tabular/xgb",
                                                                  "protein/onehot", "protein/position-mean"}

@@ -10,6 +10,7 @@ import pytest
 
 import conftest
 from conftest import run_doctor, zoo_in_process
+from houses import houses as houses_table
 from recipe_zoo.recipes.tabular import data, features, models
 from recipe_zoo.recipes.tabular import split as tab_split
 from recipe_zoo.recipes.tabular.config import MLPConfig, TabularConfig, XGBConfig
@@ -24,14 +25,7 @@ def houses(tmp_path):
     """A small housing-like table: counts whose ratio matters, coordinates, a category, missing values."""
     rng = np.random.default_rng(0)
     n = 1500
-    households = np.round(rng.lognormal(6, 0.8, n)) + 10  # long-tailed counts, as census districts are
-    rooms = households * rng.uniform(3, 8, n)
-    lat, lon = rng.uniform(32, 42, n), rng.uniform(-124, -114, n)
-    coast = np.where(lon < -121, "NEAR OCEAN", np.where(lat > 38, "INLAND", "<1H OCEAN"))
-    price = 40_000 * rooms / households + 30_000 * (coast == "NEAR OCEAN") - 2_000 * (lat - 32) \
-        + rng.normal(0, 10_000, n)
-    frame = pd.DataFrame({"id": np.arange(n), "households": households, "total_rooms": rooms.round(),
-                          "latitude": lat, "longitude": lon, "coast": coast, "price": price.clip(10_000)})
+    frame = houses_table(rng, n)
     frame.loc[rng.choice(n, 40, replace=False), "total_rooms"] = np.nan
     path = tmp_path / "houses.csv"
     frame.to_csv(path, index=False)
@@ -172,15 +166,13 @@ def test_missing_files_and_formats(tmp_path):
 def test_adult_layout_is_read_with_its_test_file(tmp_path, monkeypatch):
     folder = tmp_path / "data" / "tabular" / "adult"
     folder.mkdir(parents=True)
+    monkeypatch.setenv("ZOO_DATA", str(tmp_path / "data"))
     row = "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 0, 0, 40, "
     (folder / "adult.data").write_text("".join(f"{row}United-States, {'>50K' if i % 3 else '<=50K'}\n"
                                                for i in range(30)))
     (folder / "adult.test").write_text("".join(f"{row}?, {'>50K.' if i % 2 else '<=50K.'}\n" for i in range(10)))
 
     class FakeRun:
-        def data_path(self, name):
-            return folder
-
         def report(self, *a):
             pass
 

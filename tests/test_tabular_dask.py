@@ -9,10 +9,10 @@ import socket
 import sys
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import bad_input, roundtrip, train_in_process
+from houses import houses as houses_table
 
 pytest.importorskip("distributed")
 
@@ -22,17 +22,8 @@ ARGS = ["target=price", "bagging=2", "max_depth=4", "log_target=off"]  # 3 fits:
 @pytest.fixture(scope="module")
 def houses(tmp_path_factory):
     """1,500 housing-like rows: a ratio of counts, coordinates, a text category; price noise 10,000."""
-    rng = np.random.default_rng(0)
-    n = 1500
-    households = np.round(rng.lognormal(6, 0.8, n)) + 10
-    rooms = households * rng.uniform(3, 8, n)
-    lat, lon = rng.uniform(32, 42, n), rng.uniform(-124, -114, n)
-    coast = np.where(lon < -121, "NEAR OCEAN", np.where(lat > 38, "INLAND", "<1H OCEAN"))
-    price = 40_000 * rooms / households + 30_000 * (coast == "NEAR OCEAN") - 2_000 * (lat - 32) \
-        + rng.normal(0, 10_000, n)
     path = tmp_path_factory.mktemp("dask") / "houses.csv"
-    pd.DataFrame({"households": households, "total_rooms": rooms.round(), "latitude": lat, "longitude": lon,
-                  "coast": coast, "price": price.clip(10_000)}).to_csv(path, index=False)
+    houses_table(np.random.default_rng(0), 1500).drop(columns="id").to_csv(path, index=False)
     return path
 
 

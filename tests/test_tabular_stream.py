@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import bad_input, roundtrip, summary_block, train_in_process, zoo
+from houses import houses as houses_table
 from recipe_zoo.recipes.tabular import stream
 
 
@@ -24,15 +25,8 @@ def tables(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stream")
     rng = np.random.default_rng(0)
     n = 1500
-    households = np.round(rng.lognormal(6, 0.8, n)) + 10
-    rooms = households * rng.uniform(3, 8, n)
-    lat, lon = rng.uniform(32, 42, n), rng.uniform(-124, -114, n)
-    coast = np.where(lon < -121, "NEAR OCEAN", np.where(lat > 38, "INLAND", "<1H OCEAN"))
-    price = 40_000 * rooms / households + 30_000 * (coast == "NEAR OCEAN") - 2_000 * (lat - 32) \
-        + rng.normal(0, 10_000, n)
-    houses = pd.DataFrame({"id": np.arange(n), "households": households, "total_rooms": rooms.round(),
-                           "age": pd.array(rng.integers(1, 50, n), dtype="Int64"), "latitude": lat,
-                           "longitude": lon, "coast": coast, "price": price.clip(10_000)})
+    houses = houses_table(rng, n)
+    houses.insert(3, "age", pd.array(rng.integers(1, 50, n), dtype="Int64"))
     houses.loc[rng.choice(n, 40, replace=False), "total_rooms"] = np.nan
     houses.loc[700:710, "age"] = pd.NA  # '' in a few chunks: int64 there, float64 in the file read at once
     houses.to_csv(tmp / "houses.csv", index=False)

@@ -50,7 +50,7 @@ def _by_domain(names):
 @pytest.mark.parametrize("name, vendor", _by_domain(NAMES))
 def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor, monkeypatch, capsys):
     """The copy registers only itself, says what it imports, runs from another folder (with --vendor: imports no
-    recipe module of the zoo), and its metric equals `zoo run RECIPE`'s at the same seed and budget."""
+    recipe module of the zoo but its dataset declarations), and its metric equals `zoo run RECIPE`'s at the same seed and budget."""
     spec = registry.get(name)
     written = templates.write_template(spec, "mytask", tmp_path / "mytask.py", "test", vendor=vendor)
     moved = _moved(written[0], tmp_path)
@@ -63,7 +63,8 @@ def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor,
     if vendor:
         copies = [moved, *moved.with_name("mytask_parts").glob("*.py")]
         assert len(copies) == len(written)
-        assert not [m for p in copies for m in templates.imported_modules(p.read_text()) if ".recipes" in m]
+        imported = {m for p in copies for m in templates.imported_modules(p.read_text()) if ".recipes" in m}
+        assert all(map(templates.declares_datasets, imported))  # only the zoo's dataset declarations, never copied
     once = ["eval_every=0"] if "eval_every" in spec.config.__dataclass_fields__ else []  # evaluate at the end only
     args = [*small_run_args(name, tmp_path), *once, "--out", tmp_path / "runs"]
     monkeypatch.chdir(moved.parent)
@@ -117,3 +118,43 @@ def test_a_template_from_before_the_import_root_names_what_to_change(tmp_path, l
     root = line.split()[1].split(".")[0]
     for needle in (str(old), "written by an earlier zoo", f"imports {root!r}", "recipe_zoo.core", "zoo new"):
         assert needle in message, (needle, message)
+
+
+def test_a_template_brings_a_dataset_of_its_own(tmp_path, monkeypatch, capsys):
+    """A copy declares a dataset in its own file: `zoo data list --from` shows it and where it is declared, `zoo run
+    FILE data=NAME` reads it from $ZOO_DATA and keys the run by that name; a name the zoo already declares is
+    refused with both places named."""
+    import numpy as np
+    from houses import houses
+
+    from recipe_zoo.core import datasets
+
+    path = templates.write_template(registry.get("tabular/xgb"), "mytask", tmp_path / "mytask.py", "test")[0]
+    declaration = ('\n\nfrom recipe_zoo.core.datasets import DatasetInfo, dataset\n\n'
+                   'dataset(DatasetInfo(name="{name}", domain="tabular", source="cache", path="tabular/mine.csv",\n'
+                   '                    description="my houses", split="80/20", metric="RMSE",\n'
+                   '                    info={{"kind": "csv", "target": "price"}}))\n')
+    original = path.read_text()
+    path.write_text(original + declaration.format(name="my-houses"))
+    cache = tmp_path / "cache"
+    (cache / "tabular").mkdir(parents=True)
+    houses(np.random.default_rng(0), 300).to_csv(cache / "tabular" / "mine.csv", index=False)
+    listing = zoo("data", "list", "--from", path, env={"ZOO_DATA": str(cache)})
+    assert listing.returncode == 0, listing.stderr
+    line = next(x for x in listing.stdout.splitlines() if x.startswith("my-houses"))
+    assert "my houses" in line and "mytask" in listing.stdout
+
+    monkeypatch.setenv("ZOO_DATA", str(cache))
+    monkeypatch.setattr(api, "REGISTRY", dict(api.REGISTRY))
+    monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["run", str(path), "data=my-houses", "--budget", "2steps", "--out", str(tmp_path / "runs")]) == 0
+    block = summary_block(capsys.readouterr().out)
+    summary = json.loads((Path(block["run_dir"]) / "summary.json").read_text())
+    assert summary["benchmark"] == "my-houses" and summary["metrics"]["test_rmse"] > 0
+
+    clash = tmp_path / "clash.py"
+    clash.write_text(original.replace("'mytask'", "'clash'") + declaration.format(name="wine"))
+    proc = zoo("data", "list", "--from", clash, env={"ZOO_DATA": str(cache)})
+    assert proc.returncode == 2 and "dataset 'wine' is declared twice: in recipe_zoo.recipes.tabular.datasets" \
+        in proc.stderr, proc.stderr

@@ -9,7 +9,7 @@ import torch
 
 import conftest
 from conftest import bad_input, summary_block, zoo, zoo_in_process
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import backbones, image_decoding, image_splits, images
 from recipe_zoo.recipes.vision import data, evaluation, resnet
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import torch_state_kept
@@ -21,18 +21,18 @@ def test_digits_split_is_fixed_and_validation_is_carved_from_train():
     assert 0.07 < len(a.val_y) / 1437 < 0.13 and torch.equal(a.val_x, b.val_x)
     assert a.train_x.dtype == torch.uint8 and a.train_x.shape[1:] == (1, 8, 8)
     assert torch.bincount(a.test_y).min() >= 35
-    keys = {part: set(a.keys[part]) for part in images.PARTS}  # content keys: a duplicate image stays on one side
+    keys = {part: set(a.keys[part]) for part in image_splits.PARTS}  # content keys: a duplicate image stays on one side
     assert not keys["train"] & keys["validation"] and not keys["validation"] & keys["test"]
-    assert [len(a.keys[p]) for p in images.PARTS] == [len(a.train_y), len(a.val_y), len(a.test_y)]
+    assert [len(a.keys[p]) for p in image_splits.PARTS] == [len(a.train_y), len(a.val_y), len(a.test_y)]
     wider = images.load_digits_splits(0.2)  # a larger share only adds to validation
     assert keys["validation"] <= set(wider.keys["validation"]) and torch.equal(wider.test_y, a.test_y)
 
 
 def test_hash_parts_do_not_depend_on_the_order_of_the_items():
     keys = [f"c{i % 3}/{i}.png" for i in range(200)]
-    parts = images.hash_parts(keys, 0.1, 0.2)
+    parts = image_splits.hash_parts(keys, 0.1, 0.2)
     shuffled = [keys[i] for i in np.random.default_rng(0).permutation(200)]
-    again = images.hash_parts(shuffled, 0.1, 0.2)
+    again = image_splits.hash_parts(shuffled, 0.1, 0.2)
     as_sets = lambda ks, ps: [{ks[i] for i in p} for p in ps]  # noqa: E731
     assert as_sets(keys, parts) == as_sets(shuffled, again)
     train, val, test = as_sets(keys, parts)
@@ -49,7 +49,7 @@ def test_translate_and_flip_are_deterministic_per_generator():
 
 
 def test_zoo_resnet_shapes():
-    for net in (images.ZooNet, images.ZooResNet):
+    for net in (backbones.ZooNet, backbones.ZooResNet):
         for size, channels in ((8, 1), (32, 3)):
             model = net(channels, 10, 8, size)
             assert model(torch.randn(2, channels, size, size)).shape == (2, 10)
@@ -59,7 +59,7 @@ def test_whitening_stem_whitens_patches():
     torch.manual_seed(0)
     mix = torch.randn(3, 3)
     x = torch.einsum("ij,njhw->nihw", mix, torch.randn(64, 3, 16, 16))  # correlated channels
-    model = images.ZooNet(3, 10, 8, 16)
+    model = backbones.ZooNet(3, 10, 8, 16)
     model.init_whitening(x, eps=0.0)
     out = model.whiten(x) - model.whiten.bias.view(1, -1, 1, 1)
     half = out[:, :12].permute(0, 2, 3, 1).reshape(-1, 12)
@@ -84,7 +84,7 @@ def test_own_folder_split_by_hash_of_the_paths(tmp_path):
     assert len(splits.train_y) + len(splits.val_y) + len(splits.test_y) == 40
     assert splits.train_x.shape[1:] == (3, 16, 16)
     assert min(len(splits.val_y), len(splits.test_y)) >= 1
-    keys = {p: set(splits.keys[p]) for p in images.PARTS}
+    keys = {p: set(splits.keys[p]) for p in image_splits.PARTS}
     assert set().union(*keys.values()) == {f"{c}/{i}.png" for c in "ab" for i in range(20)}
     assert sum(len(k) for k in keys.values()) == 40
     again = images.load_folder_splits(tmp_path / "flat", 16, 0.1, 0.2, log=lambda s: None)
@@ -119,8 +119,8 @@ def test_mixed_sizes_need_a_size(tmp_path):
     Image.new("RGB", (12, 12)).save(tmp_path / "1.png")
     paths = [tmp_path / "0.png", tmp_path / "1.png"]
     with pytest.raises(ZooError, match="different sizes.*image_size"):  # a named dataset's own size
-        images.decode_images(paths, None, tmp_path)
-    assert images.decode_images(paths, 8, tmp_path).shape == (2, 3, 8, 8)
+        image_decoding.decode_images(paths, None, tmp_path)
+    assert image_decoding.decode_images(paths, 8, tmp_path).shape == (2, 3, 8, 8)
 
 
 def test_finetune_needs_weights(tmp_path):
@@ -218,7 +218,7 @@ def test_randaugment_mixup_cutmix_options():
 
 
 def test_tta_levels_average_views():
-    model = images.ZooNet(3, 4, 8, 16).eval()
+    model = backbones.ZooNet(3, 4, 8, 16).eval()
     x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
     normalize = lambda t: t.float() / 255  # noqa: E731
     with torch.no_grad():
@@ -365,7 +365,7 @@ def test_garbage_test_labels_change_nothing_before_the_end(tmp_path, monkeypatch
     assert honest["test_accuracy_ci_high"] - honest["test_accuracy_ci_low"] > 0.02  # 360 images: a real spread
     monkeypatch.undo()  # the real test images again
     _, other_seed = _train_in_process(tmp_path / "seed1", seed=1)
-    assert other_seed.splits == run.splits and [len(run.splits[p]) for p in images.PARTS][2] == 360
+    assert other_seed.splits == run.splits and [len(run.splits[p]) for p in image_splits.PARTS][2] == 360
 
 
 def test_own_folder_run_records_its_split(tmp_path):

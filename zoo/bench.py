@@ -6,7 +6,7 @@ import statistics
 import time
 from pathlib import Path
 
-from recipe_zoo import board, config, execution, runs
+from recipe_zoo import board, board_render, config, execution, runs
 from recipe_zoo.core.errors import ZooError
 
 
@@ -48,14 +48,14 @@ def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path,
 
 def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], command: str) -> dict:
     """The leaderboard row of finished seeds: mean ± std on test, the validation mean, the provenance."""
-    from recipe_zoo.data import DATASETS
+    from recipe_zoo import data
 
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
     values = [o.summary["value"] for o in outcomes]
     mean, std = board.mean_std(values)
     summaries = [json.loads((o.run_dir / "summary.json").read_text()) for o in outcomes]
     benchmark, metric = summaries[0]["benchmark"], summaries[0]["metric"]
-    info = DATASETS.get(benchmark.split(":")[0])
+    info = data.load_all().get(benchmark.split(":")[0])
     measured = [s["metrics"] for s in summaries]
     val_key = "val_" + board.metric_base(metric)
     return {
@@ -114,8 +114,8 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
             written.append(row)
     if not distributed.is_main():
         return 0
-    written_board = board.write_board()
-    charts = board.write_charts()
+    written_board = board_render.write_board()
+    charts = board_render.write_charts()
     print(f"\nbench results (appended to {board.rows_file()}; {written_board} and {len(charts)} charts rewritten):")
     for r in written:
         print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {board.value_text(r)} "

@@ -120,42 +120,83 @@ def _agree(make_dir):
 def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description, resume_dir, recipe_file,
              track) -> Outcome:
     from recipe_zoo.core import distributed
-    from recipe_zoo.core.loop import Diverged, Interrupted, OutOfMemory
     from recipe_zoo.core.precision import seed_everything
-    from recipe_zoo.core.rss import RssGrowth
 
     run_dir = run.home or run.dir
     index = index_path(runs_root(resume_dir, spec.name) if resume_dir else out_root)
     env = fingerprint() if run.main else {}
     if run.resuming:
-        if not _has_checkpoint(run):
-            raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "
-                           f"checkpoint, or {spec.name} trains without the core loop); start it again")
-        _trim_metrics(run)
+        _check_resumable(run, run_dir)
     elif run.main:
         _write_json(run_dir / "config.json", {
             "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
             "budget": str(budget), "seed": seed, "device": device, "processes": distributed.world_size(),
             "description": description, "track": list(track), "argv": sys.argv[1:]})
-    row = {}
-    if run.main:
-        _write_json(run_dir / "env.json", env)
-        row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
-               "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
-               "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
-               "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
-               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        _index_start(run, index, row)
-        if os.environ.get("ZOO_RUN_FILE"):  # `zoo run --nproc`: the launcher closes the row if this rank dies
-            Path(os.environ["ZOO_RUN_FILE"]).write_text(json.dumps({"index": str(index), "run_id": run_dir.name}))
-        if track:
-            from recipe_zoo.track import open_trackers
-
-            run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
-        world = distributed.world_size()
-        run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed}"
-                + (f", {world} processes" if world > 1 else "") + f" -> {run_dir}")
+    row = _start(run, run_dir, index, env, cfg, budget=budget, seed=seed, description=description,
+                 track=track) if run.main else {}
     seed_everything(seed)  # the same on every rank: the model is initialised alike
+    trained = _train(run, spec, cfg, seed, run_dir)
+    if not run.main:
+        if trained.input_error is not None:
+            raise trained.input_error
+        if trained.status == "ok":  # leave together: a rank exiting while rank 0 still talks can abort gloo's peer
+            distributed.barrier()
+        return Outcome(trained.code, run_dir, {})
+    return _finish(run, trained, run_dir, index, env, row)
+
+
+def _check_resumable(run: Run, run_dir: Path) -> None:
+    """A resumed run has a checkpoint to go on from, and keeps only the logged rows that checkpoint holds."""
+    if not _has_checkpoint(run):
+        raise ZooError(f"{run_dir}: no checkpoint.pt to resume from (the run stopped before its first "
+                       f"checkpoint, or {run.spec.name} trains without the core loop); start it again")
+    _trim_metrics(run)
+
+
+def _start(run: Run, run_dir: Path, index: Path, env: dict, cfg, *, budget, seed: int, description: str,
+           track) -> dict:
+    """Rank 0's start of a run: env.json, the index row that says ``running``, the trackers and the first log line.
+    Returns the index row, which the end of the run completes."""
+    from recipe_zoo.core import distributed
+
+    spec = run.spec
+    _write_json(run_dir / "env.json", env)
+    row = {"run_id": run_dir.name, "commit_id": env["commit"], "dirty": int(env["dirty"]), "status": "running",
+           "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
+           "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
+           "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    _index_start(run, index, row)
+    if os.environ.get("ZOO_RUN_FILE"):  # `zoo run --nproc`: the launcher closes the row if this rank dies
+        Path(os.environ["ZOO_RUN_FILE"]).write_text(json.dumps({"index": str(index), "run_id": run_dir.name}))
+    if track:
+        from recipe_zoo.track import open_trackers
+
+        run.trackers = open_trackers(list(track), run_dir, dataclasses.asdict(cfg), spec.name)
+    world = distributed.world_size()
+    run.log(f"{spec.name} on {run.benchmark}, budget {budget}, seed {seed}"
+            + (f", {world} processes" if world > 1 else "") + f" -> {run_dir}")
+    return row
+
+
+@dataclass
+class Trained:
+    """How the training went: its metrics, status and exit code, the config it ended on (a smaller batch after an
+    out-of-memory back-off), the input error to report as one line, and what it added to the process's memory."""
+    metrics: dict
+    status: str
+    code: int
+    cfg: object
+    input_error: ZooError | None
+    rss_growth_mb: float | None
+
+
+def _train(run: Run, spec, cfg, seed: int, run_dir: Path) -> Trained:
+    """The recipe trained under the handle; every way it can end becomes a status and an exit code."""
+    from recipe_zoo.core.training_errors import Diverged, Interrupted, OutOfMemory
+    from recipe_zoo.core.precision import seed_everything
+    from recipe_zoo.core.rss import RssGrowth
+
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
     rss = RssGrowth()  # what the run adds to this process's memory: its data, model, batches
     try:
@@ -189,20 +230,23 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
             status, code = "crash", input_error.exit_code
     except Exception:  # a bug or an unexpected failure: keep the traceback in the log
         status, code = _crash(run)
-    if not run.main:
-        if input_error is not None:
-            raise input_error
-        if status == "ok":  # leave together: a rank exiting while rank 0 still talks can abort gloo's peer
-            distributed.barrier()
-        return Outcome(code, run_dir, {})
+    return Trained(metrics, status, code, cfg, input_error, rss.growth_mb())
+
+
+def _finish(run: Run, trained: Trained, run_dir: Path, index: Path, env: dict, row: dict) -> Outcome:
+    """Rank 0's end of a run: summary.json, the curves, the trackers, the index row completed, the summary block
+    printed; an input error raised for the CLI to print as one line."""
+    from recipe_zoo.core import distributed
+
+    metrics, status, code = trained.metrics, trained.status, trained.code
     if "processes" in metrics and metrics["processes"] > 1:
         run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
                      **run.extra}
-    summary = {**_summary(run, metrics, status), "run_rss_growth_mb": rss.growth_mb()}
+    summary = {**_summary(run, metrics, status), "run_rss_growth_mb": trained.rss_growth_mb}
     if status == "ok":
         summary["rank"] = _rank(run, summary, env["hardware"], index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
-                                           "inputs": input_files(cfg) if status == "ok" else {}})
+                                           "inputs": input_files(trained.cfg) if status == "ok" else {}})
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)
@@ -215,8 +259,8 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     for handler in run.logger.handlers:
         handler.close()
     run.logger.handlers.clear()
-    if input_error is not None:
-        raise input_error  # the CLI prints it as one line on stderr and exits 2
+    if trained.input_error is not None:
+        raise trained.input_error  # the CLI prints it as one line on stderr and exits 2
     if status == "ok":
         distributed.barrier()
     return Outcome(code, run_dir, summary)

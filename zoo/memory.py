@@ -32,7 +32,7 @@ def train_backing_off(spec, cfg, run, reseed) -> tuple[dict, object]:
     that did not resume makes it start again with ``smaller_batch`` (logged, and written to config.json so a resume
     or ``zoo predict`` sees what trained). Returns the metrics and the config that trained them."""
     from recipe_zoo.core import distributed
-    from recipe_zoo.core.loop import OutOfMemory
+    from recipe_zoo.core.training_errors import OutOfMemory
 
     while True:
         try:

@@ -1,4 +1,5 @@
-"""The ``zoo`` command's arguments: one parser, its subcommands and their options (``recipe_zoo.cli`` runs them)."""
+"""The ``zoo`` command's arguments: one parser, and a function per subcommand that adds it and its options
+(``recipe_zoo.cli`` runs them)."""
 from __future__ import annotations
 
 import argparse
@@ -9,12 +10,22 @@ def build() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zoo", description="Training recipes with honest numbers.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for input errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_list, _add_show, _add_run, _add_doctor, _add_sweep, _add_plan, _add_runs, _add_bench,
+                _add_verify, _add_board, _add_compare, _add_new, _add_predict, _add_export, _add_data):  # help's order
+        add(sub)
+    return p
 
+
+def _add_list(sub) -> None:
     sub.add_parser("list", help="list recipes: name, default benchmark, metric, one line")
 
+
+def _add_show(sub) -> None:
     show = sub.add_parser("show", help="a recipe's resolved config with each field's comment")
     show.add_argument("recipe")
 
+
+def _add_run(sub) -> None:
     run = sub.add_parser("run", help="run a recipe: zoo run NAME|PATH.py [key=value ...]",
                          description="Run a recipe by name or from a recipe file. key=value pairs override "
                                      "config fields (see `zoo show NAME`).")
@@ -31,6 +42,8 @@ def build() -> argparse.ArgumentParser:
     run.add_argument("--track", action="append", default=[], choices=["tensorboard", "mlflow"],
                      help="also log to TensorBoard (event files in the run dir) or MLflow (MLFLOW_TRACKING_URI)")
 
+
+def _add_doctor(sub) -> None:
     doctor = sub.add_parser("doctor", help="the debugging checklist on your config and data: report.md + plots",
                             description="Data checks, overfit one batch, LR range test and a short health run on "
                                         "the recipe's own model, optimizer and data; writes report.md, plots and "
@@ -44,6 +57,8 @@ def build() -> argparse.ArgumentParser:
     doctor.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
     doctor.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
 
+
+def _add_sweep(sub) -> None:
     sweep = sub.add_parser("sweep", help="one variable at a time: zoo sweep NAME key=v1,v2,... [--seeds K]",
                            description="Each value of each swept key is a normal run (K seeds) at a fixed budget, "
                                        "kept or discarded against the best so far (within noise: inside the seed "
@@ -58,6 +73,8 @@ def build() -> argparse.ArgumentParser:
     sweep.add_argument("--no-lr-rule", action="store_true",
                        help="keep LRs as given when the batch size changes (default: LR x sqrt(batch ratio))")
 
+
+def _add_plan(sub) -> None:
     plan = sub.add_parser("plan", help="which recipe for your data (--data/--kind), what N parameters cost (--params)",
                           description="--data PATH or --kind KIND --rows N: a recipe and starting config from the "
                                       "architecture table by data type and size. --params 125M or --recipe llm/gpt "
@@ -79,10 +96,14 @@ def build() -> argparse.ArgumentParser:
     plan.add_argument("--mfu", type=float, help="model FLOPs utilisation to assume, 0-1 (default: the device "
                                                 "profile's share for a transformer)")
 
+
+def _add_runs(sub) -> None:
     runs = sub.add_parser("runs", help="list local runs from the results index")
     runs.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     runs.add_argument("--tsv", action="store_true", help="export as TSV: commit metric memory_gb status description ...")
 
+
+def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="run recipes on their benchmark for n seeds; append leaderboard rows")
     bench.add_argument("targets", nargs="*", help="recipe names or files (default: every registered recipe)")
     bench.add_argument("--seeds", type=int, default=3)
@@ -98,6 +119,8 @@ def build() -> argparse.ArgumentParser:
     bench.add_argument("--copy-data", type=Path, metavar="DIR",
                        help="--suite: copy the data it reads from the data cache into DIR, then stop")
 
+
+def _add_verify(sub) -> None:
     verify = sub.add_parser("verify", help="re-run leaderboard rows by their command: do they hold?",
                             description="Re-runs rows (default: the rank-1 row of every table measured on this "
                                         "hardware) and passes a row when the new mean is within 2 sqrt(s_old^2/n_old"
@@ -110,15 +133,21 @@ def build() -> argparse.ArgumentParser:
     verify.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     verify.add_argument("--allow-dirty", action="store_true", help="verify from a checkout with uncommitted changes")
 
+
+def _add_board(sub) -> None:
     board = sub.add_parser("board", help="the leaderboard: print, --write leaderboard.md, --plot, --data PATH")
     board.add_argument("--write", action="store_true", help="render leaderboard.md from benchmarks/results.jsonl")
     board.add_argument("--plot", action="store_true", help="a bar chart (mean ± std) per table, as PNG")
     board.add_argument("--data", type=Path, help="rank every recipe you ran on this file or folder (local runs)")
     board.add_argument("--out", type=Path, default=None, help="runs root for --data (default $ZOO_RUNS or ./runs)")
 
+
+def _add_compare(sub) -> None:
     compare = sub.add_parser("compare", help="place runs against the leaderboard and against each other")
     compare.add_argument("run_dirs", nargs="+", type=Path)
 
+
+def _add_new(sub) -> None:
     new = sub.add_parser("new", help="copy a recipe into a standalone file you own: zoo new NAME --from RECIPE")
     new.add_argument("name")
     new.add_argument("--from", dest="source", required=True, help="recipe to copy (see zoo list)")
@@ -127,6 +156,8 @@ def build() -> argparse.ArgumentParser:
                      help="also copy the recipe modules it imports (its domain's data, models) into NAME_parts/ "
                           "beside it, imports rewritten: only the core still comes from the zoo")
 
+
+def _add_predict(sub) -> None:
     predict = sub.add_parser("predict", help="apply a finished run to new data: zoo predict RUN_DIR [data=NEW] "
                                              "[key=value ...] [--out FILE]; no data= scores the run's test split again")
     predict.add_argument("run_dir", type=Path)
@@ -137,17 +168,24 @@ def build() -> argparse.ArgumentParser:
                               "beside it of the same name")
     predict.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
 
+
+def _add_export(sub) -> None:
     export = sub.add_parser("export", help="write a finished run's model in a format: zoo export RUN_DIR --format F")
     export.add_argument("run_dir", type=Path)
     export.add_argument("--format", required=True, help="safetensors (every recipe), or the recipe's own: onnx, "
                                                         "timm, pretrained, xgboost-json (zoo show RECIPE)")
     export.add_argument("--out", type=Path, default=None, help="folder to write (default RUN_DIR/export/FORMAT)")
 
+
+def _add_data(sub) -> None:
     data = sub.add_parser("data", help="datasets: list, fetch, prepare")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
-    data_sub.add_parser("list", help="registered datasets and whether they are in the cache")
+    listing = data_sub.add_parser("list", help="declared datasets and whether they are in the cache")
+    listing.add_argument("--from", dest="recipe_file", metavar="FILE.py",
+                         help="also the datasets a recipe file of yours declares (zoo new's copies can)")
     fetch = data_sub.add_parser("fetch", help="download a dataset into the cache, verified by sha256")
     fetch.add_argument("name")
+    fetch.add_argument("--from", dest="recipe_file", metavar="FILE.py", help="a recipe file that declares it")
     prepare = data_sub.add_parser("prepare", help="write a dataset once in the form a recipe streams from: "
                                   "zoo data prepare RECIPE data=SOURCE [key=value ...]")
     prepare.add_argument("recipe", help="the recipe that will train on it (its data settings are the prepared ones)")
@@ -155,4 +193,3 @@ def build() -> argparse.ArgumentParser:
     prepare.add_argument("--out", type=Path, default=None, help="folder to write (default: the prepared-data cache, "
                          "$ZOO_PREPARED or ~/.cache/zoo/prepared)")
     prepare.add_argument("--force", action="store_true", help="prepare again even when the folder is up to date")
-    return p

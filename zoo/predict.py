@@ -53,10 +53,10 @@ class Model:
         return export(self, fmt, Path(out))
 
     def open(self, out: Path, log=None) -> artifact.PredictRun:
-        from recipe_zoo import data as data_mod
+        from recipe_zoo import data
 
+        data.load_all()  # data= may name any domain's dataset
         run = artifact.PredictRun(dir=self.dir, card=self.card, out=out, device=self.device, seed=self.seed,
-                                  data_path=data_mod.locate, is_dataset=lambda name: name in data_mod.DATASETS,
                                   spec=self.spec)
         if log is not None:
             run.log = log

@@ -20,6 +20,8 @@ from recipe_zoo.core.budget import Budget, parse_budget
 from recipe_zoo import board
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import RecipeSpec
+from recipe_zoo.core.datasets import sha256_file
+from recipe_zoo.data import benchmark_key
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 # Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
@@ -136,28 +138,7 @@ class Run:
     def benchmark(self) -> str:
         """The dataset name, or ``own:<content hash>`` for a user's file or folder."""
         data = str(getattr(self.cfg, "data", self.spec.benchmark))
-        return self.data_key(data) + key_suffix(self.cfg)
-
-    def data_key(self, data: str) -> str:
-        """The benchmark key of ``data`` alone (``recipe_zoo.data.data_key``): what a prepared folder records."""
-        from recipe_zoo.data import data_key
-
-        return data_key(data)
-
-    def data_path(self, name: str) -> Path:
-        from recipe_zoo.data import locate
-
-        return locate(name)
-
-    def is_dataset(self, name: str) -> bool:
-        from recipe_zoo.data import DATASETS
-
-        return name in DATASETS
-
-    def fetch(self, url: str, dest: Path, sha256: str | None = None, timeout: float = 60) -> Path:
-        from recipe_zoo.data import download
-
-        return download(url, dest, sha256=sha256, timeout=timeout)
+        return benchmark_key(data) + key_suffix(self.cfg)
 
     def part(self, budget: Budget, *, main: bool) -> Run | PartRun:
         if main and budget == self.budget:
@@ -207,8 +188,6 @@ INPUT_FIELDS = ("weights", "esm_weights", "inception_weights", "model", "tokeniz
 def input_files(cfg) -> dict[str, dict]:
     """The pretrained weights and other files a config names, by sha256 (a folder: over its files' hashes and
     names), so a row that started from a file says which file. ``weights=hub`` records where they came from."""
-    from recipe_zoo.data import sha256_file
-
     found = {}
     for name in INPUT_FIELDS:
         value = str(getattr(cfg, name, "") or "")

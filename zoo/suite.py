@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_zoo import bench, board, runs
+from recipe_zoo import bench, board, board_render, runs
 from recipe_zoo.core.errors import ZooError
 
 
@@ -98,11 +98,11 @@ def datasets(name: str) -> list[str]:
 
 def copy_data(name: str, dest: Path) -> int:
     """Copies the suite's datasets from the data cache into ``dest`` (the same layout); returns the bytes copied."""
-    from recipe_zoo.data import DATASETS, locate
+    from recipe_zoo.data import load_all, locate
 
     total = 0
     for dataset in datasets(name):
-        info = DATASETS.get(dataset)
+        info = load_all().get(dataset)
         if info is None or info.source != "cache":
             continue  # bundled with a dependency, or an own file the entry names
         source = locate(dataset)
@@ -153,7 +153,7 @@ def run_suite(name: str, *, scale: float, out_root: Path, allow_dirty: bool, dev
     total = time.perf_counter() - start
     if written:
         board.append_rows(written)
-        board.write_board()
+        board_render.write_board()
     print(f"\nsuite {name}{f' at scale {scale:g} (small settings; no rows written)' if checking else ''}: "
           f"{len(plan)} recipes in {total:.0f} s wall")
     for line in lines:

@@ -127,8 +127,14 @@ def _flat_name(module: str) -> str:
     return module.removeprefix(RECIPES + ".").replace(".", "_")
 
 
+def declares_datasets(module: str) -> bool:
+    """A domain's ``datasets`` module stays the zoo's: a vendored copy would declare its datasets a second time."""
+    return module.rsplit(".", 1)[-1].endswith("datasets")
+
+
 def rewrite_imports(source: str, package: str) -> str:
-    """Imports of ``recipe_zoo.recipes`` modules rewritten to the vendored copies in ``package``."""
+    """Imports of ``recipe_zoo.recipes`` modules rewritten to the vendored copies in ``package`` (dataset
+    declarations excepted)."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits = []
@@ -139,10 +145,12 @@ def rewrite_imports(source: str, package: str) -> str:
         statements = []
         for alias in node.names:
             module = _module_of(node.module, alias.name)
-            if module != node.module:  # from recipe_zoo.recipes.vision import data
+            asname = f" as {alias.asname}" if alias.asname else ""
+            if declares_datasets(module):
+                statements.append(f"from {node.module} import {alias.name}{asname}")
+            elif module != node.module:  # from recipe_zoo.recipes.vision import data
                 statements.append(f"from {package} import {_flat_name(module)} as {alias.asname or alias.name}")
-            else:  # from recipe_zoo.recipes.images import ImageSplits
-                asname = f" as {alias.asname}" if alias.asname else ""
+            else:  # from recipe_zoo.recipes.image_splits import ImageSplits
                 statements.append(f"from {package}.{_flat_name(module)} import {alias.name}{asname}")
         edits.append((node.lineno - 1, node.end_lineno, "".join(f"{indent}{s}\n" for s in statements)))
     for first, last, text in sorted(edits, reverse=True):
@@ -151,13 +159,14 @@ def rewrite_imports(source: str, package: str) -> str:
 
 
 def vendored_modules(source: str) -> list[str]:
-    """Every ``recipe_zoo.recipes`` module the source needs, following their own imports."""
+    """Every ``recipe_zoo.recipes`` module the source needs, following their own imports (its datasets modules
+    excepted)."""
     import importlib.util
 
     todo, seen = [m for m in imported_modules(source) if m.startswith(RECIPES + ".")], set()
     while todo:
         module = todo.pop()
-        if module in seen:
+        if module in seen or declares_datasets(module):
             continue
         seen.add(module)
         text = Path(importlib.util.find_spec(module).origin).read_text()

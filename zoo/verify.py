@@ -12,7 +12,7 @@ import math
 import time
 from pathlib import Path
 
-from recipe_zoo import bench, board, registry
+from recipe_zoo import bench, board, board_render, registry
 from recipe_zoo.core.errors import ZooError
 
 # The spread a single run is allowed when it has no seeds of its own: absolute for metrics on [0, 1] (accuracy,
@@ -97,5 +97,5 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
         log(f"row {number}: {'holds' if passed else 'FAILS'}: new {board.value_text(new)}, old "
             f"{board.value_text(old)}, |difference| {abs(new['mean'] - old['mean']):.4f} "
             f"{'<=' if passed else '>'} {tol:.4f}")
-    board.write_board()
+    board_render.write_board()
     return 1 if failed else 0

@@ -11,7 +11,9 @@ from torch import nn
 
 from recipe_zoo.core.batches import to_device
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES, decode_images, own_image_size
+from recipe_zoo.recipes.image_splits import ImageSplits, content_keys
+from recipe_zoo.recipes.images import default_flip, load_folder_splits, load_image_splits, resize_splits
 
 # =============================================================================================
 # Data: unlabelled images to pretrain on, labelled splits to evaluate on
@@ -23,31 +25,31 @@ class SSLData:
     frozen features are scored on: kNN bank and probe training set = ``eval.train_*``; queries =
     ``eval.val_*`` while training, ``eval.test_*`` once at the end."""
     pretrain_x: torch.Tensor  # (N, C, H, W) uint8
-    eval: images.ImageSplits
+    eval: ImageSplits
     pretrain_keys: list  # the pretraining images' keys (paths relative to ``data``), for split.csv
 
 
 def load_unlabelled_folder(root: Path, size: int, log=print) -> tuple[torch.Tensor, list[str]]:
-    """Every image under ``root`` (any depth, class folders or none) at ``size`` (0: ``images.own_image_size`` of
+    """Every image under ``root`` (any depth, class folders or none) at ``size`` (0: ``own_image_size`` of
     them all) and its path relative to ``root``; other files are counted."""
     if not root.exists():
         raise ZooError(f"{root}: folder not found")
     if not root.is_dir():
         raise ZooError(f"{root}: not a folder (with eval_data, data is a folder of unlabelled images)")
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    paths = [p for p in files if p.suffix.lower() in images.IMAGE_SUFFIXES]
+    paths = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if not paths:
         raise ZooError(f"{root}: no images found (expected image files under it)")
     if len(files) > len(paths):
         log(f"{root}: skipped {len(files) - len(paths)} non-image files")
-    x = images.decode_images(paths, size or images.own_image_size(paths, log), root, log)
+    x = decode_images(paths, size or own_image_size(paths, log), root, log)
     return x, [p.relative_to(root).as_posix() for p in paths]
 
 
-def without_held_out(x: torch.Tensor, keys: list, splits: images.ImageSplits, log, root) -> tuple[torch.Tensor, list]:
+def without_held_out(x: torch.Tensor, keys: list, splits: ImageSplits, log, root) -> tuple[torch.Tensor, list]:
     """The unlabelled images minus exact copies of a validation or test image: those stay out of pretraining."""
-    held = set(images.content_keys(splits.val_x)) | set(images.content_keys(splits.test_x))
-    keep = [i for i, k in enumerate(images.content_keys(x)) if k not in held]
+    held = set(content_keys(splits.val_x)) | set(content_keys(splits.test_x))
+    keep = [i for i, k in enumerate(content_keys(x)) if k not in held]
     if len(keep) < len(keys):
         log(f"{root}: left {len(keys) - len(keep)} images out of pretraining: copies of validation or test images")
     if not keep:
@@ -63,8 +65,7 @@ def load_data(cfg, run) -> SSLData:
         if not cfg.image_size:
             run.report("image_size", x.shape[-1])
         # evaluated at the pretraining images' size and channels: the backbone sees one kind of input
-        splits = images.load_folder_splits(Path(cfg.eval_data), x.shape[-1], cfg.val_fraction, cfg.test_fraction,
-                                           run.log)
+        splits = load_folder_splits(Path(cfg.eval_data), x.shape[-1], cfg.val_fraction, cfg.test_fraction, run.log)
         if x.shape[1] != splits.train_x.shape[1]:  # grey repeated to three channels, as PIL converts it
             run.log(f"{cfg.data if x.shape[1] == 1 else cfg.eval_data}: greyscale images converted to RGB (the "
                     "other folder is colour)")
@@ -73,7 +74,7 @@ def load_data(cfg, run) -> SSLData:
         x, keys = without_held_out(x, keys, splits, run.log, cfg.data)
         run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
         return SSLData(x, splits, keys)
-    splits = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+    splits = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
     return SSLData(splits.train_x, splits, splits.keys["train"])  # train minus validation: labels never read
 
 
@@ -83,7 +84,7 @@ def load_data(cfg, run) -> SSLData:
 
 def resolve_auto(cfg, data: SSLData):
     size = data.pretrain_x.shape[-1]
-    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.eval.name in ("digits", "mnist-test") else "on")
+    flip = cfg.flip if cfg.flip != "auto" else default_flip(data.eval.name)
     crop_min = cfg.crop_min if cfg.crop_min > 0 else (0.2 if size >= 16 else 0.5)
     blur = cfg.blur if cfg.blur >= 0 else (0.5 if size > 32 else 0.0)
     return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
@@ -155,12 +156,12 @@ def normalizer(mean: torch.Tensor, std: torch.Tensor, device, memory_format):
     return normalize, standardize
 
 
-def eval_splits(cfg, run) -> images.ImageSplits:
+def eval_splits(cfg, run) -> ImageSplits:
     """The labelled splits a run scored, loaded as training loaded them (at the pretraining images' size)."""
     data = load_data(cfg, run)
     splits = data.eval
     if splits.train_x.shape[-1] != data.pretrain_x.shape[-1]:
-        images.resize_splits(splits, data.pretrain_x.shape[-1])
+        resize_splits(splits, data.pretrain_x.shape[-1])
     return splits
 
 

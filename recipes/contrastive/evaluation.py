@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import metrics
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes.image_splits import ImageSplits
 from recipe_zoo.recipes.contrastive.data import item_name
 
 # =============================================================================================
@@ -58,7 +58,7 @@ def linear_probe(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Ten
     return full
 
 
-def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: images.ImageSplits, cfg,
+def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: ImageSplits, cfg,
                    part: str) -> dict[str, float]:
     """kNN of the ``part`` queries ("val" while training: kNN only; "test" once at the end: kNN with its 95%
     bootstrap interval, and the linear probe) against the bank, the training images (validation excluded)."""
@@ -76,7 +76,7 @@ def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: images.Ima
     return out
 
 
-def knn_rows(bank: torch.Tensor, queries: torch.Tensor, splits: images.ImageSplits, cfg) -> list:
+def knn_rows(bank: torch.Tensor, queries: torch.Tensor, splits: ImageSplits, cfg) -> list:
     """A row per test query, in embedding order: its item, row, label and kNN prediction (predictions.csv)."""
     scores = knn_scores(bank, splits.train_y, queries, cfg.knn_k, cfg.knn_temperature, len(splits.classes))
     return [{"file": item_name(key), "row": i, "label": splits.classes[int(y)],
@@ -84,7 +84,7 @@ def knn_rows(bank: torch.Tensor, queries: torch.Tensor, splits: images.ImageSpli
             for i, (key, y, p) in enumerate(zip(splits.keys["test"], splits.test_y, scores.argmax(1)))]
 
 
-def evaluate_features(backbone: nn.Module, splits: images.ImageSplits, normalize, cfg,
+def evaluate_features(backbone: nn.Module, splits: ImageSplits, normalize, cfg,
                       part: str = "test") -> dict[str, float]:
     """Frozen features scored as a run scores them: the training images as the bank, ``part``'s as queries."""
     bank = extract_features(backbone, splits.train_x, normalize)

@@ -1,4 +1,4 @@
-"""Contrastive networks: the shared image backbones (``recipe_zoo.recipes.images``) without their classifier,
+"""Contrastive networks: the shared image backbones (``recipe_zoo.recipes.backbones``) without their classifier,
 the MLP projection head (and BYOL's predictor), and BYOL's EMA target network."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import image_files, images
+from recipe_zoo.recipes import backbones, image_files
 
 # =============================================================================================
 # Networks
@@ -20,10 +20,10 @@ from recipe_zoo.recipes import image_files, images
 def build_backbone(cfg, channels: int, size: int) -> tuple[nn.Module, int]:
     """The image backbones without their classifier: (module mapping images to features, feature width).
     ``cfg``: the recipe's config (its ``model`` and ``width``)."""
-    model, head = images.build_model(cfg.model, cfg.width, "", channels, 1, size)
-    if cfg.model in images.OWN_MODELS:
+    model, head = backbones.build_model(cfg.model, cfg.width, "", channels, 1, size)
+    if cfg.model in backbones.OWN_MODELS:
         setattr(model, head, nn.Identity())
-        if isinstance(model, images.ZooNet):
+        if isinstance(model, backbones.ZooNet):
             model.logit_scale = 1.0
     else:
         model.reset_classifier(0)

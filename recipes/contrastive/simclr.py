@@ -19,18 +19,22 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from recipe_zoo.core import artifact, distributed, optim, schedule
+from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.distributed import unwrap
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes import backbones
+from recipe_zoo.recipes import image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
 from recipe_zoo.recipes.image_files import item_names, list_images, read_images
-from recipe_zoo.recipes.contrastive.data import (build_augment, describe_augment, eval_splits, load_data, normalizer,
-                                                 resolve_auto, two_views)
+from recipe_zoo.recipes.images import resize_splits
+from recipe_zoo.recipes.contrastive.data import (SSLData, build_augment, describe_augment, eval_splits, load_data,
+                                                 normalizer, resolve_auto, two_views)
 from recipe_zoo.recipes.contrastive.evaluation import extract_features, knn_rows, score_features
 from recipe_zoo.recipes.contrastive.models import (SSLModel, build_backbone, byol_momentum, export_timm, load_backbone,
                                                    mlp, update_target)
@@ -130,6 +134,25 @@ def byol_loss(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return (2 - 2 * F.cosine_similarity(p.float(), z.float(), dim=-1)).mean()
 
 
+def view_loss(method: str, augment: nn.Module, standardize, temperature: float, device):
+    """The loss of a batch (uint8 images, the seed of their augmentation): two augmented views of each image, then
+    NT-Xent of their projections (SimCLR), or each view's prediction against the target's projection of the other
+    (BYOL, symmetrised)."""
+
+    def loss_fn(model: SSLModel, batch) -> torch.Tensor:
+        x, seed = batch
+        v1, v2 = (standardize(v) for v in two_views(augment, x.to(device, non_blocking=True).float().div_(255), seed))
+        if method == "simclr":
+            return nt_xent(model(v1), model(v2), temperature)
+        p1, p2 = (model(v, predict=True) for v in (v1, v2))
+        target = unwrap(model).target  # no gradients: outside DDP's view
+        with torch.no_grad():
+            z1, z2 = target(v1), target(v2)
+        return 0.5 * (byol_loss(p1, z2) + byol_loss(p2, z1))
+
+    return loss_fn
+
+
 # =============================================================================================
 # Optimizer
 # =============================================================================================
@@ -199,6 +222,19 @@ def embed(cfg: ContrastiveConfig, opts: EmbedOptions, run) -> artifact.Predictio
 # Training
 # =============================================================================================
 
+def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, dim: int, run) -> None:
+    """What the run pretrains on and how it is scored, in the log and the summary."""
+    splits, channels, size = data.eval, data.pretrain_x.shape[1], data.pretrain_x.shape[-1]
+    run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
+            f"evaluation: a bank of {len(splits.train_y)} labelled images, {len(splits.val_y)} validation / "
+            f"{len(splits.test_y)} test queries, {len(splits.classes)} classes; {cfg.model} backbone "
+            f"{sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, {dim} features")
+    run.report("augment", describe_augment(cfg, channels, size))
+    run.report("evaluation", f"kNN k={cfg.knn_k} T={cfg.knn_temperature:g} (cosine) and a logistic-regression probe "
+                             f"on standardised frozen features: {len(splits.train_y)} labelled / {len(splits.val_y)} "
+                             f"validation / {len(splits.test_y)} test images")
+
+
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe")
@@ -217,7 +253,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     channels, size = data.pretrain_x.shape[1], data.pretrain_x.shape[-1]
     splits = data.eval
     if splits.train_x.shape[-1] != size:
-        images.resize_splits(splits, size)
+        resize_splits(splits, size)
     run.record_split({**splits.keys, **({"pretrain": data.pretrain_keys} if cfg.eval_data else {})})
     run.report("split", splits.how + (f"; pretraining on {len(data.pretrain_x)} unlabelled images of {cfg.data}"
                                       if cfg.eval_data else "; pretraining on the train part, without labels"))
@@ -230,19 +266,12 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
     augment = build_augment(cfg, channels, size).to(device)
     # per-channel statistics of the pretraining images (the rule for from-scratch models)
-    mean, std = images.input_stats(data.pretrain_x)
-    run.log(f"{data.eval.name}: {len(data.pretrain_x)} images to pretrain on {tuple(data.pretrain_x.shape[1:])}; "
-            f"evaluation: a bank of {len(splits.train_y)} labelled images, {len(splits.val_y)} validation / "
-            f"{len(splits.test_y)} test queries, {len(splits.classes)} classes; {cfg.model} backbone "
-            f"{sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, {dim} features")
-    run.report("augment", describe_augment(cfg, channels, size))
-    run.report("evaluation", f"kNN k={cfg.knn_k} T={cfg.knn_temperature:g} (cosine) and a logistic-regression probe "
-                             f"on standardised frozen features: {len(splits.train_y)} labelled / {len(splits.val_y)} "
-                             f"validation / {len(splits.test_y)} test images")
+    mean, std = backbones.input_stats(data.pretrain_x)
+    _report_setup(cfg, data, backbone, dim, run)
 
     normalize, standardize = normalizer(mean, std, device, memory_format)
 
-    if isinstance(backbone, images.ZooNet):
+    if isinstance(backbone, backbones.ZooNet):
         backbone.init_whitening(normalize(data.pretrain_x[:5000]))
         if model.target is not None:
             model.target[0].whiten.load_state_dict(backbone.whiten.state_dict())
@@ -251,24 +280,12 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
         (x,) = batch
         return x, int(torch.randint(0, 2**62, (1,), generator=g))
 
-    def loss_fn(model: SSLModel, batch) -> torch.Tensor:
-        x, seed = batch
-        v1, v2 = (standardize(v) for v in two_views(augment, x.to(device, non_blocking=True).float().div_(255), seed))
-        if method == "simclr":
-            return nt_xent(model(v1), model(v2), cfg.temperature)
-        p1, p2 = (model(v, predict=True) for v in (v1, v2))
-        target = unwrap(model).target  # no gradients: outside DDP's view
-        with torch.no_grad():
-            z1, z2 = target(v1), target(v2)
-        return 0.5 * (byol_loss(p1, z2) + byol_loss(p2, z1))
-
+    loss_fn = view_loss(method, augment, standardize, cfg.temperature, device)
     on_step = None
     if method == "byol":
         def on_step(progress: float, step: int) -> None:  # runs before each step: after the previous update
             if step > 0:
                 update_target(model, byol_momentum(cfg.momentum_base, progress))
-
-    from recipe_zoo.core.batches import TensorBatches
 
     batches = TensorBatches((data.pretrain_x,), cfg.batch_size, seed=run.seed, transform=draw_seed)
     optimizer = build_optimizer(cfg, model)
@@ -307,3 +324,4 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     if distributed.is_main():
         np.save(run.dir / "embeddings.npy", queries.numpy())
     return {**result.stats(), **result.metrics, **final, "feature_dim": dim}
+

@@ -29,14 +29,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from recipe_zoo.core import artifact, distributed, optim, schedule
-from recipe_zoo.core.batches import to_device
+from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import (Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit,
                                  recipe)
-from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, to_model_range, to_uint8
+from recipe_zoo.recipes import image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
+from recipe_zoo.recipes.diffusion import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
+from recipe_zoo.recipes.diffusion.data import check_fractions, load_data, resolve_flip, to_model_range, to_uint8
 from recipe_zoo.recipes.diffusion.models import (InceptionFeatures, build_unet, choose_width, feature_net, fid,
                                                  fids_on_test, load_unet, size_hook, unet_config)
 from recipe_zoo.recipes.diffusion.sampling import (network_evaluations, noise_scheduler, predict_labels,
@@ -92,6 +94,16 @@ class DiffusionConfig(LoopSettings):
     eval_every: Unit = 0.0  # fraction of the budget between validation FID evaluations (0 = only at the end)
 
 
+def check_config(cfg: DiffusionConfig) -> None:
+    """Values that would fail late are refused before any data loads."""
+    for key in ("n_samples", "n_real", "sample_batch"):
+        if getattr(cfg, key) < 2:
+            raise ZooError(f"{key}={getattr(cfg, key)}: must be at least 2")
+    if not 0 <= cfg.cond_drop < 1:
+        raise ZooError(f"cond_drop={cfg.cond_drop}: must be in [0, 1)")
+    check_fractions(cfg.val_fraction, cfg.test_fraction)
+
+
 # =============================================================================================
 # Optimizer
 # =============================================================================================
@@ -103,7 +115,7 @@ def build_optimizer(cfg: DiffusionConfig, model: nn.Module) -> torch.optim.Optim
 
 
 # =============================================================================================
-# Objectives (the samplers are in sampling.py)
+# Objectives and the training images' flips (the samplers are in sampling.py)
 # =============================================================================================
 
 def drop_labels(labels: torch.Tensor, null: int, p: float, g: torch.Generator | None = None) -> torch.Tensor:
@@ -132,6 +144,30 @@ def flow_loss(model, x0: torch.Tensor, labels, cfg: DiffusionConfig) -> torch.Te
     x_t = (1 - tb) * x0 + tb * noise
     pred = model(x_t, t * 1000, class_labels=labels).sample
     return F.mse_loss(pred.float(), (noise - x0).float())
+
+
+def objective(cfg: DiffusionConfig, scheduler, null: int, device):
+    """The loss of a batch (uint8 images, labels): ``diffusion_loss`` or ``flow_loss`` of the images in the model's
+    range, conditioned (``-cfg`` runs) on the labels with a ``cond_drop`` share of them dropped to the null class."""
+
+    def loss_fn(model, batch) -> torch.Tensor:
+        x, y = batch
+        x0 = to_model_range(to_device(x, device))
+        labels = drop_labels(to_device(y, device), null, cfg.cond_drop) if cfg.conditional else None
+        if cfg.method == "ddpm":
+            return diffusion_loss(model, x0, labels, cfg, scheduler)
+        return flow_loss(model, x0, labels, cfg)
+
+    return loss_fn
+
+
+def random_flip(batch, g: torch.Generator, flip: str):
+    """Training's augmentation: with ``flip`` on, each image mirrored with probability 1/2."""
+    x, y = batch
+    if flip == "on":
+        mask = torch.rand(len(x), generator=g, device=g.device) < 0.5
+        x = torch.where(mask.view(-1, 1, 1, 1), x.flip(-1), x)
+    return x, y
 
 
 # =============================================================================================
@@ -204,19 +240,14 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
     sampler, steps = resolve_sampler(cfg)  # a wrong sampler fails before the data loads
-    for key in ("n_samples", "n_real", "sample_batch"):
-        if getattr(cfg, key) < 2:
-            raise ZooError(f"{key}={getattr(cfg, key)}: must be at least 2")
-    if not 0 <= cfg.cond_drop < 1:
-        raise ZooError(f"cond_drop={cfg.cond_drop}: must be in [0, 1)")
-    check_fractions(cfg)
+    check_config(cfg)
     # a bad weights file fails before the data loads and the fid_zoo classifier trains
     inception = InceptionFeatures(cfg.inception_weights, device) if cfg.inception_weights else None
     data = load_data(cfg, run)
     if len(data.classes) < 2:  # before the network is sized and built: fid_zoo's classifier needs two classes
         raise ZooError(f"data={cfg.data}: one class folder ({data.classes[0]!r}); fid_zoo trains its feature "
                        "classifier on class labels: put the images in two or more class subfolders")
-    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist") else "on")
+    flip = resolve_flip(cfg.flip, data.name)
     channels, size = data.train_x.shape[1], data.train_x.shape[-1]
     num_classes = len(data.classes)
     null = num_classes
@@ -260,25 +291,9 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
 
     scheduler = noise_scheduler(cfg)
     scheduler.alphas_cumprod = scheduler.alphas_cumprod.to(device)  # indexed by the batch's timesteps
-
-    def augment(batch, g):
-        x, y = batch
-        if flip == "on":
-            mask = torch.rand(len(x), generator=g, device=g.device) < 0.5
-            x = torch.where(mask.view(-1, 1, 1, 1), x.flip(-1), x)
-        return x, y
-
-    def loss_fn(model, batch) -> torch.Tensor:
-        x, y = batch
-        x0 = to_model_range(to_device(x, device))
-        labels = drop_labels(to_device(y, device), null, cfg.cond_drop) if cfg.conditional else None
-        if cfg.method == "ddpm":
-            return diffusion_loss(model, x0, labels, cfg, scheduler)
-        return flow_loss(model, x0, labels, cfg)
-
-    from recipe_zoo.core.batches import TensorBatches
-
-    batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed, transform=augment)
+    loss_fn = objective(cfg, scheduler, null, device)
+    batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
+                            transform=functools.partial(random_flip, flip=flip))
     optimizer = build_optimizer(cfg, model)
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,

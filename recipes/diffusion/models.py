@@ -17,7 +17,7 @@ from recipe_zoo.core import devices, metrics
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.flops import computed_cache_root, counting_flops
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.diffusion.data import to_model_range, to_uint8
+from recipe_zoo.recipes.diffusion.data import load_data, to_model_range, to_uint8
 
 # =============================================================================================
 # Network: diffusers' UNet2DModel, sized for the budget
@@ -98,8 +98,6 @@ def width_row(cfg, width: int, channels: int, size: int, num_classes: int, secon
 def size_hook(cfg, run, profile) -> dict:
     """``zoo plan --recipe diffusion/flow --budget B --gpu NAME``: the width a run would choose there, on the data
     as a run reads it."""
-    from recipe_zoo.recipes.diffusion.data import load_data
-
     data = load_data(cfg, run)
     channels, size, num_classes = data.train_x.shape[1], data.train_x.shape[-1], len(data.classes)
     width, reason = choose_width(cfg, run.budget, channels, size, num_classes, profile, log=lambda *a, **k: None)

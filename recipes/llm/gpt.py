@@ -23,10 +23,12 @@ from torch import nn
 from recipe_zoo.core import artifact, devices, distributed, optim, schedule
 from recipe_zoo.core.api import Count, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.core.checkpoint import export_safetensors
+from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.flops import peak_flops
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, infer, models, shards, sizing
+from recipe_zoo.recipes.llm import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
+from recipe_zoo.recipes.llm import inference, models, scoring, shards, sizing, token_windows, tokenization
 
 # =============================================================================================
 # Config
@@ -78,6 +80,69 @@ class GPTConfig(LoopSettings):
 
 
 # =============================================================================================
+# The shape, and the depth and batch the budget buys (sizing's rules)
+# =============================================================================================
+
+def shape_at(cfg: GPTConfig, depth: int, vocab: int) -> models.GPTShape:
+    """The GPT ``cfg`` describes at ``depth`` blocks, over ``vocab`` tokens."""
+    return models.GPTShape.from_depth(depth, vocab, aspect=cfg.aspect, head_dim=cfg.head_dim, kv_heads=cfg.kv_heads,
+                                      seq_len=cfg.seq_len, mlp=cfg.mlp, softcap=cfg.softcap)
+
+
+def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
+    """``zoo plan --recipe llm/gpt depth=N``: the shape a config describes and its parameter count."""
+    shape = shape_at(cfg, cfg.depth, cfg.vocab_size)
+    return shape, models.param_estimate(shape)
+
+
+def sizing_rules(cfg: GPTConfig) -> dict[str, float]:
+    """What ``sizing`` reads of the config to choose a depth: the batch, the token target and the epoch cap."""
+    return {"batch_tokens": cfg.batch_tokens, "epoch_cap": cfg.epoch_cap, "tokens_per_param": cfg.tokens_per_param,
+            "max_epochs": cfg.max_epochs}
+
+
+def size_hook(cfg: GPTConfig, run, profile) -> dict:
+    """``zoo plan --recipe llm/gpt --budget B --gpu NAME``: what a run would choose there, its training tokens
+    counted as the run counts them (the data is read and tokenized as a run reads it)."""
+    budget = run.budget
+    if budget.kind != "seconds":
+        raise ZooError(f"--budget {budget}: llm/gpt sizes itself for a time budget (e.g. 30s, 5m, 1h)")
+    corpus = shards.text_data(cfg, run)
+    vocab = corpus.tok.get_vocab_size()
+    train_tokens = len(corpus.train)
+    shape_at_depth = functools.partial(shape_at, cfg, vocab=vocab)
+    if cfg.depth:
+        c = {**sizing.depth_row(shape_at_depth(cfg.depth), train_tokens, budget.amount, profile, **sizing_rules(cfg)),
+             "reason": "depth set by you"}
+    else:
+        c = sizing.depth_choice(shape_at_depth, train_tokens, budget.amount, profile, **sizing_rules(cfg))
+    batch, micro = sizing.batch_sizes(shape_at_depth(c["depth"]), budget, profile, train_tokens,
+                                      batch_tokens=cfg.batch_tokens, micro_batch=cfg.micro_batch,
+                                      epoch_cap=cfg.epoch_cap, log=lambda line: None)
+    return {"shape": f"depth {c['depth']}, width {c['width']}, context {cfg.seq_len}, vocab {vocab}",
+            "batch": f"{batch:,} tokens a step, {micro} sequences a pass", "params": c["params"], "steps": c["steps"],
+            "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
+            "data": f"{train_tokens:,} training tokens ({c['tokens'] / train_tokens:.1f} epochs)",
+            "reason": c["reason"]}
+
+
+def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run) -> tuple[GPTConfig, models.GPTShape]:
+    """The config with the ``batch_tokens`` and ``micro_batch`` the run trains with, and the model's shape: as set,
+    or (0) chosen for the budget on this device. Sized once, by rank 0: a timing- or memory-dependent choice must
+    not differ between ranks."""
+    profile = devices.for_device(device, world)
+    depth = cfg.depth or distributed.broadcast_object(
+        sizing.size_for_budget(functools.partial(shape_at, cfg, vocab=vocab), train_tokens, run.budget, profile,
+                               **sizing_rules(cfg), log=run.log))
+    shape = shape_at(cfg, depth, vocab)
+    batch_tokens, micro_batch = distributed.broadcast_object(
+        sizing.batch_sizes(shape, run.budget, profile, train_tokens, batch_tokens=cfg.batch_tokens,
+                           micro_batch=cfg.micro_batch, epoch_cap=cfg.epoch_cap,
+                           log=run.log if distributed.is_main() else lambda line: None))
+    return dataclasses.replace(cfg, batch_tokens=batch_tokens, micro_batch=micro_batch), shape
+
+
+# =============================================================================================
 # Optimizer: the Muon + AdamW table
 # =============================================================================================
 
@@ -99,7 +164,7 @@ def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, pr
                                                                        "shape": json.dumps(dataclasses.asdict(shape))})
     artifact.write_card(run.dir, recipe=run.spec.name, task="tokens", weights=["model.safetensors"],
                         selected="ema" if cfg.ema_decay > 0 else "final", files=["tokenizer.json"],
-                        preprocess={"tokenizer": "tokenizer.json", "bos": data.BOS},
+                        preprocess={"tokenizer": "tokenizer.json", "bos": tokenization.BOS},
                         evaluation={"metric": "test_bpb", "windows": cfg.seq_len, "batch": cfg.micro_batch,
                                     "eval_bytes": cfg.eval_bytes, "precision": precision},
                         shape=dataclasses.asdict(shape),
@@ -107,12 +172,12 @@ def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, pr
     artifact.write_predictions(run.dir, rows)
 
 
-def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.Predictions:
+def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifact.Predictions:
     """prompt=/prompts=: samples as ``write_samples`` draws them (the run's sample_tokens and temperature unless
     given); data=TEXT: its bits per byte, each document from <|bos|>; neither: the run's test split scored again."""
     from tokenizers import Tokenizer
 
-    prompts = infer.prompts_of(opts)
+    prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
     speed_switches(device)
     precision = resolve_precision(device, cfg.precision)
@@ -126,22 +191,22 @@ def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.P
         with autocast(device, precision):
             for i, prompt in enumerate(prompts):
                 g = torch.Generator().manual_seed(run.seed if opts.seed < 0 else opts.seed)
-                ids = [tok.token_to_id(data.BOS)] + tok.encode(prompt, add_special_tokens=False).ids
+                ids = [tok.token_to_id(tokenization.BOS)] + tok.encode(prompt, add_special_tokens=False).ids
                 completions.append([tok.decode(model.generate(ids, opts.max_tokens or cfg.sample_tokens, temperature,
                                                               g, opts.top_k)) for _ in range(opts.n)])
                 run.progress(i + 1, len(prompts), "prompts")
-        return infer.generations(prompts, completions)
+        return inference.generations(prompts, completions)
     if opts.data:
-        docs = infer.read_documents(opts.data, run)[1]
+        docs = inference.read_documents(opts.data)[1]
         text, prefix = "".join(docs), ""
     else:
         docs = [shards.test_text(cfg, run)]
         text, prefix = docs[0], "test_"
-    tokens = data.encode_docs(tok, docs)
+    tokens = tokenization.encode_docs(tok, docs)
     batch = opts.batch_size or run.card["evaluation"]["batch"]  # the run's micro-batch, as it was sized
-    scores, nats, n_bytes = score_test(model, tokens, data.token_bytes(tok)[tokens[1:].long()], cfg, device,
+    scores, nats, n_bytes = score_test(model, tokens, tokenization.token_bytes(tok)[tokens[1:].long()], cfg, device,
                                        precision, batch, run.progress, prefix)
-    return artifact.Predictions(rows=infer.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, text),
+    return artifact.Predictions(rows=inference.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, text),
                                 metrics=scores, arrays={"nats": nats, "bytes": n_bytes})
 
 
@@ -149,18 +214,34 @@ def predict_gpt(cfg: GPTConfig, opts: infer.LMPredictOptions, run) -> artifact.P
 # Pretraining
 # =============================================================================================
 
-def shape_of(cfg: GPTConfig) -> tuple[models.GPTShape, int]:
-    """``zoo plan --recipe llm/gpt depth=N``: the shape a config describes and its parameter count."""
-    shape = models.GPTShape.from_depth(cfg.depth, cfg, cfg.vocab_size)
-    return shape, models.param_estimate(shape)
+def accumulated(cfg: GPTConfig, world: int, log) -> LoopSettings:
+    """The loop's settings, with the micro-batches a step accumulates: ``batch_tokens`` is global, so more processes
+    accumulate fewer."""
+    per_micro = cfg.micro_batch * cfg.seq_len * world
+    accum = max(1, round(cfg.batch_tokens / per_micro))
+    if accum * per_micro != cfg.batch_tokens:
+        log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len x processes = "
+            f"{per_micro}: using {accum * per_micro}")
+    settings = LoopSettings.of(cfg)
+    settings.accum_steps = accum
+    return settings
+
+
+def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
+    """``fsdp=true`` under torchrun: each block's weights, grads and optimizer state sharded over the processes."""
+    if fsdp and world > 1:
+        distributed.fully_shard_blocks(model)
+        log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")
+    elif fsdp:
+        log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
 
 
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
         scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
-        hooks={"shape": shape_of, "prepare": shards.prepare_tokens, "size": sizing.size_hook}, predict=predict_gpt,
-        predict_options=infer.LMPredictOptions)
+        hooks={"shape": shape_of, "prepare": shards.prepare_tokens, "size": size_hook}, predict=predict_gpt,
+        predict_options=inference.LMPredictOptions)
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
@@ -170,8 +251,8 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     run.report("split", f"{corpus.how} ({corpus.sizes}; scored: validation {len(scored.encode()):,} bytes, test "
                         f"the first {cfg.eval_bytes:,})")
     tok.save(str(run.dir / "tokenizer.json"))
-    lengths = data.token_bytes(tok)
-    val_tokens = data.encode_docs(tok, [scored])
+    lengths = tokenization.token_bytes(tok)
+    val_tokens = tokenization.encode_docs(tok, [scored])
     vocab = tok.get_vocab_size()
     per_target = lengths[val_tokens[1:].long()]
     if int(per_target.sum()) != len(scored.encode()):
@@ -183,34 +264,15 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
         run.inspect(train=(corpus.inspected(),), val=(val_tokens,), task="tokens")
 
     world = distributed.world_size()
-    profile = devices.for_device(device, world)
-    # Sized once, by rank 0: a timing- or memory-dependent choice must not differ between ranks.
-    depth = cfg.depth or distributed.broadcast_object(
-        sizing.size_for_budget(cfg, vocab, len(train_tokens), run.budget, profile, run.log))
-    shape = models.GPTShape.from_depth(depth, cfg, vocab)
-    batch_tokens, micro_batch = distributed.broadcast_object(
-        sizing.batch_sizes(cfg, shape, run.budget, profile, len(train_tokens),
-                           run.log if distributed.is_main() else lambda line: None))
-    cfg = dataclasses.replace(cfg, batch_tokens=batch_tokens, micro_batch=micro_batch)
+    cfg, shape = sized(cfg, vocab, len(train_tokens), device, world, run)
     model = models.GPT(shape).to(device)
-    run.log(f"GPT depth {depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of {shape.head_dim}, "
-            f"context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params "
-            f"({model.scaling_params() / 1e6:.2f}M excluding the embedding)")
-
-    per_micro = cfg.micro_batch * cfg.seq_len * world  # batch_tokens is global: more processes, less accumulation
-    accum = max(1, round(cfg.batch_tokens / per_micro))
-    if accum * per_micro != cfg.batch_tokens:
-        run.log(f"batch_tokens={cfg.batch_tokens} is not a multiple of micro_batch x seq_len x processes = "
-                f"{per_micro}: using {accum * per_micro}")
-    settings = LoopSettings.of(cfg)
-    settings.accum_steps = accum
-    batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=corpus.name,
-                                device=device)
-    if cfg.fsdp and world > 1:  # before the optimizer: it must hold the sharded parameters
-        distributed.fully_shard_blocks(model)
-        run.log(f"FSDP2: {len(model.blocks)} blocks and the root sharded over {world} processes")
-    elif cfg.fsdp:
-        run.log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
+    run.log(f"GPT depth {shape.depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of "
+            f"{shape.head_dim}, context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
+            f"params ({model.scaling_params() / 1e6:.2f}M excluding the embedding)")
+    settings = accumulated(cfg, world, run.log)
+    batches = token_windows.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed,
+                                         source=corpus.name, device=device)
+    shard(model, cfg.fsdp, world, run.log)  # before the optimizer: it must hold the sharded parameters
     optimizer = build_optimizer(cfg, model)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, decay=cfg.warmdown, final=cfg.lr_final)
     update = functools.partial(schedule.apply_schedules, lr=lr, weight_decay=schedule.weight_decay_linear,
@@ -223,36 +285,44 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        return {"val_bpb": data.bits_per_byte(model, val_tokens, cfg.seq_len, cfg.micro_batch, device,
-                                              bytes_per_target=per_target)}
+        return {"val_bpb": scoring.bits_per_byte(model, val_tokens, cfg.seq_len, cfg.micro_batch, device,
+                                                 bytes_per_target=per_target)}
 
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=update, settings=settings)
-    test_tokens = data.encode_docs(tok, [test_text])
+    test_tokens = tokenization.encode_docs(tok, [test_text])
     test, nats, n_bytes = score_test(result.eval_model, test_tokens, lengths[test_tokens[1:].long()], cfg, device,
                                      precision)
     run.log(f"test_bpb {test['test_bpb']:.4f} (95% interval {test['test_bpb_ci_low']:.4f}-"
             f"{test['test_bpb_ci_high']:.4f}) on the first {cfg.eval_bytes:,} test bytes; val_bpb "
             f"{result.metrics['val_bpb']:.4f}")
     save_model(run, cfg, result.eval_model, shape, precision,
-               infer.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text))
+               inference.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text))
     with autocast(device, precision):
         write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
+    return {**result.stats(), **result.metrics, **test, **throughput(result, model, cfg, device, world,
+                                                                     len(train_tokens), run),
+            "depth": shape.depth, "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len,
+            "micro_batch": cfg.micro_batch}
+
+
+def throughput(result, model: models.GPT, cfg: GPTConfig, device, world: int, train_tokens: int,
+               run) -> dict[str, float]:
+    """Tokens seen, tokens a second (the timed steps': not compiling or traced ones), tokens per parameter and MFU
+    (model FLOPs; the loop's own counts the optimizer too), reported and logged."""
     tokens = result.samples * cfg.seq_len
-    tokens_per_s = result.samples_per_s * cfg.seq_len  # the timed steps': not compiling or traced ones
+    tokens_per_s = result.samples_per_s * cfg.seq_len
     peak = peak_flops(device)
-    mfu = 100 * model.flops_per_token() * tokens_per_s / (peak * world) if peak else float("nan")
-    stats = {**result.stats(), **result.metrics, **test, "tokens": tokens, "tokens_per_s": tokens_per_s,
-             "tokens_per_param": tokens / model.scaling_params(), "chinchilla_tokens_per_param": 20.0,
-             "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent, "depth": depth,
-             "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len, "micro_batch": cfg.micro_batch}
+    mfu = 100 * models.flops_per_token(model.shape) * tokens_per_s / (peak * world) if peak else float("nan")
+    per_param = tokens / model.scaling_params()
     run.report("tokens_per_s", f"{tokens_per_s:,.0f}")
-    run.report("tokens_seen", f"{tokens:,} ({tokens / len(train_tokens):.1f} epochs)")
-    run.report("tokens_per_param", f"{stats['tokens_per_param']:.2f} (Chinchilla: 20)")
-    run.log(f"{tokens:,} tokens at {tokens_per_s:,.0f} tokens/s; {stats['tokens_per_param']:.2f} tokens/param "
+    run.report("tokens_seen", f"{tokens:,} ({tokens / train_tokens:.1f} epochs)")
+    run.report("tokens_per_param", f"{per_param:.2f} (Chinchilla: 20)")
+    run.log(f"{tokens:,} tokens at {tokens_per_s:,.0f} tokens/s; {per_param:.2f} tokens/param "
             f"(Chinchilla: 20); MFU {mfu:.1f}% of {peak / 1e9 if peak else float('nan'):.0f} GFLOP/s "
             f"(model FLOPs; {result.mfu_percent:.1f}% counting the optimizer)")
-    return stats
+    return {"tokens": tokens, "tokens_per_s": tokens_per_s, "tokens_per_param": per_param,
+            "chinchilla_tokens_per_param": 20.0, "mfu_percent": mfu, "counted_mfu_percent": result.mfu_percent}
 
 
 def score_test(model: nn.Module, tokens: torch.Tensor, per_target: torch.Tensor, cfg: GPTConfig, device, precision,
@@ -261,16 +331,16 @@ def score_test(model: nn.Module, tokens: torch.Tensor, per_target: torch.Tensor,
     and bytes. Every rank scores (FSDP forwards are collective); rank 0's numbers are the ones reported."""
     model.eval()
     with torch.no_grad(), autocast(device, precision):
-        nats, n_bytes = infer.window_sums(model, tokens, cfg.seq_len, batch or cfg.micro_batch, device, per_target,
-                                          progress)
-    return distributed.broadcast_object(infer.bpb_metrics(nats, n_bytes, prefix)), nats, n_bytes
+        nats, n_bytes = scoring.window_sums(model, tokens, cfg.seq_len, batch or cfg.micro_batch, device, per_target,
+                                            progress)
+    return distributed.broadcast_object(scoring.bpb_metrics(nats, n_bytes, prefix)), nats, n_bytes
 
 
 def write_samples(model: models.GPT, tok, cfg: GPTConfig, run) -> None:
     if cfg.samples <= 0:
         return
     model.eval()
-    prompt = [tok.token_to_id(data.BOS)] + tok.encode(cfg.prompt, add_special_tokens=False).ids
+    prompt = [tok.token_to_id(tokenization.BOS)] + tok.encode(cfg.prompt, add_special_tokens=False).ids
     g = torch.Generator().manual_seed(run.seed)
     texts = [cfg.prompt + tok.decode(model.generate(prompt, cfg.sample_tokens, cfg.temperature, g))
              for _ in range(cfg.samples)]

@@ -3,20 +3,20 @@
 The parts are those of ``llm/gpt`` for text; for JSONL, validation and test are chosen by a hash of each
 example's content. Validation is scored during training, test once at the end (with and without the adapter).
 
-Reads top to bottom: config, the response-only loss, the adapter, then training. The model is a local
-``save_pretrained`` folder (or a hub name when online); the data is text, trained on in windows as
-``llm/gpt`` does, or prompt/response JSONL, where the loss and the score are on the response only.
-Only the adapter trains (AdamW); it is saved, and optionally merged into the base model.
+Reads top to bottom: config, the adapter and the data, what is saved for use and ``zoo predict``, then training.
+The model is a local ``save_pretrained`` folder (or a hub name when online; ``causal_lm``); the data is text,
+trained on in windows as ``llm/gpt`` does, or prompt/response JSONL, where the loss and the score are on the
+response only. Only the adapter trains (AdamW); it is saved, and optionally merged into the base model.
 """
 from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -26,7 +26,8 @@ from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
-from recipe_zoo.recipes.llm import data, infer, models
+from recipe_zoo.recipes.llm import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
+from recipe_zoo.recipes.llm import causal_lm, inference, prompt_response, scoring, text_splits, token_windows
 
 # =============================================================================================
 # Config
@@ -58,40 +59,8 @@ class LoRAConfig(LoopSettings):
 
 
 # =============================================================================================
-# Loss, adapter and training
+# The adapter, and the data as training and zoo predict read it
 # =============================================================================================
-
-def response_nats(model, batch, device, skip_token: int | None = None) -> tuple[torch.Tensor, int]:
-    """Each row's summed next-token cross-entropy over its labelled tokens (optionally not ``skip_token``), and
-    how many tokens that is in all."""
-    ids, labels, mask = (t.to(device) for t in batch)
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-    targets = labels[:, 1:]
-    if skip_token is not None:
-        targets = targets.masked_fill(targets == skip_token, -100)
-    nats = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100,
-                           reduction="none")
-    return nats.view(targets.shape).sum(1), int((targets != -100).sum())
-
-
-def bytes_per_token(tokenizer, text: str, ids: list[int]) -> torch.Tensor:
-    """The UTF-8 bytes each of ``ids`` (``text``'s tokens) spells, summing to the text's bytes: from a fast
-    tokenizer's character offsets, token i holds the characters after the previous token's end up to its own
-    (the last also any the tokenizer left uncovered). A tokenizer without offsets shares the bytes evenly."""
-    total = len(text.encode())
-    try:
-        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    except (NotImplementedError, ValueError, TypeError, KeyError):
-        offsets = None
-    if offsets is None or len(offsets) != len(ids) or not ids:
-        return torch.full((len(ids),), total / max(len(ids), 1), dtype=torch.float64)
-    prefix = np.concatenate([[0], np.cumsum([len(c.encode()) for c in text])])
-    ends = np.maximum.accumulate(np.clip([e for _, e in offsets], 0, len(text)))
-    at = prefix[ends]
-    per = np.diff(np.concatenate([[0], at])).astype(np.float64)
-    per[-1] += total - at[-1]
-    return torch.from_numpy(per)
-
 
 def lora_config(cfg: LoRAConfig):
     from peft import LoraConfig
@@ -102,31 +71,16 @@ def lora_config(cfg: LoRAConfig):
                       target_modules=targets)
 
 
-def encode_text(tokenizer, start: int, docs: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each document as [start] + its tokens, in one stream, and the bytes each predicted token spells (0 for a
-    start token between documents)."""
-    ids, per_target = [], [torch.zeros(0, dtype=torch.float64)]
-    for i, doc in enumerate(docs):
-        body = tokenizer(doc, add_special_tokens=False).input_ids
-        ids += [start] + body
-        per_target += [torch.zeros(int(i > 0), dtype=torch.float64), bytes_per_token(tokenizer, doc, body)]
-    return torch.tensor(ids), torch.cat(per_target)
-
-
 def text_sums(model, tokens, per_target, cfg: LoRAConfig, device, batch: int = 0, progress=None):
     """Each window's nats and bytes, as ``llm/gpt`` scores text."""
-    return infer.window_sums(lambda x: model(input_ids=x).logits, tokens, cfg.seq_len, batch or cfg.micro_batch,
-                             device, per_target, progress)
+    return scoring.window_sums(lambda x: model(input_ids=x).logits, tokens, cfg.seq_len, batch or cfg.micro_batch,
+                               device, per_target, progress)
 
 
-def example_sums(model, examples: list, pad_id: int, eos: int | None, device, batch: int, progress=None):
-    """Each prompt/response example's nats over its response (the end token not counted) and response bytes."""
-    nats = []
-    for i in range(0, len(examples), batch):
-        nats.append(response_nats(model, data.pad_examples(examples[i:i + batch], pad_id), device, skip_token=eos)[0])
-        if progress is not None:
-            progress(min(i + batch, len(examples)), len(examples), "examples")
-    return torch.cat(nats).double().cpu().numpy(), np.array([e.response_bytes for e in examples], dtype=np.float64)
+def example_splits(cfg: LoRAConfig, tokenizer, log) -> prompt_response.ExampleSplits:
+    """The prompt/response examples of ``cfg.data`` tokenized and split, as training and ``zoo predict`` read them."""
+    return prompt_response.split_examples(prompt_response.load_jsonl(Path(cfg.data).expanduser(), tokenizer),
+                                          cfg.val_fraction, cfg.test_fraction, cfg.seq_len, cfg.data, log)
 
 
 # =============================================================================================
@@ -137,7 +91,7 @@ SAMPLE_TOKENS, TEMPERATURE = 160, 0.8  # zoo predict prompt=...: llm/gpt's defau
 
 
 @dataclass
-class LoRAPredictOptions(infer.LMPredictOptions):
+class LoRAPredictOptions(inference.LMPredictOptions):
     before: bool = False  # also score the base model, the adapter off (bpb_before; the run's test: test_bpb_before)
 
 
@@ -161,11 +115,12 @@ def save_card(run, cfg: LoRAConfig, precision: str, start: int, rows: list[dict]
 def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Predictions:
     """prompt=/prompts=: continuations (``generate``); data=TEXT or .jsonl: bits per byte, as the run scores text
     or responses; neither: the run's test split scored again. The base model with the saved adapter."""
-    prompts = infer.prompts_of(opts)
+    prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
     speed_switches(device)
     precision = resolve_precision(device, cfg.precision)
-    model, tokenizer, start = models.load_trained_lora(cfg, run.dir, dtype_of(precision), run.log)
+    model, tokenizer, start = causal_lm.load_trained_lora(cfg.model, cfg.seq_len, run.dir, dtype_of(precision),
+                                                          run.log)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
     jsonl = opts.data.endswith(".jsonl") or (not opts.data and cfg.data.endswith(".jsonl"))
@@ -176,35 +131,37 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
                 [start] + tokenizer(prompt, add_special_tokens=False).input_ids
             with warnings.catch_warnings(), autocast(device, precision):
                 warnings.simplefilter("ignore")  # transformers' notices on generation settings
-                out = models.sample_hf(model, ids, opts.max_tokens or SAMPLE_TOKENS,
-                                       TEMPERATURE if opts.temperature < 0 else opts.temperature, opts.top_k,
-                                       run.seed if opts.seed < 0 else opts.seed, opts.n, pad_id)
+                out = causal_lm.sample_hf(model, ids, opts.max_tokens or SAMPLE_TOKENS,
+                                          TEMPERATURE if opts.temperature < 0 else opts.temperature, opts.top_k,
+                                          run.seed if opts.seed < 0 else opts.seed, opts.n, pad_id)
             completions.append([tokenizer.decode(c, skip_special_tokens=True) for c in out])
             run.progress(i + 1, len(prompts), "prompts")
-        return infer.generations(prompts, completions)
+        return inference.generations(prompts, completions)
     batch, prefix, dropped = opts.batch_size or cfg.micro_batch, "" if opts.data else "test_", []
     if jsonl:
-        examples, dropped = infer.jsonl_examples(cfg, opts.data, run, tokenizer)
+        examples, dropped = inference.jsonl_examples(opts.data, tokenizer, cfg.seq_len, run.log) if opts.data else \
+            (example_splits(cfg, tokenizer, run.log).test, [])
 
         def score(m):
-            return example_sums(m, examples, pad_id, tokenizer.eos_token_id, device, batch, run.progress)
+            return causal_lm.example_sums(m, examples, pad_id, tokenizer.eos_token_id, device, batch, run.progress)
 
         def rows(nats, n_bytes):
-            return sorted(infer.example_rows(examples, nats, n_bytes) + [{"line": n} for n in dropped],
+            return sorted(inference.example_rows(examples, nats, n_bytes) + [{"line": n} for n in dropped],
                           key=lambda r: r["line"])
     else:
-        docs = infer.read_documents(opts.data, run)[1] if opts.data else \
-            [data.eval_text(data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run), cfg.eval_bytes)]
-        tokens, per_target = encode_text(tokenizer, start, docs)
+        docs = inference.read_documents(opts.data)[1] if opts.data else \
+            [text_splits.eval_text(text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log),
+                                   cfg.eval_bytes)]
+        tokens, per_target = causal_lm.encode_text(tokenizer, start, docs)
 
         def score(m):
             return text_sums(m, tokens, per_target, cfg, device, batch, run.progress)
 
         def rows(nats, n_bytes):
-            return infer.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, "".join(docs))
+            return inference.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, "".join(docs))
     with torch.no_grad(), autocast(device, precision):
         nats, n_bytes = score(model)
-        scores = infer.bpb_metrics(nats, n_bytes, prefix)
+        scores = scoring.bpb_metrics(nats, n_bytes, prefix)
         if opts.before:
             if not hasattr(model, "disable_adapter"):
                 raise ZooError(f"before=true: needs the base model {cfg.model} (only the merged copy is here)")
@@ -215,94 +172,140 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
                                 arrays={"nats": nats, "bytes": n_bytes})
 
 
-@recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
-        budget="5m", summary="LoRA fine-tuning of a transformers causal LM (local folder or hub) on text or "
-                             "prompt/response JSONL; bits per byte before and after", predict=predict_lora,
-        predict_options=LoRAPredictOptions, exports={"pretrained": models.export_pretrained})
-def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
+def export_pretrained(cfg: LoRAConfig, run, out: Path) -> list[Path]:
+    """``zoo export --format pretrained``: the adapter and the merged model (``causal_lm.export_pretrained``)."""
+    return causal_lm.export_pretrained(cfg.model, cfg.seq_len, run, out)
+
+
+# =============================================================================================
+# Training
+# =============================================================================================
+
+@dataclass
+class Task:
+    """What training reads of the data: its batches and the loss on one, the scores of a held-out part (each window's
+    or example's nats and bytes), the test's rows in predictions.csv, and the split (split.csv's items, one line)."""
+    batches: object
+    loss_fn: Callable
+    score: Callable  # score(model, "validation" | "test") -> (nats, bytes)
+    rows: Callable  # rows(nats, bytes) of the test
+    keys: dict[str, list[str]]
+    split_line: str
+
+
+def adapted_model(cfg: LoRAConfig, dtype: torch.dtype, log):
+    """The base model with a fresh adapter (only the adapter trains), its tokenizer and start token; the libraries'
+    notices go to the log, not stderr."""
     from peft import get_peft_model
 
-    device = choose_device(run.device)
-    speed_switches(device)
-    precision = resolve_precision(device, cfg.precision)
-    with warnings.catch_warnings(record=True) as caught:  # library notices go to the log, not stderr
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model, tokenizer, start = models.load_causal_lm(cfg, torch.bfloat16 if precision == "bf16" else torch.float32,
-                                                        run.log)
+        model, tokenizer, start = causal_lm.load_causal_lm(cfg.model, cfg.seq_len, dtype, log)
         try:
             model = get_peft_model(model, lora_config(cfg))
         except ValueError as exc:
             raise ZooError(f"target_modules={cfg.target_modules}: {str(exc).splitlines()[0]}") from None
     for w in {str(w.message) for w in caught}:
-        run.log(f"warning: {w}")
+        log(f"warning: {w}")
+    return model, tokenizer, start
+
+
+def jsonl_task(cfg: LoRAConfig, run, tokenizer, pad_id: int, device) -> Task:
+    """Prompt/response examples: the loss and the score on the response only."""
+    parts = example_splits(cfg, tokenizer, run.log)
+    train_examples, val_examples = parts.train, parts.val
+    batches = TensorBatches((torch.arange(len(train_examples)),), cfg.micro_batch, seed=run.seed,
+                            transform=lambda batch, g: prompt_response.pad_examples(
+                                [train_examples[i] for i in batch[0]], pad_id))
+    run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation / {len(parts.test)} test "
+            f"examples ({sum(e.response_bytes for e in val_examples):,} validation response bytes scored)")
+    split_line = (f"{parts.how} ({len(parts.keys['train'])} / {len(parts.keys['validation'])} / "
+                  f"{len(parts.keys['test'])} lines; the response bytes are scored)")
+    # one row per example (prompt + response token ids): exact duplicates across the splits are found
+    run.inspect(train=([e.ids for e in train_examples],), val=([e.ids for e in val_examples],),
+                task="unlabelled", fine_tune=("lora_",))
+
+    def loss_fn(model, batch):
+        nats, count = causal_lm.response_nats(model, batch, device)
+        return nats.sum() / max(count, 1)
+
+    def score(model, part):  # each example's nats and response bytes
+        return causal_lm.example_sums(model, val_examples if part == "validation" else parts.test, pad_id,
+                                      tokenizer.eos_token_id, device, cfg.micro_batch)
+
+    def rows(nats, n_bytes):
+        return inference.example_rows(parts.test, nats, n_bytes)
+
+    return Task(batches, loss_fn, score, rows, parts.keys, split_line)
+
+
+def text_task(cfg: LoRAConfig, run, tokenizer, start: int, device) -> Task:
+    """Text, trained on in windows and scored in bits per byte as ``llm/gpt`` does."""
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)
+    texts = {"validation": text_splits.eval_text(splits, cfg.eval_bytes, "validation"),
+             "test": text_splits.eval_text(splits, cfg.eval_bytes)}
+    split_line = (f"{splits.how} ({splits.sizes()}; scored: validation {len(texts['validation'].encode()):,} "
+                  f"bytes, test the first {cfg.eval_bytes:,})")
+    ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
+    train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
+
+    val_tokens, val_bytes = causal_lm.encode_text(tokenizer, start, [texts["validation"]])
+    batches = token_windows.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed,
+                                         source=splits.name, device=device)
+    run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores "
+            f"{len(texts['validation'].encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
+    run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))
+
+    def loss_fn(model, batch):
+        x, y = (t.to(device) for t in batch)
+        logits = model(input_ids=x).logits.float()
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+    def score(model, part):  # each window's nats and bytes
+        tokens, per_target = (val_tokens, val_bytes) if part == "validation" else \
+            causal_lm.encode_text(tokenizer, start, [texts["test"]])
+        return text_sums(model, tokens, per_target, cfg, device)
+
+    def rows(nats, n_bytes):
+        n_targets = len(causal_lm.encode_text(tokenizer, start, [texts["test"]])[0]) - 1
+        return inference.window_rows(nats, n_bytes, cfg.seq_len, n_targets, texts["test"])
+
+    return Task(batches, loss_fn, score, rows, splits.keys, split_line)
+
+
+def save_adapter(model, tokenizer, merge: bool, run_dir: Path) -> None:
+    """The adapter the test scored (the EMA's, with ema_decay), and with ``merge`` the base model with it merged in."""
+    model.save_pretrained(str(run_dir / "adapter"))
+    tokenizer.save_pretrained(str(run_dir / "adapter"))
+    if merge:
+        merged = model.merge_and_unload()
+        merged.save_pretrained(str(run_dir / "merged"))
+        tokenizer.save_pretrained(str(run_dir / "merged"))
+
+
+@recipe("llm/lora", config=LoRAConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
+        budget="5m", summary="LoRA fine-tuning of a transformers causal LM (local folder or hub) on text or "
+                             "prompt/response JSONL; bits per byte before and after", predict=predict_lora,
+        predict_options=LoRAPredictOptions, exports={"pretrained": export_pretrained})
+def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
+    device = choose_device(run.device)
+    speed_switches(device)
+    precision = resolve_precision(device, cfg.precision)
+    model, tokenizer, start = adapted_model(cfg, dtype_of(precision), run.log)
     model.to(device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     run.log(f"LoRA rank {cfg.rank} alpha {cfg.alpha:g} on {cfg.target_modules}: {trainable / 1e6:.3f}M trainable "
             f"parameters ({100 * trainable / sum(p.numel() for p in model.parameters()):.2f}%)")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
-
-    if cfg.data.endswith(".jsonl"):
-        parts = data.split_examples(data.load_jsonl(Path(cfg.data).expanduser(), tokenizer), cfg.val_fraction,
-                                    cfg.test_fraction, cfg.seq_len, cfg.data, run.log)
-        train_examples, val_examples = parts.train, parts.val
-        batches = TensorBatches((torch.arange(len(train_examples)),), cfg.micro_batch, seed=run.seed,
-                                transform=lambda batch, g: data.pad_examples([train_examples[i] for i in batch[0]],
-                                                                             pad_id))
-        run.log(f"{cfg.data}: {len(train_examples)} train / {len(val_examples)} validation / {len(parts.test)} test "
-                f"examples ({sum(e.response_bytes for e in val_examples):,} validation response bytes scored)")
-        split_line = (f"{parts.how} ({len(parts.keys['train'])} / {len(parts.keys['validation'])} / "
-                      f"{len(parts.keys['test'])} lines; the response bytes are scored)")
-        # one row per example (prompt + response token ids): exact duplicates across the splits are found
-        run.inspect(train=([e.ids for e in train_examples],), val=([e.ids for e in val_examples],),
-                    task="unlabelled", fine_tune=("lora_",))
-
-        def loss_fn(model, batch):
-            nats, count = response_nats(model, batch, device)
-            return nats.sum() / max(count, 1)
-
-        def score(model, part):  # each example's nats and response bytes
-            return example_sums(model, val_examples if part == "validation" else parts.test, pad_id,
-                                tokenizer.eos_token_id, device, cfg.micro_batch)
-
-        def rows(nats, n_bytes):
-            return infer.example_rows(parts.test, nats, n_bytes)
-    else:
-        splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
-        texts = {"validation": data.eval_text(splits, cfg.eval_bytes, "validation"),
-                 "test": data.eval_text(splits, cfg.eval_bytes)}
-        parts = splits
-        split_line = (f"{splits.how} ({splits.sizes()}; scored: validation {len(texts['validation'].encode()):,} "
-                      f"bytes, test the first {cfg.eval_bytes:,})")
-        ids = [[start] + tokenizer(d, add_special_tokens=False).input_ids for d in splits.train]
-        train_tokens = torch.tensor([t for doc in ids for t in doc], dtype=torch.int32)
-
-        val_tokens, val_bytes = encode_text(tokenizer, start, [texts["validation"]])
-        batches = data.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed, source=splits.name,
-                                    device=device)
-        run.log(f"{splits.name}: {len(train_tokens):,} train tokens; validation scores "
-                f"{len(texts['validation'].encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
-        run.inspect(train=(train_tokens,), val=(val_tokens,), task="tokens", fine_tune=("lora_",))
-
-        def loss_fn(model, batch):
-            x, y = (t.to(device) for t in batch)
-            logits = model(input_ids=x).logits.float()
-            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-
-        def score(model, part):  # each window's nats and bytes
-            tokens, per_target = (val_tokens, val_bytes) if part == "validation" else \
-                encode_text(tokenizer, start, [texts["test"]])
-            return text_sums(model, tokens, per_target, cfg, device)
-
-        def rows(nats, n_bytes):
-            n_targets = len(encode_text(tokenizer, start, [texts["test"]])[0]) - 1
-            return infer.window_rows(nats, n_bytes, cfg.seq_len, n_targets, texts["test"])
+    task = jsonl_task(cfg, run, tokenizer, pad_id, device) if cfg.data.endswith(".jsonl") else \
+        text_task(cfg, run, tokenizer, start, device)
 
     def evaluate(model):
-        nats, n_bytes = score(model, "validation")
+        nats, n_bytes = task.score(model, "validation")
         return {"val_bpb": metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))}
 
-    run.record_split(parts.keys)
-    run.report("split", split_line)
+    run.record_split(task.keys)
+    run.report("split", task.split_line)
     model.eval()
     with torch.no_grad(), autocast(device, precision):
         before = evaluate(model)["val_bpb"]
@@ -311,26 +314,20 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     groups = [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": cfg.weight_decay}]
     optimizer = optim.adamw(groups, lr=cfg.lr)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, final=cfg.lr_final)
-    settings = LoopSettings.of(cfg)
-    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
-                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=settings)
+    result = fit(model, optimizer, task.batches, task.loss_fn, run, device=device, evaluate=evaluate,
+                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg))
     # The test, once, after training: the fine-tuned model, then the base model (the adapter switched off)
     tested = result.eval_model or model
     tested.eval()
     with torch.no_grad(), autocast(device, precision):
-        nats, n_bytes = score(tested, "test")
+        nats, n_bytes = task.score(tested, "test")
         with tested.disable_adapter():
-            base_nats, base_bytes = score(tested, "test")
+            base_nats, base_bytes = task.score(tested, "test")
     test_bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
-    low, high = data.bpb_interval(nats, n_bytes)
+    low, high = scoring.bpb_interval(nats, n_bytes)
     test_before = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
-    tested.save_pretrained(str(run.dir / "adapter"))  # the adapter the test scored (the EMA's, with ema_decay)
-    tokenizer.save_pretrained(str(run.dir / "adapter"))
-    if cfg.merge:
-        merged = tested.merge_and_unload()
-        merged.save_pretrained(str(run.dir / "merged"))
-        tokenizer.save_pretrained(str(run.dir / "merged"))
-    save_card(run, cfg, precision, start, rows(nats, n_bytes))
+    save_adapter(tested, tokenizer, cfg.merge, run.dir)
+    save_card(run, cfg, precision, start, task.rows(nats, n_bytes))
     after = result.metrics["val_bpb"]
     run.report("val_bpb_before", f"{before:.4f}")
     run.report("test_bpb_before", f"{test_before:.4f}")

@@ -4,10 +4,10 @@ and trained on from disk; and the text ``llm/gpt`` trains and scores on, from me
 A prepared folder holds ``train.npy`` (the training split's tokens, uint16 when the vocabulary fits, else uint32;
 each document opened by <|bos|>, as in memory), ``tokenizer.json``, ``val.txt`` and ``test.txt`` (the held-out
 text, whole: bits per byte reads its first ``eval_bytes``, as before) and ``split.json`` (split.csv's items). The
-split is the in-memory one (``data.tail_bounds`` on the same character counts), and so are the tokens: the source is
-read in blocks and encoded in chunks cut only after a newline that a non-space follows, where no pre-token of
-``data.SPLIT_PATTERN`` spans, so a BPE trained on the chunks and the chunks encoded give the tokenizer and the tokens
-whole documents give. Memory holds a block and a batch of chunks, whatever the size of the corpus.
+split is the in-memory one (``text_splits.tail_bounds`` on the same character counts), and so are the tokens: the
+source is read in blocks and encoded in chunks cut only after a newline that a non-space follows, where no pre-token
+of ``tokenization.SPLIT_PATTERN`` spans, so a BPE trained on the chunks and the chunks encoded give the tokenizer and
+the tokens whole documents give. Memory holds a block and a batch of chunks, whatever the size of the corpus.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from recipe_zoo.core import distributed, prepared
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.core.streams import NpyArray, NpyWriter
-from recipe_zoo.recipes.llm import data, textfiles
+from recipe_zoo.recipes.llm import text_splits, textfiles, tokenization
 
 FIXED = ("tokenizer", "vocab_size", "val_fraction", "test_fraction")  # fixed at prepare time; eval_bytes is not
 FILES = ["train.npy", "tokenizer.json", "val.txt", "test.txt", "split.json"]
@@ -54,7 +54,7 @@ def prepare_tokens(cfg, run, out: Path | None = None, force: bool = False) -> Pa
                        "document) and prepare those")
     if prepared.is_prepared(cfg.data):
         raise ZooError(f"data={cfg.data}: already prepared; train on it: zoo run llm/gpt data={cfg.data}")
-    data.check_fractions(cfg.val_fraction, cfg.test_fraction)
+    text_splits.check_fractions(cfg.val_fraction, cfg.test_fraction)
     return prepared.ensure(cfg, run, kind="tokens", fields=fixed_fields(cfg), recipe="llm/gpt", out=out,
                            force=force, make=lambda folder: write_shards(cfg, run, folder))
 
@@ -62,22 +62,23 @@ def prepare_tokens(cfg, run, out: Path | None = None, force: bool = False) -> Pa
 def write_shards(cfg, run, folder: Path) -> dict:
     """Three passes over the source: count its characters (and check it), train the BPE on the training split's
     chunks (tokenizer=bpe only), then encode them into ``train.npy`` and copy the held-out text."""
-    found = textfiles.sources(cfg.data, run)
+    found = textfiles.sources(cfg.data, run.log)
     files = [path for _, path in found.docs + found.held]
     reading = Progress(sum(p.stat().st_size for p in files), "reading", run.log, "bytes")
     lengths = [textfiles.count_chars(path, progress=reading) for _, path in found.docs]
     held_chars = sum(textfiles.count_chars(path, progress=reading) for _, path in found.held)
     reading.done()
-    bounds = data.tail_bounds(lengths, cfg.val_fraction, 0.0 if found.held else cfg.test_fraction)
+    bounds = text_splits.tail_bounds(lengths, cfg.val_fraction, 0.0 if found.held else cfg.test_fraction)
     training = Progress(None, "training the tokenizer", run.log, "characters")
-    tok = data.load_tokenizer(cfg, (c for doc, b in zip(found.docs, bounds)
-                                    for c in clean_chunks(_train_part(doc[1], b, training), log=run.log)))
+    tok = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size,
+                                      (c for doc, b in zip(found.docs, bounds)
+                                       for c in clean_chunks(_train_part(doc[1], b, training), log=run.log)))
     if cfg.tokenizer == "bpe":
         training.done()
     tok.save(str(folder / "tokenizer.json"))
     dtype = np.dtype(np.uint16 if tok.get_vocab_size() <= 1 << 16 else np.uint32)
     table = byte_table(tok, dtype) if cfg.tokenizer == "bytes" else None
-    bos, train_bytes = np.array([tok.token_to_id(data.BOS)], dtype), 0
+    bos, train_bytes = np.array([tok.token_to_id(tokenization.BOS)], dtype), 0
     tokenizing = Progress(sum(p.stat().st_size for p in files), "tokenizing", run.log, "bytes")
     with NpyWriter(folder / "train.npy", dtype) as train, open(folder / "val.txt", "w", encoding="utf-8",
                                                                 newline="") as val, \
@@ -103,7 +104,7 @@ def write_shards(cfg, run, folder: Path) -> dict:
     run.log(f"{found.name}: {characters['train']:,} training characters -> {tokens:,} tokens ({dtype.name}, vocab "
             f"{tok.get_vocab_size()})")
     return {"files": FILES, "name": found.name, "dtype": dtype.name, "vocab": tok.get_vocab_size(),
-            "how": data.split_how(cfg.val_fraction, 0.0 if found.held else cfg.test_fraction, found.held_how),
+            "how": text_splits.split_how(cfg.val_fraction, 0.0 if found.held else cfg.test_fraction, found.held_how),
             "characters": characters, "tokens": {"train": tokens},
             "bytes": {"train": train_bytes, "validation": (folder / "val.txt").stat().st_size,
                       "test": (folder / "test.txt").stat().st_size}}
@@ -167,7 +168,7 @@ def _cut(buf: str, pos: int, size: int, log) -> int | None:
 def byte_table(tok, dtype: np.dtype) -> np.ndarray:
     """tokenizer=bytes: each byte's token id (the byte-level vocabulary has no merges, so a text's tokens are its
     bytes looked up: what ``encode`` gives, at the speed of a table)."""
-    alphabet = {b: c for c, b in data._byte_level_decoder().items()}
+    alphabet = {b: c for c, b in tokenization.byte_level_decoder().items()}
     return np.array([tok.token_to_id(alphabet[b]) for b in range(256)], dtype=dtype)
 
 
@@ -194,7 +195,8 @@ def encode_chunks(tok, texts: Iterable[str], dtype: np.dtype, table: np.ndarray 
 
 
 def split_keys(found: textfiles.Sources, bounds: list[tuple[int, ...]]) -> dict[str, list[str]]:
-    """split.csv's items, as ``data.Piece.key`` names them: a document, or ``source[start:end]`` where a cut fell."""
+    """split.csv's items, as ``text_splits.Piece.key`` names them: a document, or ``source[start:end]`` where a cut
+    fell."""
     keys: dict[str, list[str]] = {"train": [], "validation": [], "test": []}
     for (name, _), b in zip(found.docs, bounds):
         for part, lo, hi in zip(keys, b, b[1:]):
@@ -237,19 +239,21 @@ def text_data(cfg, run) -> TextData:
     token shards prepared once."""
     if streams(cfg):
         return open_shards(prepared_folder(cfg, run), cfg, run.log)
-    splits = data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run)
-    val_text, test_text = data.eval_text(splits, cfg.eval_bytes, "validation"), data.eval_text(splits, cfg.eval_bytes)
-    tok = data.load_tokenizer(cfg, (chunk for doc in splits.train for chunk in clean_chunks([doc], log=run.log)))
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)
+    val_text = text_splits.eval_text(splits, cfg.eval_bytes, "validation")
+    test_text = text_splits.eval_text(splits, cfg.eval_bytes)
+    tok = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size,
+                                      (chunk for doc in splits.train for chunk in clean_chunks([doc], log=run.log)))
     return TextData(splits.name, splits.how, splits.sizes(), splits.keys, tok, encode_docs(tok, splits.train, run.log),
                     val_text, test_text, sum(map(len, splits.train)), len("".join(splits.train).encode()))
 
 
 def encode_docs(tok, docs: list[str], log=print) -> torch.Tensor:
-    """``data.encode_docs``'s tokens (each document opened by <|bos|>), its documents cut at clean cuts and handed
-    to the tokenizer a batch at a time, so that its threads share a long one (the same tokens; 1.7-3.2x faster on
-    2 cores for 10-12 MB of text in one document). Unlike ``encode_chunks`` per document (the prepare path), a
+    """``tokenization.encode_docs``'s tokens (each document opened by <|bos|>), its documents cut at clean cuts and
+    handed to the tokenizer a batch at a time, so that its threads share a long one (the same tokens; 1.7-3.2x faster
+    on 2 cores for 10-12 MB of text in one document). Unlike ``encode_chunks`` per document (the prepare path), a
     batch spans documents: 5,000 documents of 2 KB encode in 2.3 s here, 5.2 s one document at a time."""
-    bos = np.array([tok.token_to_id(data.BOS)], dtype=np.int32)
+    bos = np.array([tok.token_to_id(tokenization.BOS)], dtype=np.int32)
     encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
     parts: list[np.ndarray] = []
     batch: list[str | None] = []  # None: a document starts here
@@ -293,16 +297,16 @@ def open_shards(folder: Path, cfg, log=print) -> TextData:
     log(f"{folder}: {manifest['source']} prepared as {len(train):,} training tokens ({manifest['dtype']}), read "
         "from disk as they are used")
     keys = json.loads((folder / "split.json").read_text())
-    return TextData(name, manifest["how"], data.sizes_line(manifest["characters"]), keys,
+    return TextData(name, manifest["how"], text_splits.sizes_line(manifest["characters"]), keys,
                     Tokenizer.from_file(str(folder / "tokenizer.json")), train, val_text, test_text,
                     manifest["characters"]["train"], manifest["bytes"]["train"])
 
 
 def scored_text(path: Path, name: str, eval_bytes: int, part: str) -> str:
-    """``data.eval_text`` of a held-out part kept as a file: its first ``eval_bytes`` bytes are all it reads."""
+    """``text_splits.eval_text`` of a held-out part kept as a file: its first ``eval_bytes`` bytes are all it reads."""
     with open(path, "rb") as f:
         head = f.read(eval_bytes)
-    return data.scored_prefix(name, head, path.stat().st_size, eval_bytes, part)
+    return text_splits.scored_prefix(name, head, path.stat().st_size, eval_bytes, part)
 
 
 def test_text(cfg, run) -> str:
@@ -312,10 +316,11 @@ def test_text(cfg, run) -> str:
         return scored_text(Path(cfg.data) / "test.txt", prepared.read(cfg.data, "tokens")["name"], cfg.eval_bytes,
                            "test")
     if not streams(cfg):
-        return data.eval_text(data.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run), cfg.eval_bytes)
-    found = textfiles.sources(cfg.data, run)
-    bounds = data.tail_bounds([textfiles.count_chars(path) for _, path in found.docs], cfg.val_fraction,
-                              0.0 if found.held else cfg.test_fraction)
+        splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)
+        return text_splits.eval_text(splits, cfg.eval_bytes)
+    found = textfiles.sources(cfg.data, run.log)
+    bounds = text_splits.tail_bounds([textfiles.count_chars(path) for _, path in found.docs], cfg.val_fraction,
+                                     0.0 if found.held else cfg.test_fraction)
     pieces = itertools.chain((text for (_, path), b in zip(found.docs, bounds) if b[3] > b[2]
                               for part, text in _parts(path, b) if part == 2),
                              (text for _, path in found.held for text in textfiles.text_blocks(path)))
@@ -324,4 +329,4 @@ def test_text(cfg, run) -> str:
         head += text.encode()
         if len(head) >= cfg.eval_bytes:
             break
-    return data.scored_prefix(found.name, head, len(head), cfg.eval_bytes, "test")
+    return text_splits.scored_prefix(found.name, head, len(head), cfg.eval_bytes, "test")

@@ -1,15 +1,11 @@
-"""llm/gpt's sizing rules: the tokens a step and the sequences a forward pass on a device (``core.devices``), the
-depth a time budget buys there, and the ``size`` hook ``zoo plan --recipe llm/gpt --budget B`` calls."""
+"""llm/gpt's sizing rules: the tokens a step and the sequences a forward pass on a device (``core.devices``), and
+the depth a time budget buys there. ``shape_at(depth)`` is the shape the run's config describes at a depth."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.llm import models, shards
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.llm.gpt import GPTConfig
+from recipe_zoo.recipes.llm import models
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
 MIN_TOKENS_PER_PARAM = 0.2  # nor one that sees fewer tokens than this per parameter (the 2-core CPU's picks: 0.3-7)
@@ -33,15 +29,15 @@ def optimizer_flops(shape: models.GPTShape, profile) -> float:
     return newton_schulz_flops(shape) if profile.counts_optimizer("matmul") else 0.0
 
 
-def cap_tokens(cfg: GPTConfig, train_tokens: int) -> float:
+def cap_tokens(epoch_cap: float, train_tokens: int) -> float:
     """The tokens a time-budget run sees at most: ``epoch_cap`` passes (unbounded without a cap)."""
-    return cfg.epoch_cap * train_tokens if cfg.epoch_cap > 0 else math.inf
+    return epoch_cap * train_tokens if epoch_cap > 0 else math.inf
 
 
 def step_seconds(shape: models.GPTShape, batch_tokens: int, profile) -> float:
     """One optimizer step of ``batch_tokens`` on ``profile``: the model's FLOPs (and Muon's, where counted)."""
-    per_token = 6 * models.param_estimate(shape) + 12 * shape.depth * shape.width * shape.seq_len
-    return profile.step_seconds(per_token * batch_tokens + optimizer_flops(shape, profile), "matmul", shape.width)
+    flops = models.flops_per_token(shape) * batch_tokens + optimizer_flops(shape, profile)
+    return profile.step_seconds(flops, "matmul", shape.width)
 
 
 def batch_choice(shape: models.GPTShape, seconds: float | None, profile, max_tokens: float = math.inf) \
@@ -87,23 +83,25 @@ def micro_batch_choice(shape: models.GPTShape, batch_tokens: int, profile) -> tu
                    f"{profile.memory / 2**30:.0f} GiB free")
 
 
-def depth_row(cfg: GPTConfig, vocab: int, depth: int, train_tokens: int, seconds: float, profile) -> dict:
-    """What ``depth`` gets in ``seconds`` on ``profile``: parameters, batch, steps, tokens, and the token target."""
-    shape = models.GPTShape.from_depth(depth, cfg, vocab)
+def depth_row(shape: models.GPTShape, train_tokens: int, seconds: float, profile, *, batch_tokens: int,
+              epoch_cap: float, tokens_per_param: float, max_epochs: float) -> dict:
+    """What ``shape`` gets in ``seconds`` on ``profile``: parameters, batch, steps, tokens, and the token target
+    (``tokens_per_param``, or ``max_epochs`` passes when fewer); ``batch_tokens`` 0: ``batch_choice``'s."""
     n = models.param_estimate(shape)
-    batch = cfg.batch_tokens or batch_choice(shape, seconds, profile, cap_tokens(cfg, train_tokens))[0]
+    batch = batch_tokens or batch_choice(shape, seconds, profile, cap_tokens(epoch_cap, train_tokens))[0]
     steps = seconds / step_seconds(shape, batch, profile)
     rate = steps * batch / seconds
-    capped = cfg.epoch_cap > 0 and steps * batch > cfg.epoch_cap * train_tokens
+    capped = epoch_cap > 0 and steps * batch > epoch_cap * train_tokens
     if capped:  # the run ends at the cap, before the budget
-        steps = math.ceil(cfg.epoch_cap * train_tokens / batch)
+        steps = math.ceil(epoch_cap * train_tokens / batch)
     tokens = steps * batch
-    return {"depth": depth, "width": shape.width, "params": n, "batch_tokens": batch, "steps": steps,
+    return {"depth": shape.depth, "width": shape.width, "params": n, "batch_tokens": batch, "steps": steps,
             "tokens": tokens, "tokens_per_s": rate, "tokens_per_param": tokens / n, "capped": capped,
-            "target": min(cfg.tokens_per_param * n, cfg.max_epochs * train_tokens)}
+            "target": min(tokens_per_param * n, max_epochs * train_tokens)}
 
 
-def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, profile) -> dict:
+def depth_choice(shape_at: Callable[[int], models.GPTShape], train_tokens: int, seconds: float, profile, *,
+                 batch_tokens: int, epoch_cap: float, tokens_per_param: float, max_epochs: float) -> dict:
     """The depth whose token count in ``seconds`` on ``profile`` is nearest the target (Chinchilla's tokens per
     parameter, or ``max_epochs`` passes over the training tokens when that is fewer), among the depths that get
     at least ``MIN_STEPS`` steps and ``MIN_TOKENS_PER_PARAM``: a step bound by latency (a GPU's small steps)
@@ -114,7 +112,8 @@ def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, 
     whatever the budget, instead of the biggest model hundreds of epochs could feed)."""
     best, best_gap, rows = None, float("inf"), []
     for depth in range(1, 49):
-        row = depth_row(cfg, vocab, depth, train_tokens, seconds, profile)
+        row = depth_row(shape_at(depth), train_tokens, seconds, profile, batch_tokens=batch_tokens,
+                        epoch_cap=epoch_cap, tokens_per_param=tokens_per_param, max_epochs=max_epochs)
         rows.append(row)
         n, tokens, target = row["params"], row["tokens"], row["target"]
         if (row["steps"] < MIN_STEPS and not row["capped"]) or tokens < MIN_TOKENS_PER_PARAM * n:
@@ -125,16 +124,18 @@ def depth_choice(cfg: GPTConfig, vocab: int, train_tokens: int, seconds: float, 
     if best is None:
         return {**rows[0], "reason": f"no depth gets {MIN_STEPS} steps: depth 1"}
     if best["capped"]:
-        return {**best, "reason": f"every depth up to this one reaches epoch_cap={cfg.epoch_cap:g} passes over "
+        return {**best, "reason": f"every depth up to this one reaches epoch_cap={epoch_cap:g} passes over "
                                   f"{train_tokens:,} tokens before the budget ends: the largest of them, with at "
                                   f"least {MIN_TOKENS_PER_PARAM:g} tokens/param"}
-    limit = "data" if best["target"] < cfg.tokens_per_param * best["params"] else "compute"
-    reason = (f"nearest to {cfg.tokens_per_param:g} tokens/param" if limit == "compute" else
-              f"nearest to {cfg.max_epochs:g} epochs of {train_tokens:,} tokens")
+    limit = "data" if best["target"] < tokens_per_param * best["params"] else "compute"
+    reason = (f"nearest to {tokens_per_param:g} tokens/param" if limit == "compute" else
+              f"nearest to {max_epochs:g} epochs of {train_tokens:,} tokens")
     return {**best, "reason": f"{reason}, with at least {MIN_STEPS} steps and {MIN_TOKENS_PER_PARAM:g} tokens/param"}
 
 
-def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, profile, log=print) -> int:
+def size_for_budget(shape_at: Callable[[int], models.GPTShape], train_tokens: int, budget, profile, *,
+                    batch_tokens: int, epoch_cap: float, tokens_per_param: float, max_epochs: float,
+                    log=print) -> int:
     """``depth_choice`` for a time budget on this device's profile (step and epoch budgets: depth 4).
 
     On tinyshakespeare (362K training tokens) this picks depth 2 for 60 s, 3 for 163 s and 4 for 5 minutes on
@@ -143,44 +144,24 @@ def size_for_budget(cfg: GPTConfig, vocab: int, train_tokens: int, budget, profi
     if budget.kind != "seconds":
         log("depth=0 with a step or epoch budget: depth 4")
         return 4
-    c = depth_choice(cfg, vocab, train_tokens, budget.amount, profile)
+    c = depth_choice(shape_at, train_tokens, budget.amount, profile, batch_tokens=batch_tokens, epoch_cap=epoch_cap,
+                     tokens_per_param=tokens_per_param, max_epochs=max_epochs)
     log(f"depth=0: depth {c['depth']} for {budget} on {profile.name}: ~{c['steps']:,.0f} steps, "
         f"~{c['tokens_per_s']:,.0f} tokens/s predicted ({c['reason']})")
     return c["depth"]
 
 
-def batch_sizes(cfg: GPTConfig, shape: models.GPTShape, budget, profile, train_tokens: int,
-                log=print) -> tuple[int, int]:
+def batch_sizes(shape: models.GPTShape, budget, profile, train_tokens: int, *, batch_tokens: int, micro_batch: int,
+                epoch_cap: float, log=print) -> tuple[int, int]:
     """The run's ``batch_tokens`` and ``micro_batch``: as set, or (0) chosen for ``shape`` on ``profile``."""
-    batch, micro = cfg.batch_tokens, cfg.micro_batch
+    batch, micro = batch_tokens, micro_batch
     if not batch:
         timed = budget.kind == "seconds"
         batch, why = batch_choice(shape, budget.amount if timed else None, profile,
-                                  cap_tokens(cfg, train_tokens) if timed else math.inf)
+                                  cap_tokens(epoch_cap, train_tokens) if timed else math.inf)
         log(f"batch_tokens=0: {batch:,} tokens a step on {profile.name}: {why}")
     if not micro:
         micro, why = micro_batch_choice(shape, batch, profile)
         log(f"micro_batch=0: {micro} sequences of {shape.seq_len} a pass: {why}")
     return batch, micro
 
-
-def size_hook(cfg: GPTConfig, run, profile) -> dict:
-    """``zoo plan --recipe llm/gpt --budget B --gpu NAME``: what a run would choose there, its training tokens
-    counted as the run counts them (the data is read and tokenized as a run reads it)."""
-    budget = run.budget
-    if budget.kind != "seconds":
-        raise ZooError(f"--budget {budget}: llm/gpt sizes itself for a time budget (e.g. 30s, 5m, 1h)")
-    corpus = shards.text_data(cfg, run)
-    vocab = corpus.tok.get_vocab_size()
-    train_tokens = len(corpus.train)
-    if cfg.depth:
-        c = {**depth_row(cfg, vocab, cfg.depth, train_tokens, budget.amount, profile), "reason": "depth set by you"}
-    else:
-        c = depth_choice(cfg, vocab, train_tokens, budget.amount, profile)
-    batch, micro = batch_sizes(cfg, models.GPTShape.from_depth(c["depth"], cfg, vocab), budget, profile,
-                               train_tokens, log=lambda line: None)
-    return {"shape": f"depth {c['depth']}, width {c['width']}, context {cfg.seq_len}, vocab {vocab}",
-            "batch": f"{batch:,} tokens a step, {micro} sequences a pass", "params": c["params"], "steps": c["steps"],
-            "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
-            "data": f"{train_tokens:,} training tokens ({c['tokens'] / train_tokens:.1f} epochs)",
-            "reason": c["reason"]}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recipe_zoo.core import datasets
 from recipe_zoo.core.errors import ZooError
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -117,11 +118,11 @@ class Sources:
     held_how: str = ""  # what the held-out part is, for the split's one line
 
 
-def sources(data: str, run) -> Sources:
+def sources(data: str, log=print) -> Sources:
     """One text (a named dataset, a file, a folder of text files, read in sorted order), and its held-out part
     where it has one: ``NAME.val.txt`` beside the file, a ``val`` subfolder or ``val.txt`` inside the folder."""
-    if run.is_dataset(data):
-        path = run.data_path(data)
+    if datasets.is_dataset(data):
+        path = datasets.locate(data)
         docs = ([(p.relative_to(path).as_posix(), p) for p in text_files(path)] if path.is_dir()
                 else [(path.name, path)])
         return Sources(data, docs)
@@ -143,7 +144,7 @@ def sources(data: str, run) -> Sources:
         raise ZooError(f"{path}: no .txt or .md files to train on")
     skipped = sum(1 for p in path.rglob("*") if p.is_file()) - len(files)
     if skipped:
-        run.log(f"{path}: {skipped} files without a .txt/.md suffix were skipped")
+        log(f"{path}: {skipped} files without a .txt/.md suffix were skipped")
     named = [(p.relative_to(path).as_posix(), p) for p in train_files]
     held = [(p.relative_to(path).as_posix(), p) for p in held_files]
     return Sources(str(path), named, held, f"test: the {len(held_files)} files under val" if held else "")

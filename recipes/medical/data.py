@@ -1,8 +1,6 @@
 """Medical data: reading images and masks, checking them and mapping mask values to classes, the named
-datasets (MONAI's synthetic scenes, ISBI 2012), own image/mask folders and Decathlon folders; the split into
-train / validation / test (or k folds, each with an inner validation) by a hash of each case's key; then
-preprocessing to the plan (resampling, normalisation, 2-D slices), and the patch sampler with its MONAI
-augmentation, seeded per batch so a resumed run replays it exactly.
+datasets (MONAI's synthetic scenes, ISBI 2012: declared in ``datasets.py``), own image/mask folders and Decathlon
+folders. The split into train / validation / test is ``split.py``'s; preprocessing to the plan ``preprocess.py``'s.
 """
 from __future__ import annotations
 
@@ -10,17 +8,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from recipe_zoo.core.batches import batch_seed
+from recipe_zoo.core import datasets
+from recipe_zoo.core.datasets import DatasetInfo
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.splits import hash_unit
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.medical.unet import MedicalConfig
+from recipe_zoo.recipes.medical import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
 
 # =============================================================================================
 # Data: raw cases, checked and mapped to class indices
@@ -171,33 +165,34 @@ def folds_for(n_cases: int) -> int:
     return min(5, n_cases) if n_cases < 20 else 0
 
 
-def load_synthetic(dims: int) -> SegData:
+def load_synthetic(dataset: DatasetInfo) -> SegData:
     from monai.data.synthetic import create_test_image_2d, create_test_image_3d
 
     rs = np.random.RandomState(0)  # fixed: the same 40 scenes in every run
     cases = []
     for i in range(40):
-        if dims == 2:
+        if dataset.info["dims"] == 2:
             image, label = create_test_image_2d(128, 128, num_objs=12, rad_max=20, rad_min=4, noise_max=0.5,
                                                 num_seg_classes=2, channel_dim=0, random_state=rs)
         else:
             image, label = create_test_image_3d(64, 64, 64, num_objs=10, rad_max=14, rad_min=4, noise_max=0.5,
                                                 num_seg_classes=2, channel_dim=0, random_state=rs)
-        cases.append(RawCase(f"synthetic{i}", image.astype(np.float32), label.astype(np.uint8), (1.0,) * dims,
-                             key=f"synthetic{i}"))
-    return SegData(cases, ["background", "class1", "class2"], f"synthetic-{dims}d", tuple(range(dims)))
+        cases.append(RawCase(f"synthetic{i}", image.astype(np.float32), label.astype(np.uint8),
+                             (1.0,) * dataset.info["dims"], key=f"synthetic{i}"))
+    return SegData(cases, ["background", "class1", "class2"], dataset.name, dataset.info["symmetric_axes"])
 
 
-def load_isbi(root: Path, values: list[int] | None) -> SegData:
+def load_isbi(dataset: DatasetInfo, values: list[int] | None) -> SegData:
+    root, known = datasets.locate(dataset.name), list(dataset.info["label_values"])
     ids = list(range(30))
     missing = [root / d / f"{i}.png" for i in ids for d in ("image", "label") if not (root / d / f"{i}.png").is_file()]
     if missing:
         raise ZooError(f"{missing[0]}: file not found ({len(missing)} of the 60 ISBI 2012 files are missing)")
     cases, values = load_pairs([root / "image" / f"{i}.png" for i in ids], [root / "label" / f"{i}.png" for i in ids],
-                               values or [255, 0], root)
-    names = ["background", "membrane"] if values == [255, 0] else [f"value{v}" for v in values]
+                               values or known, root)
+    names = list(dataset.info["classes"]) if values == known else [f"value{v}" for v in values]
     # 30 slices: too few for a held-out test set, so 5 folds of 6 test slices, each with an inner validation
-    return SegData(cases, names, "isbi2012-membrane", (0, 1), folds=5, values=values)
+    return SegData(cases, names, dataset.name, dataset.info["symmetric_axes"], folds=5, values=values)
 
 
 MASK_DIRS, IMAGE_DIRS = ("masks", "labels", "label", "labelsTr"), ("images", "image", "imagesTr")
@@ -265,230 +260,25 @@ def load_folder(root: Path, values: list[int] | None) -> SegData:
     return SegData(cases, names, root.name, folds=folds_for(len(cases)), values=values)
 
 
-def load_data(cfg: MedicalConfig, run) -> SegData:
-    values = parse_ints(cfg.label_values, "label_values")
-    if cfg.data in ("synthetic-2d", "synthetic-3d"):
-        return load_synthetic(int(cfg.data[-2]))
-    if cfg.data == "isbi2012-membrane":
-        return load_isbi(run.data_path("isbi2012-membrane"), values)
-    root = Path(cfg.data)
+def named_datasets() -> list[DatasetInfo]:
+    """The medical datasets this module reads (``datasets.py``: each says its ``kind``), the generated scenes first."""
+    known = [d for d in datasets.DATASETS.values() if d.domain == "medical" and "kind" in d.info]
+    return sorted(known, key=lambda d: d.source != "bundled")
+
+
+def load_data(data: str, label_values: str) -> SegData:
+    """``data``: a dataset's name, a Decathlon folder or an image/mask folder; ``label_values``: the mask values in
+    class order ('' or 'auto': the dataset's, or the values found)."""
+    values = parse_ints(label_values, "label_values")
+    named = {d.name: d for d in named_datasets()}
+    if data in named:
+        dataset = named[data]
+        return load_synthetic(dataset) if dataset.info["kind"] == "synthetic" else load_isbi(dataset, values)
+    root = Path(data)
     if not root.exists():
-        raise ZooError(f"data={cfg.data!r}: not a medical dataset (synthetic-2d, synthetic-3d, isbi2012-membrane) "
-                       "nor an existing folder")
+        raise ZooError(f"data={data!r}: not a medical dataset ({', '.join(named)}) nor an existing folder")
     if not root.is_dir():
-        raise ZooError(f"data={cfg.data!r}: expected a folder (dataset.json + imagesTr/labelsTr, or images/ + masks/)")
+        raise ZooError(f"data={data!r}: expected a folder (dataset.json + imagesTr/labelsTr, or images/ + masks/)")
     if (root / "dataset.json").is_file():
         return load_msd(root, values)
     return load_folder(root, values)
-
-
-# =============================================================================================
-# Split: train / validation / test, or k folds each with an inner validation, by a hash of each case's key
-# =============================================================================================
-
-@dataclass
-class Fold:
-    train: list[RawCase]  # what the network trains on and the plan reads
-    val: list[RawCase]  # every evaluation during training, and val_dice
-    test: list[RawCase]  # scored once, after training
-
-
-def hash_order(keys: list[str], salt: str) -> list[str]:
-    """The keys ordered by their hash: an order fixed by the keys alone (not their input order, not the seed)."""
-    return sorted(keys, key=lambda k: (hash_unit(k, salt), k))
-
-
-def hold_out(keys: list[str], fraction: float, salt: str, where: str) -> tuple[list[str], list[str]]:
-    """(kept, held out): the ``fraction`` of the keys (rounded down, at least one) with the lowest hashes held
-    out; an exact count rather than a threshold, since a few dozen cases would leave the size to chance."""
-    n = max(1, int(fraction * len(keys)))
-    if n >= len(keys):
-        raise ZooError(f"{where}: holding out {fraction:.0%} of {len(keys)} cases leaves none to train on")
-    held = set(hash_order(keys, salt)[:n])
-    return sorted(k for k in keys if k not in held), sorted(held)
-
-
-def split_keys(keys: list[str], folds: int, val_fraction: float, test_fraction: float,
-               where: str = "data") -> list[tuple[list[str], list[str], list[str]]]:
-    """(train, validation, test) keys: one split (``folds=0``: test, then validation out of the rest), or k
-    folds of the hash order as test sets, each with an inner validation of its other cases (salted per fold,
-    so every case is trained on in some fold)."""
-    if folds == 0:
-        rest, test = hold_out(keys, test_fraction, "test", where)
-        return [(*hold_out(rest, val_fraction, "validation", where), test)]
-    order = hash_order(keys, "fold")
-    parts = []
-    for k in range(folds):
-        test = sorted(key for i, key in enumerate(order) if i * folds // len(order) == k)
-        held = set(test)
-        rest = sorted(key for key in keys if key not in held)
-        parts.append((*hold_out(rest, val_fraction, f"validation-fold{k}", where), test))
-    return parts
-
-
-def split_cases(data: SegData, folds: int, val_fraction: float, test_fraction: float) -> list[Fold]:
-    """The folds (one for ``folds=0``); ``folds=-1``: the dataset's own choice (``SegData.folds``)."""
-    n = len(data.cases)
-    folds = data.folds if folds == -1 else folds
-    if folds < 0 or folds == 1 or folds > n:
-        raise ZooError(f"folds={folds}: use 0 (one train/validation/test split), -1 (auto) or 2..{n} (the cases)")
-    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 < value < 1:
-            raise ZooError(f"{name}={value}: must be between 0 and 1")
-    if n < 3 or (folds and n - math.ceil(n / folds) < 2):
-        raise ZooError(f"{data.name}: {n} cases are too few to train, validate and test on (at least 3, and "
-                       "2 outside each fold)")
-    by_key = {c.key: c for c in data.cases}
-    if len(by_key) < n:
-        raise ZooError(f"{data.name}: two cases share a key ({n - len(by_key)} duplicate image paths)")
-    parts = split_keys(list(by_key), folds, val_fraction, test_fraction, data.name)
-    return [Fold(*([by_key[k] for k in keys] for keys in part)) for part in parts]
-
-
-def inspect_view(*splits: list[RawCase]) -> list[tuple]:
-    """``run.inspect``'s (inputs, labels) per split: the images stacked when every case shares one shape, else
-    one content digest per case (exact duplicates still match across splits); the labels as all their voxels."""
-    import hashlib
-
-    def digest(image: np.ndarray) -> str:
-        h = hashlib.blake2b(str(image.shape).encode(), digest_size=12)
-        h.update(np.ascontiguousarray(image))
-        return h.hexdigest()
-
-    same = len({c.image.shape for split in splits for c in split}) == 1
-    return [(np.stack([c.image for c in split]) if same else [digest(c.image) for c in split],
-             np.concatenate([c.label.ravel() for c in split])) for split in splits]
-
-
-# =============================================================================================
-# Preprocessing: resample to the plan's spacing, normalise, cut 2-D slices out of volumes
-# =============================================================================================
-
-@dataclass
-class Case:
-    name: str
-    image: torch.Tensor  # (C, *spatial) float32, normalised
-    label: torch.Tensor  # (1, *spatial) uint8 class index
-
-
-def preprocess(raw: RawCase, plan: dict, fp: dict) -> Case:
-    from monai.transforms import Zoom
-
-    image, label = raw.image, raw.label
-    zoom = [a / b for a, b in zip(raw.spacing, plan["spacing"])]
-    if any(abs(z - 1) > 0.01 for z in zoom):
-        image = np.asarray(Zoom(zoom, mode="area" if min(zoom) < 1 else "trilinear" if len(zoom) == 3 else "bilinear",
-                                keep_size=False)(image))
-        label = np.asarray(Zoom(zoom, mode="nearest", keep_size=False)(label))
-    image = image.astype(np.float32)
-    if plan["normalize"] == "zscore":  # per image and channel
-        axes = tuple(range(1, image.ndim))
-        image = (image - image.mean(axis=axes, keepdims=True)) / np.maximum(image.std(axis=axes, keepdims=True), 1e-6)
-    elif plan["normalize"] == "ct":  # clip to the foreground's 0.5-99.5 percentiles, then its mean/std
-        stats = fp["intensity_fg"]
-        image = (np.clip(image, stats["p00_5"], stats["p99_5"]) - stats["mean"]) / max(stats["std"], 1e-6)
-    return Case(raw.name, torch.from_numpy(np.ascontiguousarray(image)), torch.from_numpy(label.astype(np.uint8)))
-
-
-def slices(case: Case, axis: int) -> list[Case]:
-    """2-D training cases from a volume, across ``axis`` (a spatial axis index)."""
-    image, label = case.image.movedim(axis + 1, 0), case.label.movedim(axis + 1, 0)
-    return [Case(f"{case.name}[{i}]", image[i], label[i]) for i in range(image.shape[0])]
-
-
-# =============================================================================================
-# Patches and augmentation (MONAI transforms, seeded per batch so resume replays them exactly)
-# =============================================================================================
-
-def augmentation(cfg: MedicalConfig, plan: dict, flip_axes: tuple[int, ...]):
-    """The patch pipeline (MONAI Compose) and the crop size it starts from (the patch plus a margin
-    when rotation or zoom will cut the patch out of it)."""
-    from monai import transforms as T
-
-    keys, patch, dims = ["image", "label"], plan["patch"], plan["dims"]
-    spatial = cfg.spatial_prob > 0 and (cfg.rotate > 0 or cfg.zoom > 0 or cfg.elastic)
-    crop = [int(math.ceil(p * 1.25)) for p in patch] if spatial else patch  # margin for rotation and zoom
-    pos = cfg.fg_fraction / max(1e-6, 1 - cfg.fg_fraction)
-    steps = [T.RandCropByPosNegLabeld(keys, "label", crop, pos=pos if cfg.fg_fraction < 1 else 1.0,
-                                      neg=1.0 if cfg.fg_fraction < 1 else 0.0, num_samples=1,
-                                      fg_indices_key="fg", bg_indices_key="bg")]
-    if spatial:
-        angle = math.radians(cfg.rotate)
-        rotate = (angle,) if dims == 2 else (angle, angle, angle)
-        common = dict(spatial_size=patch, prob=cfg.spatial_prob, rotate_range=rotate, scale_range=cfg.zoom,
-                      mode=("bilinear", "nearest"), padding_mode="zeros")
-        if cfg.elastic and dims == 2:
-            steps.append(T.Rand2DElasticd(keys, spacing=[p // 4 for p in patch], magnitude_range=(1, 2), **common))
-        elif cfg.elastic:
-            steps.append(T.Rand3DElasticd(keys, sigma_range=(5, 8), magnitude_range=(50, 150), **common))
-        else:
-            steps.append(T.RandAffined(keys, **common))
-    for axis in flip_axes:
-        steps.append(T.RandFlipd(keys, prob=0.5, spatial_axis=axis))
-    square = [a for a in flip_axes if patch[a] == patch[flip_axes[0]]]
-    if len(square) >= 2:  # a right angle is as symmetric as a flip when both axes are
-        steps.append(T.RandRotate90d(keys, prob=0.5, max_k=3, spatial_axes=tuple(square[:2])))
-    if cfg.intensity > 0:
-        steps += [T.RandScaleIntensityd("image", factors=cfg.intensity, prob=0.5),
-                  T.RandShiftIntensityd("image", offsets=cfg.intensity, prob=0.5)]
-    if cfg.noise > 0:
-        steps.append(T.RandGaussianNoised("image", prob=0.15, std=cfg.noise))
-    return T.Compose(steps), crop
-
-
-class PatchBatches:
-    """Random patches from whole cases; one "epoch" is as many patch voxels as the training cases hold.
-
-    Every batch draws from a generator seeded by (seed, epoch, index), so the state is a position.
-    """
-
-    def __init__(self, cases: list[Case], augment, batch_size: int, patch: list[int], seed: int):
-        from monai.transforms import SpatialPad
-
-        transform, crop = augment
-        pad = SpatialPad(crop)  # cases smaller than the crop are padded once, before locations are taken
-        rng = np.random.default_rng(seed)
-        self.items = []
-        for c in cases:  # foreground/background locations, at most 10,000 of each per case (nnU-Net)
-            image, label = (pad(t).as_subclass(torch.Tensor) for t in (c.image, c.label))
-            flat = label[0].numpy().ravel()
-            fg, bg = np.flatnonzero(flat), np.flatnonzero(flat == 0)
-            fg, bg = (rng.choice(v, size=min(v.size, 10_000), replace=False) if v.size else v for v in (fg, bg))
-            self.items.append({"image": image, "label": label, "fg": fg, "bg": bg})
-        self.transform, self.batch_size, self.seed = transform, batch_size, seed
-        voxels = sum(c.label.numel() for c in cases)
-        self.slots_per_epoch = max(1, voxels // (batch_size * math.prod(patch)))
-        self.epoch, self.index = 0, 0
-        self.rank, self.world = 0, 1
-
-    def shard(self, rank: int, world: int) -> None:
-        """Under N processes ``index`` is the step's position in the epoch counted in slots and rank r draws
-        the patches of slot ``index + r``: a step's N micro-batches are the slots one process accumulating N
-        micro-batches draws, across an epoch boundary too (a slot past the epoch's end is the matching slot
-        of the next epoch, with that epoch's seed) rather than dropping the slots that do not divide by N."""
-        self.rank, self.world = rank, world
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return max(1, self.slots_per_epoch // self.world)
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        per_epoch = self.slots_per_epoch
-        if self.index >= per_epoch:
-            self.epoch, self.index = self.epoch + self.index // per_epoch, self.index % per_epoch
-        ahead, slot = divmod(self.index + self.rank, per_epoch)  # ahead > 0: this slot opens a later epoch
-        epoch = self.epoch + ahead
-        seed = batch_seed(self.seed, epoch, slot) % 2**32  # MONAI's random states take 32 bits
-        rng = np.random.default_rng(seed)
-        self.transform.set_random_state(seed=seed)
-        samples = [self.transform(self.items[i])[0] for i in rng.integers(0, len(self.items), self.batch_size)]
-        self.index += self.world
-        x = torch.stack([torch.as_tensor(s["image"]).as_subclass(torch.Tensor) for s in samples])
-        y = torch.stack([torch.as_tensor(s["label"]).as_subclass(torch.Tensor) for s in samples])
-        return x.float(), y.long()
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])

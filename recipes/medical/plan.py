@@ -5,23 +5,34 @@ plan sizes patch and batch by, and the one-line description the run prints.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from recipe_zoo.core import devices
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.budget import Budget
-from recipe_zoo.recipes.medical.data import RawCase, SegData, load_data, parse_floats, parse_ints, split_cases
-from recipe_zoo.recipes.medical.models import build_model, swin_features
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.medical.unet import MedicalConfig
+from recipe_zoo.recipes.medical.data import RawCase, SegData, parse_floats, parse_ints
+from recipe_zoo.recipes.medical.models import Network, build_model, swin_features
 
 # =============================================================================================
 # Fingerprint and plan (nnU-Net's rules, sized for this device and budget)
 # =============================================================================================
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What the user set of the plan (the recipe's fields of the same names): 0 / '' / 'auto' leaves it to the plan."""
+    model: str  # unet, basicunet or swinunetr: the patch's multiple
+    dims: int  # 2 or 3; 0 = plan
+    spacing: str  # 'a,b[,c]'; '' = plan
+    normalize: str  # auto, zscore, ct or none
+    width: int  # 0 = plan
+    levels: int  # 0 = plan
+    patch: str  # 'a,b[,c]'; '' = plan
+    batch_size: int  # 0 = plan
+    compute_efficiency: float  # expected fraction of peak FLOP/s; 0 = the device profile's
+    min_steps: int  # shrink batch, then patch, until the budget buys this many steps
+
 
 def fingerprint(data: SegData, cases: list[RawCase]) -> dict:
     """What the plan is derived from: sizes, spacings, intensities (on foreground), class fractions, of
@@ -59,7 +70,7 @@ def _round_up(shape, multiple: int) -> list[int]:
     return [max(multiple, int(math.ceil(s / multiple)) * multiple) for s in shape]
 
 
-def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
+def make_plan(fp: dict, settings: PlanSettings, device, budget, measure) -> dict:
     """The configuration, from the fingerprint; every value the user set wins (listed in ``set_by_user``).
 
     - dims: 2 for images, and for volumes whose coarsest spacing is over 3x the finest (slices then
@@ -85,45 +96,47 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
             return value
         return planned
 
-    dims = pick("dims", cfg.dims, 2 if fp["spatial_dims"] == 2 or fp["anisotropy"] > 3 else 3)
+    dims = pick("dims", settings.dims, 2 if fp["spatial_dims"] == 2 or fp["anisotropy"] > 3 else 3)
     if dims not in (2, 3) or dims > fp["spatial_dims"]:
         raise ZooError(f"dims={dims}: the data has {fp['spatial_dims']} spatial dims; use 2 or 3 (at most that)")
-    target = parse_floats(cfg.spacing, "spacing")
+    target = parse_floats(settings.spacing, "spacing")
     if target is not None and len(target) != fp["spatial_dims"]:
-        raise ZooError(f"spacing={cfg.spacing!r}: needs {fp['spatial_dims']} values, one per spatial axis")
+        raise ZooError(f"spacing={settings.spacing!r}: needs {fp['spatial_dims']} values, one per spatial axis")
     spacing = pick("spacing", target, list(fp["median_spacing"]))
     slice_axis = int(np.argmax(spacing)) if dims < fp["spatial_dims"] else None
-    normalize = pick("normalize", "" if cfg.normalize == "auto" else cfg.normalize,
+    normalize = pick("normalize", "" if settings.normalize == "auto" else settings.normalize,
                      "ct" if fp["modality"].lower().startswith("ct") else "zscore")
     if normalize not in ("zscore", "ct", "none"):
-        raise ZooError(f"normalize={cfg.normalize!r}: choose auto, zscore, ct or none")
+        raise ZooError(f"normalize={settings.normalize!r}: choose auto, zscore, ct or none")
     shape = [s * a / b for s, a, b in zip(fp["median_shape"], fp["median_spacing"], spacing)]
     if slice_axis is not None:
         shape.pop(slice_axis)
-    width = pick("width", cfg.width, 32 if profile.kind == "cuda" else 16)
-    fixed_patch = parse_ints(cfg.patch, "patch")
+    width = pick("width", settings.width, 32 if profile.kind == "cuda" else 16)
+    fixed_patch = parse_ints(settings.patch, "patch")
     if fixed_patch is not None:
         user.append("patch")
         if len(fixed_patch) != dims or min(fixed_patch) < 8:
-            raise ZooError(f"patch={cfg.patch!r}: needs {dims} sizes of at least 8, one per network axis")
-    if cfg.batch_size:
+            raise ZooError(f"patch={settings.patch!r}: needs {dims} sizes of at least 8, one per network axis")
+    if settings.batch_size:
         user.append("batch_size")
     patch = list(fixed_patch or [min(s, 1024 if dims == 2 else 160) for s in shape])
     full_patch = None  # nnU-Net's patch, once rounded to the network's multiple
     memory = (0.4 if profile.kind == "cuda" else 0.25) * profile.memory
-    rate = (cfg.compute_efficiency or profile.share("conv")) * profile.peak
+    rate = (settings.compute_efficiency or profile.share("conv")) * profile.peak
     latency = profile.latency("conv")
     seconds = budget.amount if budget.kind == "seconds" else None
     # A step's latency alone can put min_steps out of reach (6 s a fold at 30 ms a step buys 200): a smaller patch
     # cannot help then, so the floor becomes the steps whose time is at least half compute.
-    min_steps = max(1, min(cfg.min_steps, int(seconds / (2 * latency)))) if seconds and latency else cfg.min_steps
+    min_steps = settings.min_steps
+    if seconds and latency:
+        min_steps = max(1, min(min_steps, int(seconds / (2 * latency))))
     while True:
-        levels = network_levels(patch, cfg.levels)
-        multiple = 32 if cfg.model == "swinunetr" else 2 ** (levels - 1)
-        smallest = 64 if cfg.model == "swinunetr" else multiple  # Swin's deepest stage is 1/32 of the patch
+        levels = network_levels(patch, settings.levels)
+        multiple = 32 if settings.model == "swinunetr" else 2 ** (levels - 1)
+        smallest = 64 if settings.model == "swinunetr" else multiple  # Swin's deepest stage is 1/32 of the patch
         if fixed_patch and (any(p % multiple for p in patch) or min(patch) < smallest):
-            raise ZooError(f"patch={cfg.patch!r}: sizes must be multiples of {multiple} (at least {smallest}) for "
-                           f"{cfg.model}" + (f" with {levels} levels" if cfg.model == "unet" else ""))
+            raise ZooError(f"patch={settings.patch!r}: sizes must be multiples of {multiple} (at least {smallest}) "
+                           f"for {settings.model}" + (f" with {levels} levels" if settings.model == "unet" else ""))
         patch = patch if fixed_patch else [max(smallest, p) for p in _round_up(patch, multiple)]
         full_patch = full_patch or list(patch)
         voxels = math.prod(patch)
@@ -132,7 +145,7 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
         caps = [int(memory // (activation_bytes * voxels)), int(0.05 * fp["total_voxels"] / voxels), 64]
         if seconds:
             caps.append(int((seconds - min_steps * latency) * rate / (min_steps * sample_flops)))
-        batch = cfg.batch_size or max(2, min(caps))
+        batch = settings.batch_size or max(2, min(caps))
         steps = int(seconds * rate / (batch * sample_flops + latency * rate)) if seconds else None
         short = (steps is not None and steps < min_steps) or caps[0] < batch
         if fixed_patch or not short or max(patch) <= max(16, smallest):
@@ -140,27 +153,27 @@ def make_plan(fp: dict, cfg: MedicalConfig, device, budget, measure) -> dict:
         axis = int(np.argmax(patch))  # halve the longest side and look again
         patch[axis] = max(multiple, patch[axis] // 2)
     network = {"unet": f"UNet, {levels} levels from width {width}", "basicunet": f"BasicUNet, width {width}",
-               "swinunetr": f"SwinUNETR, feature size {swin_features(width)}"}.get(cfg.model, cfg.model)
-    why = _why(cfg, seconds, latency, min_steps, steps, caps, batch, patch, full_patch)
+               "swinunetr": f"SwinUNETR, feature size {swin_features(width)}"}.get(settings.model, settings.model)
+    why = _why(settings, seconds, latency, min_steps, steps, caps, batch, patch, full_patch)
     return {"dims": dims, "network": network, "spacing": spacing, "slice_axis": slice_axis, "normalize": normalize,
             "width": width, "levels": levels, "patch": patch, "batch_size": batch, "expected_steps": steps,
             "gflop_per_step": round(sample_flops * batch / 1e9, 2), "set_by_user": user, "why": why}
 
 
-def _why(cfg: MedicalConfig, seconds, latency, min_steps, steps, caps, batch, patch, full_patch) -> str:
+def _why(settings: PlanSettings, seconds, latency, min_steps, steps, caps, batch, patch, full_patch) -> str:
     """What bound the plan's batch and patch, in a line: the memory, nnU-Net's 5% of the voxels, the budget's
     step floor (and why the floor is under ``min_steps``, where latency put it there), or nothing."""
     note = ""
-    if seconds and min_steps < cfg.min_steps:
-        note = (f" (min_steps={cfg.min_steps} lowered: at {latency * 1e3:.0f} ms a step of latency the budget buys "
-                f"at most {int(seconds / latency)})")
-    if patch != full_patch and not cfg.patch:
+    if seconds and min_steps < settings.min_steps:
+        note = (f" (min_steps={settings.min_steps} lowered: at {latency * 1e3:.0f} ms a step of latency the budget "
+                f"buys at most {int(seconds / latency)})")
+    if patch != full_patch and not settings.patch:
         return (f"patch halved from nnU-Net's {'x'.join(map(str, full_patch))} to {'x'.join(map(str, patch))} to "
                 f"keep {min_steps} steps{note}")
     if steps is not None and steps < min_steps:
         return f"the smallest batch and patch; the budget buys {steps} steps, under {min_steps}{note}"
     budget = f"; the budget buys {steps} steps (at least {min_steps}){note}" if steps is not None else ""
-    if cfg.batch_size:
+    if settings.batch_size:
         return "nnU-Net's patch" + budget
     names = ["memory", "nnU-Net's 5% of the training voxels a step", "64 at most", "the budget's steps"]
     bound = min(range(len(caps)), key=lambda i: caps[i])
@@ -182,7 +195,7 @@ def describe_plan(plan: dict, fp: dict) -> str:
 # Network cost: what the plan sizes patch and batch by (measured on the real network)
 # =============================================================================================
 
-def network_cost(cfg: MedicalConfig, in_channels: int, classes: int):
+def network_cost(net: Network, in_channels: int, classes: int):
     """``(dims, levels, width) -> (forward FLOPs, activation bytes) per input voxel``, measured once
     on a small input (both grow linearly with the voxels)."""
     from recipe_zoo.core.flops import counting_flops
@@ -192,8 +205,8 @@ def network_cost(cfg: MedicalConfig, in_channels: int, classes: int):
     def measure(dims: int, levels: int, width: int) -> tuple[float, float]:
         key = (dims, levels, width)
         if key not in cache:
-            model = build_model(cfg.model, dims, in_channels, classes, width, levels, cfg)
-            side = max(64 if dims == 2 or cfg.model == "swinunetr" else 32, 2 ** (levels - 1) * 2)
+            model = build_model(net, dims, in_channels, classes, width, levels)
+            side = max(64 if dims == 2 or net.model == "swinunetr" else 32, 2 ** (levels - 1) * 2)
             x = torch.zeros(1, in_channels, *([side] * dims))
             stored = [0]
 
@@ -210,25 +223,3 @@ def network_cost(cfg: MedicalConfig, in_channels: int, classes: int):
         return cache[key]
 
     return measure
-
-
-def size_hook(cfg: MedicalConfig, run, profile) -> dict:
-    """``zoo plan --recipe medical/unet --budget B --gpu NAME``: fold 0's plan there, from its training cases as a
-    run reads them (the budget is shared evenly by the folds, as in a run)."""
-    data = load_data(cfg, run)
-    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
-    budget = Budget(run.budget.kind, run.budget.amount / len(folds))
-    fp = fingerprint(data, folds[0].train)
-    in_channels = data.cases[0].image.shape[0]
-    plan = make_plan(fp, cfg, profile, budget, network_cost(cfg, in_channels, len(data.classes)))
-    model = build_model(cfg.model, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"], cfg)
-    steps = plan["expected_steps"]
-    out = {"work": "conv", "shape": f"{plan['network']}, {plan['dims']}-D patch {'x'.join(map(str, plan['patch']))}",
-           "batch": f"{plan['batch_size']} patches a step ({plan['gflop_per_step']} GFLOP)",
-           "params": sum(p.numel() for p in model.parameters()),
-           "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
-                   f"{len(folds[0].train)}",
-           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else "")}
-    if steps:
-        out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
-    return out

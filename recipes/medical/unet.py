@@ -1,8 +1,9 @@
 """``medical/unet`` and ``medical/swinunetr``: self-configuring 2-D / 3-D segmentation on MONAI.
 
-Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan), the predict hook (``zoo predict``;
-its work, and the sliding-window evaluation with mirrored test-time views it shares with training, are in
-``inference.py``), then training: the split (train / validation / test by a hash of each case's path,
+Reads top to bottom: config (every 0 / '' / 'auto' filled in by the plan) and what the network, the plan and the
+augmentation take of it, the predict hook (``zoo predict``; its work is in ``inference.py``, the sliding-window
+evaluation with mirrored test-time views it shares with training in ``evaluation.py``) and the plan hook (``zoo
+plan``), then training: the split (train / validation / test by a hash of each case's path,
 or k folds each with an inner validation where the cases are too few for a test set, as ISBI 2012's 30),
 per fold the plan from its training cases (the nnU-Net idea: derive the configuration from the data, here
 also from the compute budget), network and loss, training that evaluates on validation only, and the test
@@ -31,11 +32,14 @@ from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes.medical import inference
-from recipe_zoo.recipes.medical.data import (Fold, PatchBatches, SegData, augmentation, inspect_view, load_data,
-                                             parse_ints, preprocess, slices, split_cases)
-from recipe_zoo.recipes.medical.inference import evaluate, mean_dice, score_cases, summarize
-from recipe_zoo.recipes.medical.models import build_loss, build_model, class_weights
-from recipe_zoo.recipes.medical.plan import describe_plan, fingerprint, make_plan, network_cost, size_hook
+from recipe_zoo.recipes.medical.data import SegData, load_data, parse_ints
+from recipe_zoo.recipes.medical.evaluation import evaluate, mean_dice, score_cases, summarize
+from recipe_zoo.recipes.medical.masks import MaskWriter
+from recipe_zoo.recipes.medical.models import Network, build_loss, build_model, class_weights
+from recipe_zoo.recipes.medical.patches import Augmentation, PatchBatches, augmentation
+from recipe_zoo.recipes.medical.plan import PlanSettings, describe_plan, fingerprint, make_plan, network_cost
+from recipe_zoo.recipes.medical.preprocess import preprocess, slices
+from recipe_zoo.recipes.medical.split import Fold, inspect_view, split_cases
 
 # =============================================================================================
 # Config: every 0 / '' / 'auto' is filled in by the plan (printed, saved as plan.json)
@@ -87,8 +91,28 @@ class MedicalConfig(LoopSettings):
     min_steps: Count = 600  # planner: shrink batch, then patch, until the budget buys at least this many steps
 
 
+def network(cfg: MedicalConfig) -> Network:
+    """What the network is built from (the plan adds dims, width and levels)."""
+    return Network(model=cfg.model, res_units=cfg.res_units, full_res=cfg.full_res, norm=cfg.norm,
+                   channels_last=cfg.channels_last)
+
+
+def plan_settings(cfg: MedicalConfig) -> PlanSettings:
+    """What the plan takes as set (every 0 / '' / 'auto' it fills in)."""
+    return PlanSettings(model=cfg.model, dims=cfg.dims, spacing=cfg.spacing, normalize=cfg.normalize,
+                        width=cfg.width, levels=cfg.levels, patch=cfg.patch, batch_size=cfg.batch_size,
+                        compute_efficiency=cfg.compute_efficiency, min_steps=cfg.min_steps)
+
+
+def patch_augmentation(cfg: MedicalConfig) -> Augmentation:
+    """How training patches are cut and varied."""
+    return Augmentation(fg_fraction=cfg.fg_fraction, rotate=cfg.rotate, zoom=cfg.zoom, spatial_prob=cfg.spatial_prob,
+                        elastic=cfg.elastic, intensity=cfg.intensity, noise=cfg.noise)
+
+
 # =============================================================================================
-# Predict: the trained run on new images / volumes, or on its own test cases again (inference.py does the work)
+# Hooks: predict (the trained run on new images / volumes, or on its own test cases again; inference.py does the
+# work) and size (zoo plan: fold 0's plan on another device)
 # =============================================================================================
 
 @dataclass
@@ -103,7 +127,30 @@ def segment(cfg: MedicalConfig, opts: MedicalPredictOptions, run) -> Predictions
     """``zoo predict``: masks for new images or volumes (``data=`` a file or folder; PNG for 2-D images, NIfTI
     with the input's geometry for volumes), or with no data the run's own test cases scored again (its metrics).
     Both go through the run's evaluation: its plan's grid, sliding windows, mirrored views, fold models."""
-    return inference.predict_new(cfg, opts, run) if opts.data else inference.predict_test(cfg, opts, run)
+    net = network(cfg)
+    return inference.predict_new(cfg, opts, run, net) if opts.data else inference.predict_test(cfg, opts, run, net)
+
+
+def size_hook(cfg: MedicalConfig, run, profile) -> dict:
+    """``zoo plan --recipe medical/unet --budget B --gpu NAME``: fold 0's plan there, from its training cases as a
+    run reads them (the budget is shared evenly by the folds, as in a run)."""
+    data = load_data(cfg.data, cfg.label_values)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    budget = Budget(run.budget.kind, run.budget.amount / len(folds))
+    fp = fingerprint(data, folds[0].train)
+    in_channels, net = data.cases[0].image.shape[0], network(cfg)
+    plan = make_plan(fp, plan_settings(cfg), profile, budget, network_cost(net, in_channels, len(data.classes)))
+    model = build_model(net, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"])
+    steps = plan["expected_steps"]
+    out = {"work": "conv", "shape": f"{plan['network']}, {plan['dims']}-D patch {'x'.join(map(str, plan['patch']))}",
+           "batch": f"{plan['batch_size']} patches a step ({plan['gflop_per_step']} GFLOP)",
+           "params": sum(p.numel() for p in model.parameters()),
+           "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
+                   f"{len(folds[0].train)}",
+           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else "")}
+    if steps:
+        out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
+    return out
 
 
 # =============================================================================================
@@ -129,7 +176,7 @@ def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dim
 
 
 def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, tag: str, device: torch.device,
-               measure) -> tuple[dict, dict, dict, tuple[dict, inference.MaskWriter]]:
+               measure) -> tuple[dict, dict, dict, tuple[dict, MaskWriter]]:
     """One fold: the plan from its training cases, training that evaluates on its validation cases, then its
     validation and (only now) its test cases scored with the model training ends with. Returns the validation
     and test scores per case (``score_cases``), the training stats, and what inference needs (the weights' file,
@@ -137,7 +184,7 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     in_channels, spatial_dims = fold.train[0].image.shape[0], fold.train[0].image.ndim - 1
     fp = fingerprint(data, fold.train)
     # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
-    plan = distributed.broadcast_object(make_plan(fp, cfg, device, run.budget, measure))
+    plan = distributed.broadcast_object(make_plan(fp, plan_settings(cfg), device, run.budget, measure))
     plan["flip_axes"] = list(resolve_flip_axes(cfg, data, plan, spatial_dims))
     run.log(f"{tag}{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} test cases, "
             f"{in_channels} channel(s), classes {data.classes}, voxel fractions {fp['class_fraction']}")
@@ -153,13 +200,13 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
         train_cases = [s for c in train_cases for s in slices(c, plan["slice_axis"])]
     if index:  # each fold's network starts from its own seed (a resumed fold 0 leaves the others unchanged)
         torch.manual_seed(run.seed * 1000 + index)
-    model = build_model(cfg.model, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"],
-                        cfg).to(device)
-    layout = torch.channels_last if cfg.channels_last and plan["dims"] == 2 else torch.contiguous_format
+    net = network(cfg)
+    model = build_model(net, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"]).to(device)
+    layout = net.layout(plan["dims"])
     model = model.to(memory_format=layout)
-    weights = class_weights(cfg, fp, len(data.classes))
-    criterion = build_loss(cfg, weights.to(device) if weights is not None else None)
-    augment = augmentation(cfg, plan, tuple(plan["flip_axes"]))
+    weights = class_weights(cfg.class_weights, fp, len(data.classes))
+    criterion = build_loss(cfg.loss, weights.to(device) if weights is not None else None)
+    augment = augmentation(patch_augmentation(cfg), plan, tuple(plan["flip_axes"]))
     batches = PatchBatches(train_cases, augment, plan["batch_size"], plan["patch"], run.seed)
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), cfg.lr)
     update = functools.partial(schedule.apply_schedules, lr=schedule.make_schedule(cfg.schedule, warmup=cfg.warmup))
@@ -179,7 +226,7 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     score = functools.partial(score_cases, final_model, plan=plan, classes=data.classes, device=device,
                               overlap=cfg.overlap, mirror_axes=tuple(plan["flip_axes"]) if cfg.tta else (),
                               hd95=cfg.hd95)
-    masks = inference.MaskWriter(run.dir / "predictions", data.values or list(range(len(data.classes))), fold.test)
+    masks = MaskWriter(run.dir / "predictions", data.values or list(range(len(data.classes))), fold.test)
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
         val_scores = score(val_cases)
         test_scores = score([preprocess(c, plan, fp) for c in fold.test], each=masks)  # once, at the end
@@ -219,13 +266,13 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
 def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device)
-    data = load_data(cfg, run)
+    data = load_data(cfg.data, cfg.label_values)
     folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
     record_split(run, data, folds)
     if run.inspecting:  # the doctor sees fold 0's training and validation cases, never a test case
         train_view, val_view = inspect_view(folds[0].train, folds[0].val)
         run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
-    measure = network_cost(cfg, data.cases[0].image.shape[0], len(data.classes))
+    measure = network_cost(network(cfg), data.cases[0].image.shape[0], len(data.classes))
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
     per_fold, pooled, stats, models, rows = [], [], [], [], []
     for k, fold in enumerate(folds):

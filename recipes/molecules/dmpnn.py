@@ -23,9 +23,12 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.molecules import data, feature_cache, inference, models
+from recipe_zoo.recipes.molecules import feature_cache, inference, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig
-from recipe_zoo.recipes.molecules.data import Graphs, MolTable
+from recipe_zoo.recipes.molecules.features import Graphs, featurize, rdkit_descriptors
+from recipe_zoo.recipes.molecules.run_data import inspect_split, load_for, splits_for
+from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, finish, primary_metric
+from recipe_zoo.recipes.molecules.table import MolTable
 
 # =============================================================================================
 # Loss and scaling: missing targets masked, targets and descriptors standardised on the training rows
@@ -61,6 +64,12 @@ def unscale(p: np.ndarray, task: str, scaler: dict) -> np.ndarray:
     return p * scaler["target_std"] + scaler["target_mean"] if task == "regression" else p
 
 
+def network(cfg: DMPNNConfig, atom_dim: int, bond_dim: int, extra_dim: int, tasks: int) -> models.DMPNN:
+    """The D-MPNN of these settings (predict: the dimensions the card records)."""
+    return models.DMPNN(atom_dim, bond_dim, extra_dim, tasks, depth=cfg.depth, hidden=cfg.hidden, readout=cfg.readout,
+                        ffn_hidden=cfg.ffn_hidden, ffn_layers=cfg.ffn_layers, dropout=cfg.dropout)
+
+
 def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
                       val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str) -> tuple:
     """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats, model, scaler),
@@ -78,8 +87,8 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
         extra = scale_descriptors(desc, d_mean, d_std)
         scaler.update(descriptor_mean=d_mean, descriptor_std=d_std)
     torch.manual_seed(member_seed)
-    model = models.DMPNN(graphs.x.size(1), graphs.edge_attr.size(1), 0 if extra is None else extra.size(1),
-                  y.shape[1], cfg).to(device)
+    model = network(cfg, graphs.x.size(1), graphs.edge_attr.size(1), 0 if extra is None else extra.size(1),
+                    y.shape[1]).to(device)
     targets = torch.from_numpy(y).float()
     # Batches of molecule indices (the shared batcher keeps resume exact), each collated into one graph.
     batches = TensorBatches((torch.as_tensor(train_idx),), cfg.batch_size, seed=member_seed,
@@ -87,12 +96,12 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     groups = optim.decay_groups(model, cfg.weight_decay)
     optimizer = optim.adamw(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=cfg.lr_final, start=0.1)
-    metric, higher = data.primary_metric(task)
+    metric, higher = primary_metric(task)
     best = BestState(higher)
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         pred = unscale(models.predict(m, graphs, val_idx, extra, device, task), task, scaler)
-        val = score_tasks(table.y[val_idx], pred, data.SCORE_TASK[task], data.METRIC_NAMES[task])
+        val = score_tasks(table.y[val_idx], pred, SCORE_TASK[task], METRIC_NAMES[task])
         value = val.get(metric, float("nan"))
         best.update(value, m)
         return {f"val_{k}": v for k, v in val.items()}
@@ -153,7 +162,7 @@ def load_nets(cfg: DMPNNConfig, run, device) -> list[list[nn.Module]]:
     per_split = card["evaluation"]["ensemble"]
     nets = []
     for i, name in enumerate(card["weights"]):
-        net = models.DMPNN(pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], len(pre["targets"]), cfg)
+        net = network(cfg, pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], len(pre["targets"]))
         net.load_state_dict(artifact.load_tensors(run.path(name)))
         if i % per_split == 0:
             nets.append([])
@@ -179,17 +188,17 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
 
     if not opts.data:
         table, splits = inference.own_table(cfg, run)
-        graphs = feature_cache.cached("graphs", table, data.featurize, run.log)
-        desc = (feature_cache.cached("descriptors", table, data.rdkit_descriptors, run.log) if pre["descriptors"]
+        graphs = feature_cache.cached("graphs", table, featurize, run.log)
+        desc = (feature_cache.cached("descriptors", table, rdkit_descriptors, run.log) if pre["descriptors"]
                 else None)
         predicted = [(val, ensemble(k, graphs, desc, val), test, ensemble(k, graphs, desc, test))
                      for k, (_, val, test) in enumerate(splits)]
-        return inference.own_split(table, pre["smiles"], predicted, data.finish(run, table, predicted), pre)
+        return inference.own_split(table, pre["smiles"], predicted, finish(run, table, predicted), pre)
     inp = inference.read_molecules(opts, run, pre)
 
     def some(mols: list) -> np.ndarray:
-        graphs = data.featurize(mols)
-        desc = data.rdkit_descriptors(mols, pre["descriptors"]) if pre["descriptors"] else None
+        graphs = featurize(mols)
+        desc = rdkit_descriptors(mols, pre["descriptors"]) if pre["descriptors"] else None
         rows = np.arange(len(mols))
         return np.mean([ensemble(k, graphs, desc, rows) for k in range(len(nets))], axis=0)
 
@@ -206,13 +215,13 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
         predict=predict_dmpnn, predict_options=inference.MolPredictOptions)
 def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    table = data.load_for(cfg, run)
-    graphs = feature_cache.cached("graphs", table, data.featurize, run.log)  # in chunks: a rerun reuses those done
-    desc = feature_cache.cached("descriptors", table, data.rdkit_descriptors, run.log) if cfg.descriptors else None
+    table = load_for(cfg, run)
+    graphs = feature_cache.cached("graphs", table, featurize, run.log)  # in chunks: a rerun reuses those done
+    desc = feature_cache.cached("descriptors", table, rdkit_descriptors, run.log) if cfg.descriptors else None
     if cfg.ensemble < 1:
         raise ZooError(f"ensemble={cfg.ensemble}: must be at least 1")
-    splits = data.splits_for(cfg, table, run)
-    data.inspect_split(run, table, splits[0], loop=True)
+    splits = splits_for(cfg, table, run)
+    inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
     predicted, total_seconds, last, nets, scalers = [], 0.0, {}, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
@@ -231,7 +240,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
         predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
                           test_idx, np.mean([p(test_idx) for p in members], axis=0)))
-    metrics = data.finish(run, table, predicted)
+    metrics = finish(run, table, predicted)
     save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted)
     return {**metrics, "train_seconds": total_seconds, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}

@@ -2,7 +2,7 @@
 Ctrl-C) keeps every chunk it finished, and the next run featurises only the rest.
 
 The cache is ``~/.cache/zoo/features/<kind>-v<features>.<layout>-<digest>/``: the digest is of the table's canonical
-SMILES, the features version is ``data.FEATURE_VERSION`` (the one a trained run's card records) and the layout is
+SMILES, the features version is ``features.FEATURE_VERSION`` (the one a trained run's card records) and the layout is
 ``CACHE_LAYOUT``. Each file holds molecules ``start:stop`` of the table as safetensors, written to a temporary file
 and renamed into place; safetensors holds tensors only, so reading a cache file never runs code. A file that does
 not read, or does not hold its molecules, is logged and featurised again. Features do not depend on the chunking
@@ -22,7 +22,8 @@ import torch
 from recipe_zoo.core.checkpoint import read_weights, replaced
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
-from recipe_zoo.recipes.molecules.data import FEATURE_VERSION, Graphs, MolTable
+from recipe_zoo.recipes.molecules.features import FEATURE_VERSION, Graphs
+from recipe_zoo.recipes.molecules.table import MolTable, canonical_smiles
 
 CACHE_LAYOUT = "1"  # the files' layout (1: a folder of safetensors chunks; before, one torch file per kind); bump
 # it when the layout changes, FEATURE_VERSION when the features do
@@ -32,10 +33,8 @@ BATCH = 100  # molecules featurised between progress checks
 
 def cache_dir(kind: str, table: MolTable) -> Path:
     """Where ``cached`` keeps a feature kind of these molecules, keyed by their content."""
-    from rdkit import Chem
-
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo" / "features"
-    digest = hashlib.sha256("\n".join(Chem.MolToSmiles(m) for m in table.mols).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\n".join(canonical_smiles(table)).encode()).hexdigest()[:16]
     return root / f"{kind}-v{FEATURE_VERSION}.{CACHE_LAYOUT}-{digest}"
 
 

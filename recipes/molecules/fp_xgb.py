@@ -20,8 +20,11 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
-from recipe_zoo.recipes.molecules import data, feature_cache, inference
+from recipe_zoo.recipes.molecules import feature_cache, inference
 from recipe_zoo.recipes.molecules.config import FPXGBConfig
+from recipe_zoo.recipes.molecules.features import morgan, rdkit_descriptors
+from recipe_zoo.recipes.molecules.run_data import inspect_split, load_for, splits_for
+from recipe_zoo.recipes.molecules.scoring import finish
 
 # =============================================================================================
 # What the run keeps (each target's early-stopped trees as XGBoost JSON, the card), predict and export
@@ -29,9 +32,9 @@ from recipe_zoo.recipes.molecules.config import FPXGBConfig
 
 def features(cfg: FPXGBConfig, mols: list, names: list[str] | None) -> np.ndarray:
     """Morgan fingerprints, then the descriptors ``names`` (none: no descriptors), as float32 columns."""
-    parts = [data.morgan(mols, cfg.radius, cfg.bits, cfg.counts)]
+    parts = [morgan(mols, cfg.radius, cfg.bits, cfg.counts)]
     if names:
-        parts.append(data.rdkit_descriptors(mols, names))
+        parts.append(rdkit_descriptors(mols, names))
     return np.concatenate(parts, axis=1)
 
 
@@ -85,7 +88,7 @@ def predict_fp_xgb(cfg: FPXGBConfig, opts: inference.MolPredictOptions, run) -> 
         X = np.concatenate(fingerprints(cfg, table, run.log), axis=1)
         predicted = [(val, split_predict(k, X[val]), test, split_predict(k, X[test]))
                      for k, (_, val, test) in enumerate(splits)]
-        return inference.own_split(table, pre["smiles"], predicted, data.finish(run, table, predicted), pre)
+        return inference.own_split(table, pre["smiles"], predicted, finish(run, table, predicted), pre)
     inp = inference.read_molecules(opts, run, pre)
 
     def some(mols: list) -> np.ndarray:
@@ -117,9 +120,9 @@ def export_xgboost_json(cfg: FPXGBConfig, run, out: Path) -> list[Path]:
 def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
     """The run's feature blocks of a table, as cached (the same arrays training saw), made in chunks."""
     blocks = [feature_cache.cached(f"morgan-r{cfg.radius}-b{cfg.bits}-c{int(cfg.counts)}", table,
-                              lambda mols: data.morgan(mols, cfg.radius, cfg.bits, cfg.counts), log)]
+                              lambda mols: morgan(mols, cfg.radius, cfg.bits, cfg.counts), log)]
     if cfg.descriptors:
-        blocks.append(feature_cache.cached("descriptors", table, data.rdkit_descriptors, log))
+        blocks.append(feature_cache.cached("descriptors", table, rdkit_descriptors, log))
     return blocks
 
 
@@ -137,10 +140,10 @@ def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
 def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
     import xgboost as xgb
 
-    table = data.load_for(cfg, run)
+    table = load_for(cfg, run)
     X = np.concatenate(fingerprints(cfg, table, run.log), axis=1)
-    splits = data.splits_for(cfg, table, run)
-    data.inspect_split(run, table, splits[0], loop=False)
+    splits = splits_for(cfg, table, run)
+    inspect_split(run, table, splits[0], loop=False)
     seconds = run.budget.amount / (len(splits) * table.y.shape[1]) if run.budget.kind == "seconds" else None
     predicted, total, trees, fitted = [], 0.0, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
@@ -169,7 +172,7 @@ def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
 
         # This split's models are final: their predictions, scored with the other splits' at the end.
         predicted.append((val_idx, predict(val_idx), test_idx, predict(test_idx)))
-    metrics = data.finish(run, table, predicted)
+    metrics = finish(run, table, predicted)
     save_fp_xgb(cfg, run, table, fitted, predicted)
     run.report("features", f"{X.shape[1]} ({cfg.bits} Morgan r{cfg.radius}{' counts' if cfg.counts else ''}"
                            f"{' + RDKit descriptors' if cfg.descriptors else ''})")

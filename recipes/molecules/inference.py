@@ -2,7 +2,7 @@
 RDKit version on the card, the test molecules' predictions) and what their predict hooks share: a CSV of SMILES
 read (an invalid SMILES is a blank row, counted, never a crash), features made a batch at a time, one prediction
 column per target added to the user's own columns; with no ``data=``, the run's own splits rebuilt and scored by
-``data.finish``, as the run scored them.
+``scoring.finish``, as the run scored them.
 """
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from recipe_zoo.core import datasets
 from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.metrics import score_tasks
-from recipe_zoo.recipes.molecules import data
 from recipe_zoo.recipes.molecules.config import MolConfig
-from recipe_zoo.recipes.molecules.data import MolTable
+from recipe_zoo.recipes.molecules.features import FEATURE_VERSION, descriptor_names
+from recipe_zoo.recipes.molecules.run_data import load_for, run_splits
+from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK
+from recipe_zoo.recipes.molecules.table import MolTable, canonical_smiles, moleculenet, quiet_rdkit, standardize
 
 
 @dataclass
@@ -33,12 +36,13 @@ class MolPredictOptions(PredictOptions):
 # =============================================================================================
 
 def smiles_column(cfg: MolConfig) -> str:
-    return cfg.smiles or (data.MOLECULENET[cfg.data][0] if cfg.data in data.MOLECULENET else "smiles")
+    known = moleculenet(cfg.data)
+    return cfg.smiles or (known["smiles"] if known is not None else "smiles")
 
 
 def table_digest(table: MolTable) -> str:
     """The training table's molecules and targets: predict without data= checks it is scoring the same table."""
-    text = "\n".join(f"{s}\t{' '.join(map(repr, y.tolist()))}" for s, y in zip(data.canonical_smiles(table), table.y))
+    text = "\n".join(f"{s}\t{' '.join(map(repr, y.tolist()))}" for s, y in zip(canonical_smiles(table), table.y))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -47,8 +51,8 @@ def featuriser(cfg: MolConfig, table: MolTable, **more) -> dict:
     import rdkit
 
     return {"smiles": smiles_column(cfg), "targets": table.targets, "task": table.task, "rdkit": rdkit.__version__,
-            "feature_version": data.FEATURE_VERSION, "standardize": cfg.standardize,
-            "descriptors": data.descriptor_names() if cfg.descriptors else None,
+            "feature_version": FEATURE_VERSION, "standardize": cfg.standardize,
+            "descriptors": descriptor_names() if cfg.descriptors else None,
             "table_digest": table_digest(table), **more}
 
 
@@ -59,10 +63,10 @@ def check_featuriser(run) -> dict:
 
     pre = run.card["preprocess"]
     card = run.dir / "model.json"
-    if pre["feature_version"] != data.FEATURE_VERSION:
+    if pre["feature_version"] != FEATURE_VERSION:
         raise ZooError(f"{card}: atom and bond features version {pre['feature_version']}, and this zoo makes "
-                       f"version {data.FEATURE_VERSION}; use the zoo version that trained it, or retrain")
-    missing = sorted(set(pre["descriptors"] or ()) - set(data.descriptor_names()))
+                       f"version {FEATURE_VERSION}; use the zoo version that trained it, or retrain")
+    missing = sorted(set(pre["descriptors"] or ()) - set(descriptor_names()))
     if missing:
         raise ZooError(f"{card}: RDKit {rdkit.__version__} lacks {len(missing)} descriptors the model was trained on "
                        f"(RDKit {pre['rdkit']}): {', '.join(missing[:5])}; install rdkit=={pre['rdkit']}")
@@ -87,11 +91,11 @@ def _number(value) -> float | None:
 
 def own_table(cfg: MolConfig, run) -> tuple[MolTable, list]:
     """The run's table and splits, rebuilt from its config and seed; a table that changed since is one line."""
-    table = data.load_for(cfg, run)
+    table = load_for(cfg, run)
     if table_digest(table) != run.card["preprocess"].get("table_digest"):
         raise ZooError(f"{cfg.data}: not the table this run trained on (its molecules or targets changed since), so "
                        "its test split cannot be scored again; give data=FILE to predict on it")
-    return table, data.run_splits(cfg, table, run.seed)
+    return table, run_splits(cfg, table, run.seed)
 
 
 def split_rows(table: MolTable, column: str, predicted: list, pre: dict) -> list[dict]:
@@ -131,10 +135,11 @@ def read_molecules(opts: MolPredictOptions, run, pre: dict) -> MolInput:
     blank rows, counted and logged."""
     from rdkit import Chem
 
-    data._quiet_rdkit()
+    quiet_rdkit()
     path, column = Path(opts.data).expanduser(), opts.smiles or pre["smiles"]
-    if not path.is_file() and opts.data in data.MOLECULENET:
-        path, column = run.data_path(opts.data), opts.smiles or data.MOLECULENET[opts.data][0]
+    known = moleculenet(opts.data)
+    if not path.is_file() and known is not None:
+        path, column = datasets.locate(opts.data), opts.smiles or known["smiles"]
     elif not path.is_file():
         raise ZooError(f"data={opts.data}: {'a folder, not a CSV file' if path.is_dir() else 'no such CSV file'}")
     try:
@@ -158,7 +163,7 @@ def read_molecules(opts: MolPredictOptions, run, pre: dict) -> MolInput:
         if mol is None or mol.GetNumAtoms() == 0:
             bad.append(i)
             continue
-        mols.append(data.standardize(mol) if pre["standardize"] else mol)
+        mols.append(standardize(mol) if pre["standardize"] else mol)
         valid.append(i)
     if bad:
         first = ", ".join(str(i + 2) for i in bad[:5])
@@ -187,7 +192,7 @@ def new_rows(inp: MolInput, pred: np.ndarray, pre: dict) -> Predictions:
     if len(inp.valid) and all(t in inp.columns for t in pre["targets"]):
         y = np.array([[_target(inp, i, t) for t in pre["targets"]] for i in inp.valid], dtype=np.float64)
         if not np.isnan(y).all():
-            metrics = score_tasks(y, pred, data.SCORE_TASK[pre["task"]], data.METRIC_NAMES[pre["task"]])
+            metrics = score_tasks(y, pred, SCORE_TASK[pre["task"]], METRIC_NAMES[pre["task"]])
     return Predictions(rows=rows, metrics=metrics, arrays={"prediction": full},
                        dropped=len(inp.rows) - len(inp.valid))
 

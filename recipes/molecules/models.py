@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.recipes.molecules.config import DMPNNConfig
-from recipe_zoo.recipes.molecules.data import Graphs
+from recipe_zoo.recipes.molecules.features import Graphs
 
 # =============================================================================================
 # The D-MPNN
@@ -57,18 +56,19 @@ class DMPNN(nn.Module):
     after the last step atoms gather their incoming messages: h_v = relu(W_o [x_v, sum h(k->v)]).
     """
 
-    def __init__(self, atom_dim: int, bond_dim: int, extra_dim: int, tasks: int, cfg: DMPNNConfig):
+    def __init__(self, atom_dim: int, bond_dim: int, extra_dim: int, tasks: int, *, depth: int, hidden: int,
+                 readout: str, ffn_hidden: int, ffn_layers: int, dropout: float):
         super().__init__()
-        self.depth, self.readout = cfg.depth, cfg.readout
-        self.W_i = nn.Linear(atom_dim + bond_dim, cfg.hidden, bias=False)
-        self.W_h = nn.Linear(cfg.hidden, cfg.hidden, bias=False)
-        self.W_o = nn.Linear(atom_dim + cfg.hidden, cfg.hidden)
-        self.dropout = nn.Dropout(cfg.dropout)
-        layers, width = [], cfg.hidden + extra_dim
-        for _ in range(cfg.ffn_layers - 1):
-            layers += [nn.Dropout(cfg.dropout), nn.Linear(width, cfg.ffn_hidden), nn.ReLU()]
-            width = cfg.ffn_hidden
-        layers += [nn.Dropout(cfg.dropout), nn.Linear(width, tasks)]
+        self.depth, self.readout = depth, readout
+        self.W_i = nn.Linear(atom_dim + bond_dim, hidden, bias=False)
+        self.W_h = nn.Linear(hidden, hidden, bias=False)
+        self.W_o = nn.Linear(atom_dim + hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        layers, width = [], hidden + extra_dim
+        for _ in range(ffn_layers - 1):
+            layers += [nn.Dropout(dropout), nn.Linear(width, ffn_hidden), nn.ReLU()]
+            width = ffn_hidden
+        layers += [nn.Dropout(dropout), nn.Linear(width, tasks)]
         self.head = nn.Sequential(*layers)
 
     def forward(self, b: GraphBatch) -> torch.Tensor:

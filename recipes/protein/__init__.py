@@ -12,10 +12,14 @@ One file per recipe, each a methods section:
 - ``position_mean.py``: ``protein/position-mean``, a mutant predicted by the mean training fitness at its position:
   the baseline that says how much of a random mutant split's score is knowing the tolerant positions.
 
-What they share: ``config.py`` (the configs, in blocks), ``data.py`` (FASTA/CSV/NPZ/FLIP reading, encodings,
-mutations, the registered datasets, the final test scoring with its bootstrap interval), ``split.py`` (train /
-validation / test chosen by a hash of each sequence, or of each position with split=positions), ``models.py`` (the
-heads on fixed features and the supervised fit through the core loop), ``esm2.py`` (ESM-2 weights, tokens, cached
+What they share: ``config.py`` (the configs, in blocks), ``datasets.py`` (the declared datasets: how each is read,
+its target, its own split, a mutation table's wild type), ``sequences.py`` (``ProteinData``, the alphabet and the
+checks every reader makes), ``readers.py`` (FASTA records, CSV rows), ``loading.py`` (a run's data read and split,
+the split shown to the run), ``split.py`` (train / validation / test chosen by a hash of each sequence, or of each
+position with split=positions), ``scoring.py`` (the metrics, the final test scoring with its bootstrap interval),
+``encodings.py`` (one-hot, BLOSUM62), ``mutations.py`` (the wild type, H24C:A50G strings, mutant sequences),
+``closed_form.py`` (ridge and kernel ridge), ``supervised.py`` (the MLP head and the supervised fit through the core
+loop), ``heads.py`` (the head on fixed features, chosen on validation), ``esm2.py`` (ESM-2 weights, tokens, cached
 embeddings, masked marginals), ``saved.py`` (a head kept as safetensors and its card, read back for predict) and
-``predictions.py`` (the test rows and new sequences for predict).
+``inference.py`` (the test rows and new sequences for predict).
 """

@@ -40,9 +40,13 @@ class ProteinConfig:
 
 
 @dataclass
-class HeadFields:
+class HeadChoice:  # the recipes on fixed features (onehot, esm-embed); esm-finetune's head is always the MLP
     head: Literal["auto", "ridge", "krr", "mlp"] = "auto"  # auto: ridge, RBF kernel ridge and the MLP; the best on
     # validation is kept
+
+
+@dataclass
+class HeadFields:
     hidden: Count = 256  # MLP head width (esm-finetune: the head on pooled embeddings)
     dropout: Fraction = 0.1  # MLP head dropout
     lr: NonNegative = 0.0  # peak AdamW LR; 0 = mlp head 1e-3, LoRA 1e-3, full fine-tune 3e-5, from scratch 1e-3
@@ -68,7 +72,7 @@ class Representation:
 
 
 @dataclass
-class OnehotConfig(ProteinConfig, HeadFields, LoopSettings):
+class OnehotConfig(ProteinConfig, HeadFields, HeadChoice, LoopSettings):
     encoding: Literal["onehot", "blosum"] = "onehot"  # 21 letters per position, or BLOSUM62 rows
 
 

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from recipe_zoo.core.artifact import PredictRun
 from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core.downloads import download
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast
 from recipe_zoo.core.progress import Progress
@@ -71,9 +73,9 @@ def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
         path = Path(torch.hub.get_dir()) / "checkpoints" / f"{cfg.esm_model}.pt"
         if not path.is_file():
             try:
-                if not hasattr(run, "fetch"):  # zoo predict's run does not download
+                if isinstance(run, PredictRun):  # zoo predict's run does not download
                     raise ZooError("not downloaded when predicting")
-                run.fetch(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
+                download(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
             except ZooError as exc:
                 reason = str(exc).rsplit(": ", 1)[-1]
                 raise ZooError(f"ESM weights {cfg.esm_model} are not on this machine and the download failed "

@@ -11,16 +11,17 @@ from recipe_zoo.core.api import Count, recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import LoopSettings
 from recipe_zoo.core.precision import choose_device, resolve_precision
-from recipe_zoo.recipes.protein.config import ESMFields, HeadFields, ProteinConfig, Representation, replaced
-from recipe_zoo.recipes.protein.data import finish, load_data, show_split
+from recipe_zoo.recipes.protein.config import ESMFields, HeadChoice, HeadFields, ProteinConfig, Representation, replaced
 from recipe_zoo.recipes.protein.esm2 import check_digest, embed, load_esm, resolve_layer, weights_digest
-from recipe_zoo.recipes.protein.models import fit_head
-from recipe_zoo.recipes.protein.predictions import SequenceOptions
+from recipe_zoo.recipes.protein.heads import fit_head
+from recipe_zoo.recipes.protein.inference import SequenceOptions
+from recipe_zoo.recipes.protein.loading import load_data, show_split
 from recipe_zoo.recipes.protein.saved import predict_fixed, save_fixed_head
+from recipe_zoo.recipes.protein.scoring import finish
 
 
 @dataclass
-class EmbedConfig(ProteinConfig, HeadFields, ESMFields, Representation, LoopSettings):
+class EmbedConfig(ProteinConfig, HeadFields, HeadChoice, ESMFields, Representation, LoopSettings):
     data: str = "tem1-esm2-8m"  # dataset name (zoo data list), or a FASTA / CSV file, or an NPZ of embeddings
     toks_per_batch: Count = 8192  # tokens per embedding forward pass
 

@@ -18,11 +18,12 @@ from recipe_zoo.core.distributed import is_main
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import FinetuneConfig
-from recipe_zoo.recipes.protein.data import final_metrics, finish, load_data, primary_metric, recipe_name, show_split
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, pool_tokens, resolve_layer, tokenize, weights_digest
-from recipe_zoo.recipes.protein.models import MLPHead, target_scaling, train_supervised, unscaled
-from recipe_zoo.recipes.protein.predictions import (SequenceOptions, prediction_columns, read_new, split_metrics,
-                                                    split_rows)
+from recipe_zoo.recipes.protein.inference import (SequenceOptions, prediction_columns, read_new, recipe_name,
+                                                  split_metrics, split_rows)
+from recipe_zoo.recipes.protein.loading import load_data, show_split
+from recipe_zoo.recipes.protein.scoring import final_metrics, finish, primary_metric
+from recipe_zoo.recipes.protein.supervised import MLPHead, target_scaling, train_supervised, unscaled
 
 # =============================================================================================
 # Model: ESM-2 + a head on pooled residues; LoRA (peft) or every weight
@@ -172,7 +173,7 @@ def predict_esm_finetune(cfg: FinetuneConfig, opts: FinetuneOptions, run) -> art
         return artifact.Predictions(rows=split_rows(data, test, test_pred),
                                     metrics=split_metrics(data, predict(tokens[val]), test_pred),
                                     arrays={"prediction": test_pred})
-    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence, run)
+    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence)
     parts = []
     for start in range(0, len(new.seqs), batch):
         parts.append(predict(tokenize(model.alphabet, new.seqs[start:start + batch])))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core import artifact
+from recipe_zoo.core import artifact, datasets
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
@@ -25,10 +25,13 @@ from recipe_zoo.core.metrics import bootstrap, score
 from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
-from recipe_zoo.recipes.protein.data import (DATASETS, FASTA_SUFFIXES, SCORING, check_sequence, data_file,
-                                             metric_statistic, mutant_sequence, need_columns, parse_labels,
-                                             parse_mutations, read_csv_rows, read_fasta, read_wild_type, recipe_name)
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, masked_marginals, weights_digest
+from recipe_zoo.recipes.protein.inference import data_file, recipe_name
+from recipe_zoo.recipes.protein.loading import dataset_info
+from recipe_zoo.recipes.protein.mutations import mutant_sequence, parse_mutations, read_wild_type
+from recipe_zoo.recipes.protein.readers import FASTA_SUFFIXES, need_columns, read_csv_rows, read_fasta
+from recipe_zoo.recipes.protein.scoring import SCORING, metric_statistic
+from recipe_zoo.recipes.protein.sequences import check_sequence, parse_labels
 
 
 @dataclass
@@ -128,13 +131,13 @@ def own_rows(table: Variants, mutant: str, scores: np.ndarray) -> list[dict]:
 
 def run_table(cfg: ZeroShotConfig, run) -> tuple[Path, str, int, str]:
     """The run's own variant table: (its path, the wild type, the offset, the target column)."""
-    spec = DATASETS.get(cfg.data)
+    spec = dataset_info(cfg.data)
     if spec is not None and spec["kind"] != "mutations":
         raise ZooError(f"{cfg.data} is not a mutation table; protein/esm-zeroshot takes a CSV of mutations "
                        "(e.g. blat-ecolx-dms)")
     if cfg.esm_model == "scratch":
         raise ZooError("esm_model=scratch: zero-shot scores need a pretrained model")
-    path = run.data_path(cfg.data) if spec else Path(cfg.data).expanduser()
+    path = datasets.locate(cfg.data) if spec else Path(cfg.data).expanduser()
     if not path.is_file():
         raise ZooError(f"{cfg.data}: no such CSV file, and not a dataset name (see `zoo data list`)")
     target = cfg.target or (spec["target"] if spec else "")
@@ -162,10 +165,11 @@ def predict_zeroshot(cfg: ZeroShotConfig, opts: ZeroShotOptions, run) -> artifac
     pre = run.card["preprocess"]
     wt, offset, mutant = pre["wt"], pre["offset"], opts.mutant or cfg.mutant
     if opts.data:
-        table = read_new_variants(data_file(opts.data, run, "a CSV or text file of mutations, or a FASTA of "
-                                            "variants"), cfg, wt, offset, mutant, pre["target"])
+        table = read_new_variants(data_file(opts.data, "a CSV or text file of mutations, or a FASTA of variants"),
+                                  cfg, wt, offset, mutant, pre["target"])
     else:  # the run's table, against the wild type it was scored with (saved: wt= may name a file since moved)
-        path = run.data_path(cfg.data) if cfg.data in DATASETS else data_file(cfg.data, run, "the run's mutations")
+        declared = dataset_info(cfg.data) is not None
+        path = datasets.locate(cfg.data) if declared else data_file(cfg.data, "the run's mutations")
         table = read_table(path, wt, offset, cfg.mutant, pre["target"])
     model, alphabet, what = load_esm(dataclasses.replace(cfg, esm_weights=opts.esm_weights or cfg.esm_weights), run)
     check_digest(model, pre["esm"], what)

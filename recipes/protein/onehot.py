@@ -6,10 +6,12 @@ from __future__ import annotations
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.protein.config import OnehotConfig
-from recipe_zoo.recipes.protein.data import encode, finish, load_data, show_split
-from recipe_zoo.recipes.protein.models import fit_head
-from recipe_zoo.recipes.protein.predictions import SequenceOptions
+from recipe_zoo.recipes.protein.encodings import encode
+from recipe_zoo.recipes.protein.heads import fit_head
+from recipe_zoo.recipes.protein.inference import SequenceOptions
+from recipe_zoo.recipes.protein.loading import load_data, show_split
 from recipe_zoo.recipes.protein.saved import predict_fixed, save_fixed_head
+from recipe_zoo.recipes.protein.scoring import finish
 
 
 def predict_onehot(cfg: OnehotConfig, opts: SequenceOptions, run):

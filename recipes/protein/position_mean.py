@@ -32,10 +32,13 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import spearman
 from recipe_zoo.recipes.protein.config import ProteinConfig, replaced
-from recipe_zoo.recipes.protein.data import (AMINO, EXTRA, data_file, final_metrics, finish, load_data, read_csv_rows,
-                                             recipe_name, show_split)
-from recipe_zoo.recipes.protein.predictions import read_new, split_rows
-from recipe_zoo.recipes.protein.split import mutation_positions, positions_of
+from recipe_zoo.recipes.protein.inference import data_file, read_new, recipe_name, split_rows
+from recipe_zoo.recipes.protein.loading import load_data, show_split
+from recipe_zoo.recipes.protein.mutations import mutation_positions
+from recipe_zoo.recipes.protein.readers import read_csv_rows
+from recipe_zoo.recipes.protein.scoring import final_metrics, finish
+from recipe_zoo.recipes.protein.sequences import AMINO, EXTRA
+from recipe_zoo.recipes.protein.split import positions_of
 
 MEANS_FILE = "position_means.json"
 
@@ -91,7 +94,7 @@ def new_positions(cfg: PositionConfig, opts, run) -> tuple[list[dict], list[tupl
     """(rows, positions) of a new file: a CSV's mutant column, an NPZ's 'pos', or variant sequences (FASTA, a CSV's
     sequence column) against the consensus of the run's training data."""
     mutant = opts.mutant or cfg.mutant
-    path = data_file(opts.data, run, "a CSV of mutations or of variant sequences, a FASTA, or an NPZ with 'pos'")
+    path = data_file(opts.data, "a CSV of mutations or of variant sequences, a FASTA, or an NPZ with 'pos'")
     if path.suffix.lower() == ".npz":
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -112,7 +115,7 @@ def new_positions(cfg: PositionConfig, opts, run) -> tuple[list[dict], list[tupl
     if not reference:
         raise ZooError(f"data={opts.data}: this run read positions from a mutant column ({cfg.mutant!r}): give a "
                        f"CSV with a {mutant!r} column (mutant=COLUMN)")
-    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence, run)
+    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence)
     for k, (row, seq) in enumerate(zip(new.rows, new.seqs)):
         if len(seq) != len(reference):
             where = f"record {row['id'].split()[0]!r}" if "id" in row else f"row {k + 2}"

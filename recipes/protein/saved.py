@@ -1,6 +1,6 @@
 """What a protein run keeps for inference and how its predict hook reads it back. No pickle: a head on fixed
 features (ridge, kernel ridge, MLP) is ``head.safetensors`` (the feature scaling, the coefficients or weights) with
-its scalars (alpha, gamma, target mean and std) in ``model.json``; new data is read as ``predictions.py`` reads it;
+its scalars (alpha, gamma, target mean and std) in ``model.json``; new data is read as ``inference.py`` reads it;
 with no ``data=``, predict loads the run's data again and scores its test split as the run did."""
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ import torch
 from recipe_zoo.core import artifact
 from recipe_zoo.core.distributed import is_main
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.protein.data import ProteinData, load_data, recipe_name
-from recipe_zoo.recipes.protein.models import ClosedForm, Features, MLPFit, MLPHead, closed_form_device
-from recipe_zoo.recipes.protein.predictions import prediction_columns, read_new, split_metrics, split_rows
+from recipe_zoo.recipes.protein.closed_form import ClosedForm, Features, closed_form_device
+from recipe_zoo.recipes.protein.heads import MLPFit
+from recipe_zoo.recipes.protein.inference import (prediction_columns, read_new, recipe_name, split_metrics,
+                                                   split_rows)
+from recipe_zoo.recipes.protein.loading import load_data
+from recipe_zoo.recipes.protein.sequences import ProteinData
+from recipe_zoo.recipes.protein.supervised import MLPHead
 
 HEAD_FILE = "head.safetensors"
 
@@ -97,7 +101,7 @@ def predict_fixed(cfg, opts, run: artifact.PredictRun,
         return artifact.Predictions(rows=split_rows(data, test, test_pred),
                                     metrics=split_metrics(data, head.predict(X[val]), test_pred),
                                     arrays={"prediction": test_pred})
-    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence, run, npz=npz)
+    new = read_new(opts.data, cfg, opts.sequence or cfg.sequence, npz=npz)
     X = featurize(new.seqs, new.emb)
     size = opts.batch_size or 4096
     parts = []

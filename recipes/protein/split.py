@@ -3,17 +3,13 @@ sequence; an NPZ row: its embedding's bytes) or, with split=positions, of its mu
 position): the same on any machine, for any seed and any order of the input; items that share a key share a side."""
 from __future__ import annotations
 
-import re
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recipe_zoo.core import splits
 from recipe_zoo.core.errors import ZooError
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.protein.data import ProteinData
+from recipe_zoo.recipes.protein.sequences import ProteinData
 
 
 def parse_sizes(text: str) -> tuple[float, float, float]:
@@ -67,18 +63,6 @@ def esm_example_split(keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     held = {k for k, h in zip(distinct, splits.carve(distinct, 0.1)) if h}
     is_val = np.array([keys[i] in held for i in train])
     return train[~is_val], train[is_val], np.sort(test)
-
-
-def mutation_positions(text: str, where: str) -> tuple[int, ...]:
-    """'H24C:A50G' -> (24, 50); '' or a synonymous 'wt' -> ()."""
-    parts = [p.strip() for p in text.strip().split(":") if p.strip() and p.strip().lower() not in ("wt", "_wt")]
-    out = []
-    for part in parts:
-        m = re.fullmatch(r"[A-Z*]?(\d+)[A-Z*]?", part)
-        if not m:
-            raise ZooError(f"{where}: mutation {part!r} is not like H24C (or H24C:A50G for several)")
-        out.append(int(m.group(1)))
-    return tuple(out)
 
 
 def positions_of(data: ProteinData) -> list[tuple[int, ...]]:

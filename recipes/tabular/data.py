@@ -1,33 +1,26 @@
-"""Reading the table (pandas) and its bad inputs, the target's checks and encoding, engineered features, values
-missing only outside the training rows, sample weights, the log-target choice, the metrics, and the loop over
-splits both recipes share (the splits themselves: ``split.py``).
-
-Everything that chooses (depth, log target, early stopping, the best state) reads validation; the recipes' fit
-functions never see the test rows, which are scored once, after every model is final.
+"""Reading the table (pandas) and its bad inputs, the target's checks and encoding, the metrics, sample weights
+and the log-target choice. The named tables are declared in ``datasets.py``; the splits are ``split.py``'s, each
+split's features and the loop over splits both recipes share ``protocol.py``'s.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from recipe_zoo.core import datasets
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.metrics import bootstrap, score, summarize_folds
+from recipe_zoo.core.metrics import score
 from recipe_zoo.core.splits import content_key
-from recipe_zoo.recipes.tabular import features
+from recipe_zoo.recipes.tabular import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
 from recipe_zoo.recipes.tabular.config import TabularConfig
-from recipe_zoo.recipes.tabular.split import record_split, splits_for
 
 # =============================================================================================
 # Reading the table
 # =============================================================================================
-
-ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
-                 "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
-                 "income"]
-SKLEARN_SETS = {"diabetes": "load_diabetes", "breast-cancer": "load_breast_cancer", "wine": "load_wine"}
 
 
 @dataclass
@@ -48,24 +41,18 @@ def columns_list(text: str) -> list[str]:
     return [c.strip() for c in text.split(",") if c.strip()]
 
 
-def read_frame(cfg: TabularConfig, run):
+def named_tables() -> dict[str, dict]:
+    """The tables the recipes read by name (``datasets.py``), each with what they read of it: its ``info``
+    (``kind``: how it is read, ``target``: the column to predict, ...)."""
+    return {name: d.info for name, d in datasets.DATASETS.items() if d.domain == "tabular" and "kind" in d.info}
+
+
+def read_frame(cfg: TabularConfig):
     """(frame, target column, rows of a given test file or None, name)."""
-    import pandas as pd
-
-    if cfg.data == "california-housing":
-        return pd.read_csv(run.data_path(cfg.data)), "median_house_value", None, cfg.data
-    if cfg.data == "adult":
-        folder = run.data_path(cfg.data)
-        parts = [pd.read_csv(folder / f, header=None, names=ADULT_COLUMNS, sep=r",\s*", engine="python",
-                             na_values="?", skip_blank_lines=True, comment="|") for f in ("adult.data", "adult.test")]
-        parts[1]["income"] = parts[1]["income"].str.rstrip(".")  # the test file's labels end with a period
-        frame = pd.concat(parts, ignore_index=True)
-        return frame, "income", np.arange(len(parts[0]), len(frame)), cfg.data
-    if cfg.data in SKLEARN_SETS:
-        import sklearn.datasets
-
-        bunch = getattr(sklearn.datasets, SKLEARN_SETS[cfg.data])(as_frame=True)
-        return bunch.frame, "target", None, cfg.data
+    info = named_tables().get(cfg.data)
+    if info is not None:
+        frame, test_rows = read_dataset(cfg.data, info)
+        return frame, info["target"], test_rows, cfg.data
     path = Path(cfg.data).expanduser()
     if not path.is_file():
         raise ZooError(f"{cfg.data}: no such file, and not a dataset name (see `zoo data list`)")
@@ -75,17 +62,31 @@ def read_frame(cfg: TabularConfig, run):
     return frame, cfg.target, None, str(path)
 
 
-def read_file(path: Path):
-    """A .csv, .tsv or .parquet file as a frame; its bad forms are one line naming it."""
+def read_dataset(name: str, info: dict) -> tuple:
+    """(frame, rows of its test file or None) of a declared table, by its ``kind``."""
+    import pandas as pd
+
+    if info["kind"] == "csv":
+        return pd.read_csv(datasets.locate(name)), None
+    if info["kind"] == "adult":
+        folder, target = datasets.locate(name), info["target"]
+        parts = [pd.read_csv(folder / f, header=None, names=list(info["columns"]), sep=r",\s*", engine="python",
+                             na_values="?", skip_blank_lines=True, comment="|") for f in ("adult.data", "adult.test")]
+        parts[1][target] = parts[1][target].str.rstrip(".")  # the test file's labels end with a period
+        frame = pd.concat(parts, ignore_index=True)
+        return frame, np.arange(len(parts[0]), len(frame))
+    import sklearn.datasets
+
+    return getattr(sklearn.datasets, info["loader"])(as_frame=True).frame, None
+
+
+@contextlib.contextmanager
+def table_errors(path: Path):
+    """A table file's bad forms, as one line naming it (read whole here, or a chunk at a time by ``stream.py``)."""
     import pandas as pd
 
     try:
-        if path.suffix.lower() == ".parquet":
-            frame = pd.read_parquet(path)
-        elif path.suffix.lower() in (".csv", ".tsv"):
-            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
-        else:
-            raise ZooError(f"{path}: expected a .csv, .tsv or .parquet file")
+        yield
     except pd.errors.EmptyDataError:
         raise ZooError(f"{path}: empty file (no header row, no rows)") from None
     except UnicodeDecodeError:
@@ -93,13 +94,26 @@ def read_file(path: Path):
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ZooError(f"{path}: cannot read the table ({first[:200]})") from None
+
+
+def read_file(path: Path):
+    """A .csv, .tsv or .parquet file as a frame; its bad forms are one line naming it."""
+    import pandas as pd
+
+    with table_errors(path):
+        if path.suffix.lower() == ".parquet":
+            frame = pd.read_parquet(path)
+        elif path.suffix.lower() in (".csv", ".tsv"):
+            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+        else:
+            raise ZooError(f"{path}: expected a .csv, .tsv or .parquet file")
     if frame.empty:
         raise ZooError(f"{path}: no rows")
     return frame
 
 
 def load_table(cfg: TabularConfig, run) -> Table:
-    frame, target, test_rows, name = read_frame(cfg, run)
+    frame, target, test_rows, name = read_frame(cfg)
     frame.columns = [str(c) for c in frame.columns]
     target = cfg.target or target
     notes: list[str] = []
@@ -296,87 +310,3 @@ def use_log(table: Table, idx: np.ndarray, cfg: TabularConfig) -> list[bool]:
 
     y = table.y[idx]
     return [False, True] if (y > 0).all() and skew(y) > 0.5 else [False]
-
-
-# =============================================================================================
-# The loop over splits both recipes share
-# =============================================================================================
-
-def over_splits(run, table: Table, views: list, fit_one) -> tuple[dict, list, float, list]:
-    """``fit_one(k, X, train, val) -> (predict, stats)`` on each split, where ``predict(rows)`` gives the final
-    model's predictions; fit_one never sees the test rows. Once every split is fitted: the metrics
-    (``score_splits``), each split's stats, the training seconds in all and each split's test predictions."""
-    fitted, stats, total = [], [], 0.0
-    for k, (X, train, val, test, _) in enumerate(views):
-        predict, split_stats = fit_one(k, X, train, val)
-        total += split_stats["train_seconds"]
-        stats.append(split_stats)
-        fitted.append((predict, val, test))
-    metrics, test_preds = score_splits(run.log, table, fitted)
-    return metrics, stats, total, test_preds
-
-
-def score_splits(log, table: Table, fitted: list) -> tuple[dict, list]:
-    """The validation and test metrics of (predict, validation rows, test rows) per split (mean ± std over folds),
-    the primary metric's 95% bootstrap interval over the test rows (of all folds, pooled), and each split's test
-    predictions. Training calls it once every model is final; ``zoo predict`` again with the saved models."""
-    results, pooled_y, pooled_pred = [], [], []
-    for predict, val, test in fitted:  # the test rows are read here, and only here
-        val_pred, test_pred = predict(val), predict(test)
-        results.append({**{f"test_{m}": v for m, v in scores(table, test, test_pred).items()},
-                        **{f"val_{m}": v for m, v in scores(table, val, val_pred).items()}})
-        pooled_y.append(table.y[test])
-        pooled_pred.append(test_pred)
-    metrics = summarize_folds(results, log)
-    metric = primary_metric(table.task)[0]
-    low, high = bootstrap(item_statistic(np.concatenate(pooled_y), np.concatenate(pooled_pred), table.task),
-                          sum(len(y) for y in pooled_y))
-    metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
-    return metrics, pooled_pred
-
-
-def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
-    """The primary metric on a resample of rows (``statistic(indices)`` for ``metrics.bootstrap``), vectorised:
-    RMSE from squared errors, accuracy from per-row hits (labels as ``metrics.score`` takes them)."""
-    if task == "regression":
-        squared = (np.asarray(pred, np.float64) - y) ** 2
-        return lambda idx: float(np.sqrt(squared[idx].mean()))
-    labels = (pred > 0.5).astype(np.int64) if task == "binary" else np.asarray(pred).argmax(axis=1)
-    hits = (labels == y).astype(np.float64)
-    return lambda idx: float(hits[idx].mean())
-
-
-def prepare(cfg: TabularConfig, run) -> tuple[Table, list]:
-    """The table, its splits (recorded in ``split.csv``) and each split's features (engineering adds columns the log
-    reports): a list of (features, training rows, validation rows, test rows, feature plan)."""
-    table = load_table(cfg, run)
-    metric, higher = primary_metric(table.task)
-    run.set_metric(f"test_{metric}", higher)
-    splits = splits_for(cfg, table)
-    record_split(run, cfg, table, splits)
-    views = []
-    for fit, val, test in splits:
-        X, plan = features.features_for(cfg, table, np.concatenate([fit, val]), run, bank=fit)
-        views.append((X, fit, val, test, plan))
-    for note in dict.fromkeys(table.notes):
-        run.log(f"{table.name}: {note}")
-    X = views[0][0]
-    n_cat = sum(str(X[c].dtype) == "category" for c in X.columns)
-    run.log(f"{table.name}: {len(table.y)} rows, {X.shape[1]} features ({n_cat} categorical), {table.task}"
-            f"{'' if table.classes is None else ' (' + ', '.join(table.classes[:5]) + ')'}")
-    run.report("rows_features", f"{len(table.y)} x {X.shape[1]}")
-    return table, views
-
-
-def inspect_split(run, table: Table, views: list, loop: bool) -> None:
-    """The first split's training and validation rows for ``zoo doctor`` (never the test rows). Missing numbers
-    shown as the network takes them, the median plus a missing flag (XGBoost takes NaN natively): the rows stay
-    equal exactly when the table's rows are."""
-    if not run.inspecting:
-        return
-    X, train, val, *_ = views[0]
-    num = X.select_dtypes("number")
-    shown = X.fillna(num.median()).join(num.isna().loc[:, num.isna().any()].add_suffix(" missing"))
-    run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[val], table.y[val]),
-                task="regression" if table.task == "regression" else "classification",
-                num_classes=None if table.classes is None else len(table.classes), loop=loop)

@@ -6,16 +6,12 @@ one (``zoo predict``, streamed chunks).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recipe_zoo.recipes.tabular import neighbours
 from recipe_zoo.recipes.tabular.config import TabularConfig
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.tabular.data import Table
-
+from recipe_zoo.recipes.tabular.data import Table
 
 COORDINATES = (("latitude", "longitude"), ("lat", "lon"), ("lat", "lng"))
 

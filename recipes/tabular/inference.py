@@ -5,7 +5,7 @@ and their types, each split's imputation and engineered-feature plans and the mo
 New rows go through what training did to the table's rows: the same column types (a category as the training
 table's categories, one never seen there as missing), the split's imputation plan, engineered features, then the
 model. Without ``data=`` the run's own table and splits are rebuilt from its config and scored by
-``data.score_splits``, the function training scored them with: the run's metrics again.
+``protocol.score_splits``, the function training scored them with: the run's metrics again.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from recipe_zoo.core.datafiles import column_list
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.tabular import data, features
 from recipe_zoo.recipes.tabular.data import Table
+from recipe_zoo.recipes.tabular.protocol import score_splits
 from recipe_zoo.recipes.tabular.split import splits_for
 
 PREPROCESS = "preprocess.json"
@@ -206,7 +207,7 @@ def own_split(cfg, opts, run, state: dict, models: list) -> Predictions:
     fitted = []
     for (_, val, test), fn, split in zip(parts, models, state["splits"]):
         fitted.append((functools.partial(fn, features.apply_features(X, split["features"], run.log)), val, test))
-    metrics, preds = data.score_splits(run.log, table, fitted)
+    metrics, preds = score_splits(run.log, table, fitted)
     rows = []
     for k, ((_, _, test), pred) in enumerate(zip(parts, preds)):
         rows += split_rows(state, table, test, pred, k if len(parts) > 1 else None, opts.probabilities)

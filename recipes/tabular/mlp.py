@@ -21,7 +21,7 @@ from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.tabular import data, encoded, inference, models, stream
+from recipe_zoo.recipes.tabular import data, encoded, inference, models, protocol, stream
 from recipe_zoo.recipes.tabular.config import MLPConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -181,13 +181,13 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     from recipe_zoo.core.budget import Budget
     from recipe_zoo.core.distributed import is_main
 
-    reader = stream if cfg.stream else data
+    reader = stream if cfg.stream else protocol
     table, views = reader.prepare(cfg, run)
     reader.inspect_split(run, table, views, loop=True)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
     # stream=true: each split's rows encoded in a folder of the run's, read a batch at a time
     with encoded.workspace(run) if cfg.stream else contextlib.nullcontext() as folder:
-        metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
+        metrics, per_split, total, test_preds = protocol.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
             cfg, run, table, X, train, val, budget, f"fold {k}" if k else "",
             encoded.encoder(cfg, run, table, views[k], folder / f"split{k}") if cfg.stream else None))
     stats = per_split[-1]

@@ -5,16 +5,12 @@ on the same side. ``split.csv`` names rows by their number in the table as read 
 adult.data's rows, then adult.test's)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.splits import carve, carve_units
 from recipe_zoo.recipes.tabular.config import TabularConfig
-
-if TYPE_CHECKING:
-    from recipe_zoo.recipes.tabular.data import Table
+from recipe_zoo.recipes.tabular.data import Table
 
 
 def stratify(table: Table, idx: np.ndarray):

@@ -13,6 +13,7 @@ sample and a few numbers a row (target, hash, row number), besides what the mode
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core import datasets
+from recipe_zoo.core.datafiles import column_list
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.splits import hash_unit
-from recipe_zoo.recipes.tabular import data, features, inference
-from recipe_zoo.recipes.tabular.split import record_split, splits_for
+from recipe_zoo.recipes.tabular import data, features, inference, protocol
 
 CHUNK_ROWS = 65_536  # rows a chunk
 SAMPLE_ROWS = 200_000  # rows the feature plans are fitted on (those of them in the training rows)
@@ -46,7 +47,7 @@ class Source:
         """The file's rows, ``CHUNK_ROWS`` at a time; its bad forms are one line naming it (``data.read_file``'s)."""
         import pandas as pd
 
-        try:
+        with data.table_errors(self.path):
             if self.path.suffix.lower() == ".parquet":
                 import pyarrow.parquet as pq
 
@@ -57,20 +58,15 @@ class Source:
             sep = "\t" if self.path.suffix.lower() == ".tsv" else ","
             with pd.read_csv(self.path, sep=sep, chunksize=CHUNK_ROWS, dtype=self.dtypes) as reader:
                 yield from reader
-        except pd.errors.EmptyDataError:
-            raise ZooError(f"{self.path}: empty file (no header row, no rows)") from None
-        except UnicodeDecodeError:
-            raise not_utf8(self.path) from None
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise ZooError(f"{self.path}: cannot read the table ({first[:200]})") from None
 
 
-def source_for(cfg, run) -> Source:
-    if cfg.data == "california-housing":
-        return Source(Path(run.data_path(cfg.data)), cfg.data, "median_house_value")
-    if cfg.data == "adult" or cfg.data in data.SKLEARN_SETS:
-        raise ZooError(f"stream=true reads a .csv, .tsv or .parquet file (or california-housing); {cfg.data} is read "
+def source_for(cfg) -> Source:
+    tables = data.named_tables()
+    if cfg.data in tables and tables[cfg.data]["kind"] == "csv":
+        return Source(datasets.locate(cfg.data), cfg.data, tables[cfg.data]["target"])
+    if cfg.data in tables:
+        files = [name for name, info in tables.items() if info["kind"] == "csv"]
+        raise ZooError(f"stream=true reads a .csv, .tsv or .parquet file (or {', '.join(files)}); {cfg.data} is read "
                        "in memory: stream=false")
     path = Path(cfg.data).expanduser()
     if not path.is_file():
@@ -296,7 +292,7 @@ class Scan:
 def read(cfg, run) -> StreamTable:
     """The first pass (a second one when a column's type differed between chunks, with its type fixed: the
     content keys must be those of the whole file read at once)."""
-    source = source_for(cfg, run)
+    source = source_for(cfg)
     start = time.perf_counter()
     scan = Scan(cfg, source)
     for frame in source.chunks():
@@ -315,28 +311,19 @@ def read(cfg, run) -> StreamTable:
 
 
 def prepare(cfg, run) -> tuple[StreamTable, list]:
-    """``data.prepare`` for a streamed table: its splits (``split.csv``) and each split's features, fitted on the
+    """``protocol.prepare`` for a streamed table: its splits (``split.csv``) and each split's features, fitted on the
     sample's training rows: (sample features, training rows, validation rows, test rows, feature plan)."""
     table = read(cfg, run)
-    metric, higher = data.primary_metric(table.task)
-    run.set_metric(f"test_{metric}", higher)
-    splits = splits_for(cfg, table)
-    record_split(run, cfg, table, splits)
-    views = []
-    for fit, val, test in splits:
-        train = np.concatenate([fit, val])
-        train = np.searchsorted(table.sample, train[np.isin(train, table.sample)])  # in data.prepare's order
-        bank = np.searchsorted(table.sample, bank_rows(table, fit))
-        X, plan = features.features_for(cfg, table, train, run, bank=bank)
-        views.append((X, fit, val, test, plan))
-    for note in dict.fromkeys(table.notes):
-        run.log(f"{table.name}: {note}")
-    X = views[0][0]
-    n_cat = sum(str(X[c].dtype) == "category" for c in X.columns)
-    run.log(f"{table.name}: {len(table.y)} rows, {X.shape[1]} features ({n_cat} categorical), {table.task}; feature "
-            f"plans fitted on {len(table.sample)} sampled rows")
-    run.report("rows_features", f"{len(table.y)} x {X.shape[1]}")
-    return table, views
+    detail = f"; feature plans fitted on {len(table.sample)} sampled rows"
+    return table, protocol.split_views(cfg, run, table, functools.partial(sample_rows, table), detail)
+
+
+def sample_rows(table: StreamTable, fit: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A split's rows in the sample (positions in ``table.X``): its training and validation rows, in
+    ``protocol.prepare``'s order, and its neighbour bank."""
+    train = np.concatenate([fit, val])
+    train = np.searchsorted(table.sample, train[np.isin(train, table.sample)])
+    return train, np.searchsorted(table.sample, bank_rows(table, fit))
 
 
 def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
@@ -345,8 +332,8 @@ def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
         return
     X, fit, val, test, plan = views[0]
     inside = lambda rows: np.where(np.isin(table.sample, rows))[0]  # noqa: E731
-    data.inspect_split(run, dataclasses.replace(table, y=table.y[table.sample]),
-                       [(X, inside(fit), inside(val), inside(test), plan)], loop=loop)
+    protocol.inspect_split(run, dataclasses.replace(table, y=table.y[table.sample]),
+                           [(X, inside(fit), inside(val), inside(test), plan)], loop=loop)
 
 
 # =============================================================================================

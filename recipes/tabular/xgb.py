@@ -27,7 +27,7 @@ from recipe_zoo.core.budget import xgboost_time_limit
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import dask_engine, data, inference, stream, stream_xgb
+from recipe_zoo.recipes.tabular import dask_engine, data, inference, protocol, stream, stream_xgb
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -252,14 +252,15 @@ def train_xgb(cfg: XGBConfig, run) -> dict[str, float]:
     if cfg.stream and cfg.engine != "local":
         raise ZooError("stream=true feeds XGBoost here a chunk at a time; engine=dask sends the table to the cluster "
                        "from memory: use one of them")
-    reader = stream if cfg.stream else data
+    reader = stream if cfg.stream else protocol
     with engine(cfg, run) as (fitter, where):  # first: a missing extra or a dead scheduler is said before the table
         table, views = reader.prepare(cfg, run)
         reader.inspect_split(run, table, views, loop=False)
         seconds = run.budget.amount / len(views) if run.budget.kind == "seconds" else None
         rounds = int(run.budget.amount) if run.budget.kind == "steps" else cfg.n_estimators
-        metrics, per_split, total, test_preds = data.over_splits(run, table, views, lambda k, X, train, val: fit_xgb(
-            cfg, run, table, fitter(table, views[k]), train, val, seconds, rounds, f"fold {k}: " if cfg.folds else ""))
+        metrics, per_split, total, test_preds = protocol.over_splits(
+            run, table, views, lambda k, X, train, val: fit_xgb(cfg, run, table, fitter(table, views[k]), train, val,
+                                                                seconds, rounds, f"fold {k}: " if cfg.folds else ""))
     stats = per_split[-1]
     save_importances(stats["models"], run)
     save_models(run, cfg, table, views, per_split, test_preds, where)

@@ -1,13 +1,18 @@
-"""Vision's own data steps: settings that depend on the data, augmentation of whole uint8 batches on the
-fly, and MixUp/CutMix. ``cfg`` is the recipe's config (``VisionConfig`` in ``resnet.py``)."""
+"""Vision's own data steps: settings that depend on the data, the decoded arrays ``zoo data prepare vision/resnet``
+writes, augmentation of whole uint8 batches on the fly, and MixUp/CutMix. ``cfg`` is the recipe's config
+(``VisionConfig`` in ``resnet.py``)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from recipe_zoo.recipes.images import ImageSplits
+from recipe_zoo.core import prepared
+from recipe_zoo.recipes.image_splits import ImageSplits
+from recipe_zoo.recipes.image_streams import PREPARED_FIELDS, default_workers, write_prepared
+from recipe_zoo.recipes.images import default_flip, load_image_splits
 
 # =============================================================================================
 # Settings that depend on the data
@@ -16,9 +21,25 @@ from recipe_zoo.recipes.images import ImageSplits
 def resolve_auto(cfg, data: ImageSplits):
     """Augmentations that depend on the data: no flips for handwritten digits (a flipped digit is
     another symbol), translation by an eighth of the image side (4 px at 32 px)."""
-    flip = cfg.flip if cfg.flip != "auto" else ("off" if data.name in ("digits", "mnist-test") else "on")
+    flip = cfg.flip if cfg.flip != "auto" else default_flip(data.name)
     pad = cfg.crop_pad if cfg.crop_pad >= 0 else max(1, data.train_x.shape[-1] // 8)
     return dataclasses.replace(cfg, flip=flip, crop_pad=pad)
+
+
+# =============================================================================================
+# Prepared arrays (zoo data prepare): the images decoded once, at the run's size
+# =============================================================================================
+
+def prepare_images(cfg, run, out: Path | None = None, force: bool = False) -> Path:
+    """``zoo data prepare vision/resnet data=SOURCE [image_size=N] ...``: the decoded arrays, made once."""
+    return prepared.ensure(cfg, run, kind="images", fields=PREPARED_FIELDS, recipe="vision/resnet", out=out,
+                           force=force, make=lambda folder: _write_images(cfg, run, folder))
+
+
+def _write_images(cfg, run, folder: Path) -> dict:
+    data = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run, stream=True)
+    return write_prepared(data, folder, default_workers(getattr(cfg, "workers", -1)),
+                          run.progress if hasattr(run, "progress") else None)
 
 
 # =============================================================================================

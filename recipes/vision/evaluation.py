@@ -9,7 +9,7 @@ from torch import nn
 
 from recipe_zoo.core import metrics, streams
 from recipe_zoo.core.precision import autocast, resolve_precision
-from recipe_zoo.recipes import images
+from recipe_zoo.recipes.image_splits import ImageSplits
 from recipe_zoo.recipes.vision.data import prediction_rows, test_names
 
 
@@ -63,7 +63,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, normalize, tta:
 
 
 @torch.no_grad()
-def score_test(model: nn.Module, data: images.ImageSplits, normalize, cfg, device,
+def score_test(model: nn.Module, data: ImageSplits, normalize, cfg, device,
                workers: int = 0) -> tuple[dict, list]:
     """The test set, scored once after training on the model training ended with (as ``fit`` evaluates:
     eval mode, the run's precision, the same TTA); also its rows for ``predictions.csv``."""

@@ -1,4 +1,4 @@
-"""Vision's model helpers beyond the shared backbones (``recipe_zoo.recipes.images``): the layer groups of a
+"""Vision's model helpers beyond the shared backbones (``recipe_zoo.recipes.backbones``): the layer groups of a
 backbone, which fine-tuning uses for layer-wise LR decay and for unfreezing only its top; the trained model saved
 for use (safetensors and its card), loaded back, and exported (ONNX, timm)."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ from torch import nn
 
 from recipe_zoo.core import artifact
 from recipe_zoo.core.checkpoint import export_safetensors
-from recipe_zoo.recipes import image_files, images
+from recipe_zoo.recipes import backbones, image_files
+from recipe_zoo.recipes.image_splits import ImageSplits
 
 
 def layer_groups(model: nn.Module, head: str) -> dict[str, int]:
@@ -29,8 +30,7 @@ def layer_groups(model: nn.Module, head: str) -> dict[str, int]:
     return {n: ranks[s] for n, s in layer_of.items()}
 
 
-
-def save_model(run, cfg, model: nn.Module, head: str, data: images.ImageSplits, mean, std,
+def save_model(run, cfg, model: nn.Module, head: str, data: ImageSplits, mean, std,
                rows: list[dict]) -> None:
     """The scored weights (EMA when on) as safetensors, and the card: architecture, classes, input statistics."""
     export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name})
@@ -52,8 +52,8 @@ def load_model(card: dict, folder: Path, device="cpu") -> nn.Module:
     arch, pre = card["architecture"], card["preprocess"]
     weights = folder / "model.safetensors"
     # built as training built it: a fine-tuned model from pretrained weights (its own stem kept), else from scratch
-    model, _ = images.build_model(arch["model"], arch["width"], str(weights) if arch["pretrained"] else "",
-                                  pre["channels"], len(card["classes"]), pre["image_size"])
+    model, _ = backbones.build_model(arch["model"], arch["width"], str(weights) if arch["pretrained"] else "",
+                                     pre["channels"], len(card["classes"]), pre["image_size"])
     load_into(model, str(weights))  # strict; tensors that safetensors de-duplicated, tied again
     return model.to(device).eval()
 

@@ -3,7 +3,8 @@
 Reads top to bottom: config, optimizer and schedule (with the fine-tuning stages), evaluation, training.
 Images live in memory as uint8 tensors and are augmented in batches, so data loading never starves
 the 2-core CPU runs the leaderboard is measured on. The datasets and backbones are shared with the other
-image domains (``recipe_zoo.recipes.images``); vision's augmentation is in ``recipe_zoo.recipes.vision.data``.
+image domains (``recipe_zoo.recipes.images``, ``recipe_zoo.recipes.backbones``); vision's augmentation is in
+``recipe_zoo.recipes.vision.data``.
 """
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, optim, schedule, streams
+from recipe_zoo.core import artifact, datasets, optim, schedule, streams
 from recipe_zoo.core.artifact import PredictOptions
+from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Range, Share, Unit, recipe
-from recipe_zoo.recipes import image_files, image_streams, images
-from recipe_zoo.recipes.vision.data import augment, mix, prediction_rows, resolve_auto, test_names
+from recipe_zoo.recipes import backbones, image_files, image_streams, images
+from recipe_zoo.recipes import image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
+from recipe_zoo.recipes.vision.data import augment, mix, prediction_rows, prepare_images, resolve_auto, test_names
 from recipe_zoo.recipes.vision.evaluation import evaluate, predict, score_test, scores
 from recipe_zoo.recipes.vision.models import export_onnx, export_timm, layer_groups, load_model, save_model
 
@@ -203,7 +206,7 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
 # =============================================================================================
 
 USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
-           exports={"onnx": export_onnx, "timm": export_timm}, hooks={"prepare": image_streams.prepare_images})
+           exports={"onnx": export_onnx, "timm": export_timm}, hooks={"prepare": prepare_images})
 
 
 @recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
@@ -224,25 +227,25 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     cfg = resolve_auto(cfg, data)
     lazy = streams.is_lazy(data.train_x)  # streamed: read as used, ahead of training by `workers` processes
     workers = image_streams.default_workers(cfg.workers) if lazy else 0
-    pretrained_timm = bool(cfg.weights) and cfg.model not in images.OWN_MODELS
+    pretrained_timm = bool(cfg.weights) and cfg.model not in backbones.OWN_MODELS
     if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
         data.train_x, data.val_x, data.test_x = (
             streams.mapped(t, lambda b: b.expand(-1, 3, -1, -1), (3, *t.shape[2:]))
             for t in (data.train_x, data.val_x, data.test_x))
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
-    model, head = images.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
-                                     data.train_x.shape[-1])
+    model, head = backbones.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
+                                        data.train_x.shape[-1])
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         images.resize_splits(data, size)
-        if not run.is_dataset(cfg.data):  # an own folder: the summary records the size it trains at
+        if not datasets.is_dataset(cfg.data):  # an own folder: the summary records the size it trains at
             run.report("image_size", size)
     if run.inspecting:  # zoo doctor reads a sample of streamed images
         run.inspect(train=image_streams.stats_sample(data.train_x, data.train_y),
                     val=image_streams.stats_sample(data.val_x, data.val_y),
                     task="classification", num_classes=num_classes, fine_tune=(head + ".",) if cfg.weights else False)
     mean, std = (t.view(1, -1, 1, 1).to(device)
-                 for t in images.input_stats(data.train_x, model, cfg.model, cfg.weights))
+                 for t in backbones.input_stats(data.train_x, model, cfg.model, cfg.weights))
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)
     run.log(f"{data.name}: {data.sizes()}, {num_classes} classes, "
@@ -262,8 +265,6 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
             x, y = mix(x, y, num_classes, cfg)
         return F.cross_entropy(model(x), y, label_smoothing=cfg.label_smoothing)
 
-    from recipe_zoo.core.batches import TensorBatches
-
     batches = TensorBatches((data.train_x, data.train_y), cfg.batch_size, seed=run.seed,
                             transform=functools.partial(augment, cfg=cfg), workers=workers, device=device)
     optimizer = build_optimizer(cfg, model, head)
@@ -274,7 +275,7 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     if cfg.weights:
         hooks.append(stage_hook(cfg, model, head))
         initial = snapshot(model)
-    elif isinstance(model, images.ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
+    elif isinstance(model, backbones.ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
         hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
     result = fit(model, optimizer, batches, loss_fn, run, device=device,

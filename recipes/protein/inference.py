@@ -1,6 +1,6 @@
 """A protein run's predictions, row by row: the options every sequence predict takes, the test split's rows
-(``predictions.csv``) and metrics, and new sequences (FASTA, a CSV column, or an NPZ of embeddings) read and
-checked by the training's own readers. The heads themselves are saved and loaded in ``saved.py``."""
+(``predictions.csv``) and metrics, and new data (FASTA, a CSV column, or an NPZ of embeddings; a file, or a dataset's
+name) read and checked by the training's own readers. The heads themselves are saved and loaded in ``saved.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core import artifact
+from recipe_zoo.core import artifact, datasets
 from recipe_zoo.core.api import NonNegativeInt
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.protein.data import (FASTA_SUFFIXES, SCORING, ProteinData, check_sequence, data_file,
-                                             final_metrics, need_columns, primary_metric, read_csv_rows, read_fasta)
+from recipe_zoo.recipes.protein.readers import FASTA_SUFFIXES, need_columns, read_csv_rows, read_fasta
+from recipe_zoo.recipes.protein.scoring import SCORING, final_metrics, primary_metric
+from recipe_zoo.recipes.protein.sequences import ProteinData, check_sequence
 
 
 @dataclass
 class SequenceOptions(artifact.PredictOptions):
     sequence: str = ""  # CSV column of the sequences ('' = the run's sequence=)
     batch_size: NonNegativeInt = 0  # sequences per batch; 0 = the run's evaluation batch
-
 
 
 def prediction_columns(task: str, classes: list[str] | None, p: np.ndarray) -> dict:
@@ -64,11 +64,21 @@ class NewData:
     path: Path | None = None
 
 
-def read_new(text: str, cfg, column: str, run, npz: bool = False) -> NewData:
+def data_file(text: str, what: str) -> Path:
+    """The file ``data=`` names: a path, else a dataset's file in the cache."""
+    path = Path(text).expanduser()
+    if not path.is_file() and datasets.is_dataset(text):
+        path = datasets.locate(text)
+    if not path.is_file():
+        raise ZooError(f"data={text}: no such file ({what})")
+    return path
+
+
+def read_new(text: str, cfg, column: str, npz: bool = False) -> NewData:
     """Sequences from a FASTA file or a CSV column (each checked as in training: letters, max_len), or (``npz``)
     the 'emb' array of an NPZ. A bad row is one line naming the file and the row."""
     what = "a FASTA or CSV of sequences" + (", or an NPZ of embeddings" if npz else "")
-    path = data_file(text, run, what)
+    path = data_file(text, what)
     suffix = path.suffix.lower()
     if suffix in FASTA_SUFFIXES:
         records = read_fasta(path)
@@ -97,6 +107,6 @@ def read_new(text: str, cfg, column: str, run, npz: bool = False) -> NewData:
     raise ZooError(f"{path}: expected {what} (.fasta, .csv{', .npz' if npz else ''})")
 
 
-# =============================================================================================
-# The predict hook of the fixed-feature recipes
-# =============================================================================================
+def recipe_name(run, default: str) -> str:
+    """The name the run was trained under (a `zoo new` copy has its own), else the recipe's: the card's recipe."""
+    return getattr(getattr(run, "spec", None), "name", None) or default

@@ -1,6 +1,7 @@
-"""The heads on fixed features (protein/onehot, protein/esm-embed): ridge and RBF kernel ridge in closed form, every
-candidate fitted on train and scored on validation (under a seconds budget the grid shrinks to what fits); an MLP
-head through the core loop; and the supervised fit through the core loop that protein/esm-finetune shares."""
+"""Ridge and RBF kernel ridge in closed form, the heads protein/onehot and protein/esm-embed fit on fixed features:
+every candidate fitted on train and scored on validation, the best kept; under a time limit the grid shrinks to
+what fits (kernel ridge on fewer rows first, then fewer ridge alphas). ``Features`` is the feature scaling both
+these heads and the MLP head fit on the training rows."""
 from __future__ import annotations
 
 import functools
@@ -10,30 +11,20 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats  # noqa: F401  (score's Pearson: imported with the recipe, not on the closed form's clock)
 import torch
-import torch.nn.functional as F
 from scipy.linalg import cho_solve
-from torch import nn
 
-from recipe_zoo.core import optim, schedule, splits
-from recipe_zoo.core.batches import TensorBatches, to_device
-from recipe_zoo.core.budget import Budget
-from recipe_zoo.core.loop import LoopSettings, fit, peak_memory_mb
-from recipe_zoo.core.weights import BestState
+from recipe_zoo.core import splits
 from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import choose_device
-from recipe_zoo.recipes.protein.config import HeadFields
-from recipe_zoo.recipes.protein.data import SCORING, ProteinData, final_metrics, primary_metric
+from recipe_zoo.recipes.protein.scoring import SCORING, primary_metric
+from recipe_zoo.recipes.protein.sequences import ProteinData
 
-# =============================================================================================
-# Ridge and RBF kernel ridge in closed form
-# =============================================================================================
 
 RIDGE_ALPHAS = np.logspace(-2, 5, 22)
 KRR_ALPHAS = (0.01, 0.03, 0.1, 0.3, 1.0)
 KRR_GAMMAS = (0.25, 0.5, 1.0, 2.0, 4.0)  # x 1 / (median squared distance between training rows)
 KRR_MAX_ROWS = 20000  # kernel ridge is O(n^3): past this, head=auto keeps to ridge
 KRR_MIN_ROWS = 200  # under a seconds budget kernel ridge shrinks to a subsample of the training rows, not below this
-AUTO_CLOSED_SHARE = 0.5  # head=auto under a seconds budget: the closed-form grid's share; the MLP gets the rest
 
 
 @dataclass
@@ -66,10 +57,6 @@ def sq_distances(A: torch.Tensor, B: torch.Tensor, AB: torch.Tensor | None = Non
     """Squared Euclidean distances, from the inner products ``AB`` (A @ B.T) when they are at hand."""
     AB = A @ B.T if AB is None else AB
     return (A.square().sum(1, keepdim=True) + B.square().sum(1) - 2 * AB).clamp_(min=0)
-
-
-def rbf(A: torch.Tensor, B: torch.Tensor, gamma: float) -> torch.Tensor:
-    return torch.exp(-gamma * sq_distances(A, B))
 
 
 def median_sq_distance(X: torch.Tensor, seed: int = 0) -> float:
@@ -253,148 +240,3 @@ def select_closed_form(data: ProteinData, X: np.ndarray, scale: bool, kinds: lis
     log(f"closed form: {len(out)} candidates fitted on train and scored on validation in {clock.elapsed():.1f}s "
         f"({', '.join(how)})")
     return out, best[1]
-
-
-# =============================================================================================
-# An MLP head, and the supervised fit through the core loop (the MLP head, ESM-2 fine-tuning)
-# =============================================================================================
-
-class MLPHead(nn.Module):
-    def __init__(self, d_in: int, hidden: int, out: int, dropout: float):
-        super().__init__()
-        self.net = nn.Sequential(nn.Dropout(dropout), nn.Linear(d_in, hidden), nn.GELU(), nn.Dropout(dropout),
-                                 nn.Linear(hidden, out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-def head_loss(pred: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
-    return F.mse_loss(pred.squeeze(1), y) if task == "regression" else F.cross_entropy(pred, y)
-
-
-def target_scaling(data: ProteinData) -> tuple[float, float]:
-    """(mean, std) of the training targets the networks regress on standardised; (0, 1) for classes."""
-    train = data.split[0]
-    return (float(data.y[train].mean()), float(data.y[train].std()) or 1.0) if data.task == "regression" \
-        else (0.0, 1.0)
-
-
-def unscaled(p: np.ndarray, mean: float, std: float, task: str) -> np.ndarray:
-    return p * std + mean if task == "regression" else p
-
-
-def train_supervised(cfg: HeadFields, run, data: ProteinData, model: nn.Module, inputs: torch.Tensor, batch: int,
-                     optimizer: torch.optim.Optimizer, device, predict_fn) -> tuple[nn.Module, dict, np.ndarray]:
-    """The core loop on (inputs, targets) rows, scored on validation only; returns the model at its best validation
-    state, the loop's stats (with ``best_val_<metric>``) and the test rows' predictions as a thunk (for the end)."""
-    train, val, test = data.split
-    mean, std = target_scaling(data)
-    y = torch.from_numpy((data.y - mean) / std).float() if data.task == "regression" else torch.from_numpy(data.y)
-    batches = TensorBatches((inputs[train], y[train]), batch, seed=run.seed)
-    metric, higher = primary_metric(data.task)
-    best = BestState(higher)
-    unscale = functools.partial(unscaled, mean=mean, std=std, task=data.task)
-
-    def evaluate(m: nn.Module) -> dict[str, float]:
-        val_metrics = score(data.y[val], unscale(predict_fn(m, inputs[val])), *SCORING[data.task])
-        best.update(val_metrics[metric], m)
-        return {f"val_{k}": v for k, v in val_metrics.items()}
-
-    def loss_fn(m: nn.Module, b) -> torch.Tensor:
-        x, t = b
-        return head_loss(m(to_device(x, device)), to_device(t, device), data.task)
-
-    lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
-    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
-                 update_hparams=functools.partial(schedule.apply_schedules, lr=lr), settings=LoopSettings.of(cfg),
-                 keep={"best": best})
-    best.restore(model)
-    stats = result.stats()
-    stats[f"best_val_{metric}"] = best.value
-    return model, stats, lambda: unscale(predict_fn(model, inputs[test]))
-
-
-@torch.no_grad()
-def predict_rows(model: nn.Module, x: torch.Tensor, device, batch: int = 1024) -> np.ndarray:
-    model.eval()
-    out = [model(x[i:i + batch].to(device)).float().cpu() for i in range(0, len(x), batch)]
-    model.train()
-    return torch.cat(out).numpy()
-
-
-@dataclass
-class MLPFit:
-    """The MLP head at its best validation state; predicts rows from their raw features, as it was scored."""
-    feats: Features
-    model: MLPHead
-    mean: float
-    std: float
-    task: str
-    device: torch.device
-    head = "mlp"
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return unscaled(predict_rows(self.model, self.feats(X).float(), self.device), self.mean, self.std, self.task)
-
-
-def train_mlp_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale: bool):
-    """The MLP through the core loop on ``run``'s budget: (loop stats, the fitted head, description)."""
-    device = choose_device(run.device)
-    feats = Features.fit(X[data.split[0]], scale)
-    inputs = feats(X).float()
-    torch.manual_seed(run.seed)
-    out = 1 if data.task == "regression" else len(data.classes)
-    model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
-    optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
-    model, stats, _ = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
-                                       functools.partial(predict_rows, device=device))
-    fitted = MLPFit(feats, model, *target_scaling(data), data.task, device)
-    return stats, fitted, f"mlp ({inputs.size(1)} -> {cfg.hidden} -> {out})"
-
-
-def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray,
-             scale: bool) -> tuple[dict[str, float], ClosedForm | MLPFit, np.ndarray]:
-    """Fit the configured head on features ``X`` (head=auto: ridge, kernel ridge and the MLP, the best on
-    validation kept), then score it on test once: (metrics, the head kept, its test predictions). Under a seconds
-    budget the closed-form grid gets the budget (head=auto: half, the MLP the rest) and shrinks to fit;
-    ``train_seconds`` counts all fitting and selection."""
-    train, _, test = data.split
-    metric = primary_metric(data.task)[0]
-    seconds = run.budget.amount if run.budget.kind == "seconds" else None
-    options = []  # (validation value, description, test predictions as a thunk)
-    closed_seconds = 0.0
-    if cfg.head != "mlp":
-        kinds = ["ridge", "krr"] if cfg.head == "auto" else [cfg.head]
-        if cfg.head == "auto" and len(train) > KRR_MAX_ROWS:
-            kinds = ["ridge"]
-            run.log(f"{len(train)} training rows: kernel ridge skipped (O(n^3)); head=krr forces it")
-        limit = None if seconds is None else seconds * (AUTO_CLOSED_SHARE if cfg.head == "auto" else 1.0)
-        start = time.perf_counter()
-        candidates, chosen = select_closed_form(data, X, scale, kinds, limit, run.log, closed_form_device(run))
-        closed_seconds = time.perf_counter() - start
-        best = max(candidates, key=lambda c: c["val"][metric])
-        hp = ", ".join(f"{k} {best[k]:.3g}" for k in ("alpha", "gamma_rel") if k in best)
-        hp += f", on {best['rows']} training rows" if best.get("rows", len(train)) < len(train) else ""
-        run.log(f"closed form: {best['head']} ({hp}) has the best validation {metric}, {best['val'][metric]:.4f}, "
-                f"of {len(candidates)} candidates")
-        options.append((best["val"][metric], f"{best['head']} ({hp}, fitted on train)", chosen))
-    stats: dict = {}
-    if cfg.head in ("auto", "mlp"):
-        part = run
-        if seconds is not None and closed_seconds > 0:
-            part = run.part(Budget("seconds", max(seconds - closed_seconds, 0.05 * seconds)), main=True)
-            run.log(f"mlp head: the {part.budget.amount:.1f}s the closed form left of the {seconds:g}s budget")
-        stats, fitted, what = train_mlp_head(cfg, part, data, X, scale)
-        options.append((stats[f"best_val_{metric}"], f"{what}, the best validation state", fitted))
-    value, what, head = max(options, key=lambda o: o[0])
-    if len(options) > 1:
-        run.log(f"head=auto keeps {what.split(' (')[0]}: validation {metric} {value:.4f} against "
-                f"{min(options, key=lambda o: o[0])[0]:.4f}")
-    run.report("head", f"{what}; validation {metric} {value:.4f}")
-    chose_mlp = what.startswith("mlp")
-    test_pred = head.predict(X[test])  # the test rows, scored once
-    return {**final_metrics(data, value, test_pred),
-            "train_seconds": closed_seconds + stats.get("train_seconds", 0.0),
-            "params_M": stats.get("params_M") if chose_mlp else None,
-            "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}, head, test_pred

@@ -1,22 +1,20 @@
 """Using a trained language model (``zoo predict``): the options both LLM recipes take, prompts to continue,
-text to score (a file, a folder of text files or a dataset), bits per byte in chunks with progress, and the
-rows of ``predictions.csv`` (one per scored window or example, or per generated sample).
+text to score (a file, a folder of text files or a dataset) or prompt/response examples, and the rows of
+``predictions.csv`` (one per scored window or example, or per generated sample).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import torch
 
-from recipe_zoo.core import metrics
+from recipe_zoo.core import datasets, metrics
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, Range
 from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.llm import data, textfiles
+from recipe_zoo.recipes.llm import prompt_response, textfiles
 
 
 @dataclass
@@ -48,10 +46,10 @@ def prompts_of(opts: LMPredictOptions) -> list[str]:
     return found
 
 
-def read_documents(name: str, run) -> tuple[str, list[str]]:
+def read_documents(name: str) -> tuple[str, list[str]]:
     """Text to score: one file (one document), a folder's .txt/.md files in sorted order (a document each), or
     a registered dataset's text; UTF-8, one line naming the file otherwise."""
-    path = run.data_path(name) if run.is_dataset(name) and not Path(name).exists() else Path(name).expanduser()
+    path = datasets.locate(name) if datasets.is_dataset(name) and not Path(name).exists() else Path(name).expanduser()
     if not path.exists():
         raise ZooError(f"data={name}: no such file or folder (give a UTF-8 text file to score)")
     if path.is_file():
@@ -62,50 +60,20 @@ def read_documents(name: str, run) -> tuple[str, list[str]]:
     return str(path), [textfiles.read_text(p) for p in files]
 
 
-def jsonl_examples(cfg, name: str, run, tokenizer) -> tuple[list[data.Example], list[int]]:
-    """``llm/lora``'s prompt/response examples to score: the run's test examples (``name`` empty), or every
-    example of the .jsonl file ``name`` that fits ``seq_len`` (the prompt cropped from the left, as held-out
-    examples are), and the lines of those that do not."""
-    if not name:
-        return data.split_examples(data.load_jsonl(Path(cfg.data).expanduser(), tokenizer), cfg.val_fraction,
-                                   cfg.test_fraction, cfg.seq_len, cfg.data, run.log).test, []
+def jsonl_examples(name: str, tokenizer, seq_len: int, log=print) -> tuple[list[prompt_response.Example], list[int]]:
+    """Every prompt/response example of the .jsonl file ``name`` that fits ``seq_len`` (the prompt cropped from the
+    left, as held-out examples are), and the lines of those that do not."""
     path = Path(name).expanduser()
     if not path.is_file():
         raise ZooError(f"data={name}: no such file (a .jsonl of {{'prompt', 'response'}} lines)")
-    every = data.load_jsonl(path, tokenizer)
-    fitted = [data._fit(e, cfg.seq_len) for e in every]
+    every = prompt_response.load_jsonl(path, tokenizer)
+    fitted = [prompt_response.fit_example(e, seq_len) for e in every]
     dropped = [e.line for e, f in zip(every, fitted) if f is None]
     if dropped:
-        run.log(f"{path}: {len(dropped)} examples have a response longer than seq_len={cfg.seq_len} tokens: not scored")
+        log(f"{path}: {len(dropped)} examples have a response longer than seq_len={seq_len} tokens: not scored")
     if len(dropped) == len(every):
-        raise ZooError(f"{path}: no example fits seq_len={cfg.seq_len} (every response is longer)")
+        raise ZooError(f"{path}: no example fits seq_len={seq_len} (every response is longer)")
     return [f for f in fitted if f is not None], dropped
-
-
-def window_sums(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
-                bytes_per_target: torch.Tensor, progress=None) -> tuple[np.ndarray, np.ndarray]:
-    """``data.window_sums``, in chunks of whole batches of windows so a long text shows progress: each batch
-    holds the same windows as one call would, so the sums are the same. Without ``progress``: one call."""
-    if progress is None:
-        return data.window_sums(logits_fn, tokens, seq_len, batch_size, device, bytes_per_target)
-    n = len(tokens) - 1
-    total = math.ceil(n / seq_len)
-    chunk = batch_size * max(1, 64 // batch_size) * seq_len  # targets per chunk: whole batches of whole windows
-    nats, n_bytes = [], []
-    for a in range(0, n, chunk):
-        part = data.window_sums(logits_fn, tokens[a:a + chunk + 1], seq_len, batch_size, device,
-                                bytes_per_target[a:a + chunk])
-        nats.append(part[0])
-        n_bytes.append(part[1])
-        progress(min(total, math.ceil((a + chunk) / seq_len)), total, "windows")
-    return np.concatenate(nats), np.concatenate(n_bytes)
-
-
-def bpb_metrics(nats: np.ndarray, n_bytes: np.ndarray, prefix: str = "") -> dict[str, float]:
-    """Bits per byte of the scored items and its 95% bootstrap interval over them, as the recipes report it."""
-    low, high = data.bpb_interval(nats, n_bytes)
-    return {f"{prefix}bpb": metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum())),
-            f"{prefix}bpb_ci_low": low, f"{prefix}bpb_ci_high": high}
 
 
 def _number(value: float) -> int | float:

@@ -1,0 +1,134 @@
+"""The molecules as both recipes read them: a MoleculeNet set (declared in ``datasets.py``) or an own CSV, its SMILES
+parsed (rows that do not parse named, or skipped), its targets read (blank = missing), each molecule standardised by
+RDKit; and the molecules as canonical SMILES, one spelling per molecule (``split.csv``, the feature cache's key).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from recipe_zoo.core import datasets
+from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes.molecules import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
+from recipe_zoo.recipes.molecules.config import MolConfig
+
+
+def moleculenet(name: str) -> dict | None:
+    """What the recipes read of a MoleculeNet set (its SMILES column, its targets, how many of its rows are known
+    not to parse); None for any other name (a CSV of the user's)."""
+    if not datasets.is_dataset(name) or datasets.get(name).domain != "molecules":
+        return None
+    return datasets.get(name).info
+
+
+@dataclass
+class MolTable:
+    name: str
+    smiles: list[str]
+    mols: list  # RDKit Mol objects, standardised
+    y: np.ndarray  # (n, tasks) float, NaN where missing
+    targets: list[str]
+    task: str  # regression | classification
+    skipped: int = 0  # rows dropped for unparsable SMILES
+
+
+def quiet_rdkit():
+    from rdkit import RDLogger
+
+    RDLogger.DisableLog("rdApp.*")  # parse failures are counted and reported by us, not printed
+
+
+def read_table(cfg: MolConfig) -> MolTable:
+    from rdkit import Chem
+
+    quiet_rdkit()
+    known = moleculenet(cfg.data)
+    if known is not None:
+        smiles_col, targets, known_bad = known["smiles"], list(known["targets"]), known["known_invalid"]
+        path, name = datasets.locate(cfg.data), cfg.data
+    else:
+        path, smiles_col, targets, known_bad, name = Path(cfg.data).expanduser(), "smiles", [], 0, cfg.data
+        if not path.is_file():
+            raise ZooError(f"{cfg.data}: no such CSV file, and not a dataset name (see `zoo data list`)")
+    smiles_col = cfg.smiles or smiles_col
+    targets = [t.strip() for t in cfg.target.split(",") if t.strip()] if cfg.target else targets
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames or []
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except csv.Error as exc:
+        raise ZooError(f"{path} row {reader.line_num}: cannot read as a CSV ({exc})") from None
+    except OSError as exc:
+        raise ZooError(f"{path}: cannot read as a UTF-8 CSV ({exc})") from None
+    if not columns:
+        raise ZooError(f"{path}: empty file (no header row, no rows)")
+    if not targets:
+        raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(columns)})")
+    for col in [smiles_col, *targets]:
+        if col not in columns:
+            raise ZooError(f"{path}: no column {col!r} (columns: {column_list(columns)}); set smiles= / target=")
+    if not rows:
+        raise ZooError(f"{path}: no rows")
+    y = np.full((len(rows), len(targets)), np.nan)
+    for i, row in enumerate(rows):
+        for j, col in enumerate(targets):
+            text = (row[col] or "").strip()
+            if text == "" or text.lower() in ("nan", "na"):
+                continue  # missing: masked in the loss and the metrics
+            try:
+                y[i, j] = float(text)
+            except ValueError:
+                raise ZooError(f"{path} row {i + 2}: target {col!r} is {text!r}, not a number") from None
+            if not math.isfinite(y[i, j]):
+                raise ZooError(f"{path} row {i + 2}: target {col!r} is {text!r}")
+    empty = np.where(np.isnan(y).all(axis=1))[0]
+    if len(empty):
+        raise ZooError(f"{path}: {len(empty)} rows have no target value (first: row {empty[0] + 2}); "
+                       "remove them or fill them in")
+    mols, bad = [], []
+    for i, row in enumerate(rows):
+        mol = Chem.MolFromSmiles((row[smiles_col] or "").strip())
+        if mol is None or mol.GetNumAtoms() == 0:
+            bad.append(i)
+        mols.append(mol)
+    skip = cfg.on_invalid == "skip" or (cfg.on_invalid == "auto" and known_bad and len(bad) == known_bad)
+    if bad and not skip:
+        first = ", ".join(str(i + 2) for i in bad[:5])
+        raise ZooError(f"{path}: {len(bad)} SMILES do not parse (rows {first}{', ...' if len(bad) > 5 else ''}): "
+                       f"row {bad[0] + 2} is {(rows[bad[0]][smiles_col] or '').strip()[:100]!r}; "
+                       "fix them or set on_invalid=skip")
+    keep = [i for i in range(len(rows)) if i not in set(bad)]
+    mols = [standardize(mols[i]) if cfg.standardize else mols[i] for i in keep]
+    y = y[keep]
+    task = cfg.task
+    if task == "auto":
+        observed = y[~np.isnan(y)]
+        task = "classification" if np.isin(observed, (0.0, 1.0)).all() else "regression"
+    if task == "classification" and not np.isin(y[~np.isnan(y)], (0.0, 1.0)).all():
+        raise ZooError(f"{path}: task=classification needs 0/1 targets in {', '.join(targets)}")
+    return MolTable(name, [rows[i][smiles_col].strip() for i in keep], mols, y, targets, task, skipped=len(bad))
+
+
+def standardize(mol):
+    """RDKit's charge parent: the largest organic fragment, neutralised (salts and counter-ions go)."""
+    from rdkit.Chem.MolStandardize import rdMolStandardize
+
+    try:
+        return rdMolStandardize.ChargeParent(mol)
+    except Exception:  # a molecule RDKit cannot standardise is kept as parsed
+        return mol
+
+
+def canonical_smiles(table: MolTable) -> list[str]:
+    """The standardised molecules as canonical SMILES: one spelling per molecule, salts stripped."""
+    from rdkit import Chem
+
+    return [Chem.MolToSmiles(m) for m in table.mols]

@@ -1,0 +1,131 @@
+"""The recipes as the commands name them: one found by name or by file (``resolve_spec``), ``zoo list`` (every recipe
+in a line, read without importing any) and ``zoo show`` (one recipe in full: its config with each field's comment,
+how to tune it, what a finished run can do, and its leaderboard rows)."""
+from __future__ import annotations
+
+import dataclasses
+
+from recipe_zoo.core.errors import ZooError
+
+
+def resolve_spec(target: str):
+    """The recipe a command names: a registered name, or a ``.py`` file that registers exactly one."""
+    from recipe_zoo import registry
+
+    if target.endswith(".py"):
+        specs = registry.load_file(target)
+        if len(specs) > 1:
+            names = ", ".join(s.name for s in specs)
+            raise ZooError(f"{target}: registers several recipes ({names}); run one by name after importing")
+        return specs[0]
+    return registry.get(target)
+
+
+def cmd_list(args) -> int:
+    from recipe_zoo.registry import static_list
+
+    rows = static_list()
+    width = max((len(r["name"]) for r in rows), default=10)
+    bench = max((len(r.get("benchmark", "")) for r in rows), default=9)
+    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} {'devices':<9} summary")
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<{bench}} {r.get('metric', ''):<13} "
+              f"{r.get('budget', '60s'):<7} {_scale_label(r.get('scale_out') or 'torchrun: DDP'):<9} "
+              f"{r.get('summary', '')}")
+    return 0
+
+
+def _scale_label(scale_out: str) -> str:
+    """``zoo list``'s devices column: how a recipe scales out (``zoo show`` gives the sentence)."""
+    if scale_out.startswith("single process"):
+        return "1 process"
+    return "DDP/FSDP" if "FSDP" in scale_out else "DDP"
+
+
+def cmd_show(args) -> int:
+    from recipe_zoo import config as config_mod
+
+    spec = resolve_spec(args.recipe)
+    cfg = config_mod.build(spec.config, spec.defaults, None, [], spec.name)  # a bad default fails before any line
+    _show_header(spec)
+    _show_fields(spec, cfg)
+    if "prepare" in spec.hooks:
+        print(f"data at scale: stream=true reads the data as it trains; zoo data prepare {spec.name} data=SOURCE "
+              "writes it once in the streamed form (then data=FOLDER)\n")
+    _show_use(spec)
+    _show_standing(spec)
+    return 0
+
+
+def _show_header(spec) -> None:
+    """What the recipe is, what it is measured on, how it scales out and how to tune it."""
+    print(f"{spec.name}: {spec.summary}")
+    print(f"benchmark: {spec.benchmark}   metric: {spec.metric} "
+          f"({'higher' if spec.higher_is_better else 'lower'} is better)   default budget: {spec.budget}")
+    print(f"scale-out: {spec.scale_out}")
+    from recipe_zoo.doctor import lr_fields
+    from recipe_zoo.sweep import batch_field
+
+    lrs = ", ".join(f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in lr_fields(spec.config).items())
+    from recipe_zoo.core.loop import LoopSettings
+
+    checks = "checklist, LR range test" if issubclass(spec.config, LoopSettings) else "the data checks"
+    print(f"tuning: zoo doctor {spec.name} ({checks}) and zoo sweep {spec.name} KEY=a,b,... ; "
+          f"LR fields {lrs or 'none'}; batch field {batch_field(spec.config) or 'none'}")
+    keys = getattr(spec.config, "KEY_FIELDS", ())
+    print("benchmark key: the data's name" + (f", plus :field=value for any of {', '.join(keys)} off its default "
+                                               "(another split, target, metric or evaluation)" if keys else ""))
+    print(f"source: {spec.source}\n")
+
+
+def _show_fields(spec, cfg) -> None:
+    """The resolved config, the recipe's own fields before the loop's, each with its comment and valid range."""
+    from recipe_zoo import config as config_mod
+    from recipe_zoo.core.loop import LoopSettings
+
+    comments = config_mod.field_comments(spec.config)
+    values = dataclasses.asdict(cfg)
+    loop = {f.name for f in dataclasses.fields(LoopSettings)}
+    types_ = config_mod.field_types(spec.config)
+    width = max(len(k) for k in values)
+    for key in [k for k in values if k not in loop] + [k for k in values if k in loop]:  # the loop's last
+        mark = "*" if key in spec.defaults else " "
+        valid = config_mod.field_range(types_[key])
+        bounds = f" [{valid}]" if valid and (valid.low, valid.high) != (None, None) else ""
+        print(f"{mark} {key:<{width}} = {values[key]!r:<14} # {comments.get(key, '')}{bounds}")
+    print("\n* set by this variant; override any field with key=value\n")
+
+
+def _show_use(spec) -> None:
+    """What a finished run of the recipe can do: zoo predict's options and zoo export's formats."""
+    from recipe_zoo import config as config_mod
+
+    if spec.predict is None:
+        print("predict: none registered (the recipe's @recipe(..., predict=...))\n")
+        return
+    from recipe_zoo.core.artifact import PredictOptions
+
+    options = spec.predict_options or PredictOptions
+    comments = config_mod.field_comments(options)
+    values = dataclasses.asdict(options())
+    width = max(len(k) for k in values)
+    print("predict: zoo predict RUN_DIR [key=value ...] [--out FILE]; options:")
+    for key, value in values.items():
+        print(f"    {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
+    print(f"export:  zoo export RUN_DIR --format {'|'.join(['safetensors', *spec.exports])}\n")
+
+
+def _show_standing(spec) -> None:
+    """The recipe's leaderboard rows at its defaults, each with its rank in its table."""
+    from recipe_zoo import board
+
+    all_rows = board.load_rows()
+    rows = [r for r in all_rows if r["recipe"] == spec.name and not r.get("overrides")]
+    if not rows:
+        print(f"leaderboard: no measured rows yet (zoo bench {spec.name})")
+    for r in rows:
+        table = [t for t in all_rows if board.table_key(t) == board.table_key(r)]
+        rank = next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
+        old = "" if board.protocol(r) == board.PROTOCOL else f", protocol {board.protocol(r)}"
+        print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
+              f"{r['budget']}, {r['hardware']}{old}: rank {rank} of {len(table)}")

@@ -1,0 +1,107 @@
+"""The commands that read results: ``zoo runs`` (the local results index), ``zoo board`` (the leaderboard printed,
+written or charted, or the ranking of your own runs on one file or folder) and ``zoo compare`` (finished runs
+against the leaderboard and against each other)."""
+from __future__ import annotations
+
+import sys
+
+from recipe_zoo.catalog import resolve_spec
+from recipe_zoo.core.errors import ZooError
+
+
+def cmd_runs(args) -> int:
+    from recipe_zoo import results, runs
+
+    rows = results.all_rows(runs.index_path(args.out or runs.default_out()))
+    if args.tsv:
+        sys.stdout.write(results.to_tsv(rows))
+        return 0
+    print(f"{'run_id':<23} {'recipe':<18} {'benchmark':<16} {'metric':<10} {'value':>8} {'status':<11} budget")
+    for r in rows:
+        value = "" if r["metric"] is None else f"{r['metric']:.4f}"
+        print(f"{r['run_id']:<23} {r['recipe']:<18} {r['benchmark']:<16} {r['metric_name']:<10} {value:>8} "
+              f"{r['status']:<11} {r['budget']}")
+    return 0
+
+
+def cmd_board(args) -> int:
+    from recipe_zoo import board, board_render
+
+    if args.data is not None:
+        return _own_data_board(args)
+    if args.write:
+        print(f"wrote {board_render.write_board()}")
+    if args.plot:
+        for path in board_render.write_charts():
+            print(f"wrote {path}")
+    if not (args.write or args.plot):
+        rows, reported, checks = (board.all_rows(kind) for kind in ("results.jsonl", "reported.jsonl", "verify.jsonl"))
+        sys.stdout.write(board_render.render(rows, reported, checks))
+    return 0
+
+
+def _own_data_board(args) -> int:
+    """``zoo board --data PATH``: every recipe the user ran on that file or folder, ranked (the local index)."""
+    from recipe_zoo import board, board_render, runs
+    from recipe_zoo.core.datasets import own_data_key
+
+    if not args.data.exists():
+        raise ZooError(f"{args.data}: file or folder not found")
+    key = own_data_key(args.data)
+    rows = board.local_board_rows(runs.index_path(args.out or runs.default_out()), key)
+    print(f"runs on {args.data} ({key}):\n")
+    print(board_render.render(rows, []).split("\n", 4)[-1] if rows else "no finished runs on this data yet")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from recipe_zoo import board, runs
+
+    entries = [_finished_run(run_dir) for run_dir in args.run_dirs]
+    for run_dir, summary, hardware, higher in entries:
+        if summary["status"] != "ok":
+            print(f"{run_dir}: status {summary['status']}, nothing to rank")
+            continue
+        index = runs.index_path(runs.runs_root(run_dir, summary["recipe"]))
+        print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
+              f"{board.standing(summary, hardware, higher, index, run_dir.name)}")
+    groups = _comparable_groups(entries)
+    for (bench, metric, budget, hardware), members in groups.items():
+        if len(members) < 2:
+            continue
+        higher = members[0][2]
+        members.sort(key=lambda m: -m[1]["value"] if higher else m[1]["value"])
+        best = members[0][1]["value"]
+        print(f"\n{bench} · {metric} · {budget} · {hardware}:")
+        for i, (run_dir, summary, _) in enumerate(members, 1):
+            print(f"  {i}. {summary['value']:.4f} ({summary['value'] - best:+.4f})  {summary['recipe']} seed "
+                  f"{summary['seed']}  {run_dir}")
+    if len(entries) > 1 and len(groups) > 1:
+        print("\nruns on different benchmarks, budgets or hardware are listed apart: they are not comparable")
+    return 0
+
+
+def _finished_run(run_dir) -> tuple:
+    """(run dir, its summary, its hardware, whether its metric is higher-better) of a run that has a summary."""
+    import json
+
+    from recipe_zoo import runs
+
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise ZooError(f"{run_dir}: no summary.json (not a finished run directory)")
+    summary = json.loads(summary_path.read_text())
+    env = json.loads((run_dir / "env.json").read_text())
+    saved = runs.load_run_config(run_dir)
+    spec = resolve_spec(saved.get("recipe_file") or saved["recipe"])
+    return run_dir, summary, env["hardware"], summary.get("higher_is_better", spec.higher_is_better)
+
+
+def _comparable_groups(entries: list[tuple]) -> dict[tuple, list]:
+    """The successful runs grouped by what makes them comparable: benchmark, metric, budget and hardware."""
+    groups: dict[tuple, list] = {}
+    for run_dir, summary, hardware, higher in entries:
+        if summary["status"] == "ok":
+            groups.setdefault((summary["benchmark"], summary["metric"], summary["budget"], hardware), []).append(
+                (run_dir, summary, higher))
+    return groups

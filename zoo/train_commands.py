@@ -1,0 +1,130 @@
+"""The commands that train: ``zoo run`` (or ``--resume``), ``zoo doctor``, ``zoo sweep``, ``zoo bench`` (recipes on
+their benchmarks, or a named suite) and ``zoo verify``. Each checks the recipe, config, budget and device before
+anything trains, and ``--nproc N`` starts the same command under torchrun (``launch``)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recipe_zoo.catalog import resolve_spec
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.launch import check_device, join_process_group, launch, should_launch, without_nproc
+
+
+def cmd_run(args) -> int:
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import execution, runs
+
+    out_root = args.out or runs.default_out()
+    if args.nproc is not None and args.nproc < 1:
+        raise ZooError(f"--nproc {args.nproc}: give 1 or more processes")
+    if args.resume is not None:
+        return _resume(args, out_root)
+    if not args.target:
+        raise ZooError("zoo run needs a recipe name or file (see `zoo list`), or --resume RUN_DIR")
+    spec = resolve_spec(args.target)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
+    budget = runs.parse_budget_arg(args.budget or spec.budget)
+    check_device(args.device)
+    if should_launch(spec, args.nproc or 1):  # config, budget and device are checked here, before any process starts
+        return launch(args.nproc, without_nproc(args.argv))
+    join_process_group(spec, args.device)
+    description = " ".join([spec.name, *args.overrides])
+    recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
+    return execution.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
+                             description=description, recipe_file=recipe_file, track=args.track).code
+
+
+def _resume(args, out_root: Path) -> int:
+    """``zoo run --resume RUN_DIR``: the run exactly as its config.json says, on as many processes as before."""
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import execution, runs
+
+    saved = runs.load_run_config(args.resume)
+    if args.target or args.overrides:
+        raise ZooError("--resume continues a run exactly as configured; drop the recipe and overrides")
+    spec = resolve_spec(saved.get("recipe_file") or saved["recipe"])
+    cfg = config_mod.apply(spec.config(), saved["config"], str(args.resume / "config.json"))
+    budget = runs.parse_budget_arg(saved["budget"])
+    check_device(saved.get("device", "auto"))
+    nproc = args.nproc or saved.get("processes", 1)
+    if should_launch(spec, nproc):
+        return launch(nproc, without_nproc(args.argv))
+    join_process_group(spec, saved.get("device", "auto"))
+    return execution.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
+                             device=saved.get("device", "auto"), description=saved.get("description", ""),
+                             resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"),
+                             track=saved.get("track", [])).code
+
+
+def cmd_doctor(args) -> int:
+    from recipe_zoo import config as config_mod
+    from recipe_zoo import doctor, runs
+
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ZooError("zoo doctor runs in one process: start it without torchrun")
+    spec = resolve_spec(args.target)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
+    budget = runs.parse_budget_arg(args.budget or spec.budget)
+    check_device(args.device)
+    return doctor.doctor(spec, cfg, out_root=args.out or runs.default_out(), seed=args.seed, device=args.device,
+                         steps=args.steps, budget=budget, overrides=args.overrides)
+
+
+def cmd_sweep(args) -> int:
+    from recipe_zoo import runs, sweep
+
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ZooError("zoo sweep runs its trials one after another in one process: start it without torchrun")
+    spec = resolve_spec(args.target)
+    return sweep.sweep(spec, args.overrides, seeds=args.seeds, budget_text=args.budget,
+                       out_root=args.out or runs.default_out(), config_file=args.config,
+                       use_lr_rule=not args.no_lr_rule,
+                       recipe_file=str(Path(args.target).resolve()) if args.target.endswith(".py") else None)
+
+
+def cmd_bench(args) -> int:
+    from recipe_zoo import bench, registry, runs
+
+    if args.suite or args.copy_data or args.scale != 1.0:
+        return _suite(args)
+    targets = args.targets or [r["name"] for r in registry.static_list()]
+    overrides = [t for t in targets if "=" in t]
+    budget = [f"--budget {args.budget}"] if args.budget else []
+    processes = args.nproc or int(os.environ.get("WORLD_SIZE", "1"))  # a torchrun worker: the job's size
+    nproc = [f"--nproc {processes}"] if processes > 1 else []
+    jobs = [(resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *nproc, *overrides]))
+            for t in targets if "=" not in t]
+    if any(should_launch(spec, args.nproc or 1) for spec, _ in jobs):
+        return launch(args.nproc, without_nproc(args.argv))
+    for spec, _ in jobs:
+        join_process_group(spec, "auto")
+    return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
+                       out_root=args.out or runs.default_out(), allow_dirty=args.allow_dirty)
+
+
+def _suite(args) -> int:
+    from recipe_zoo import runs, suite
+
+    if not args.suite:
+        raise ZooError("--scale and --copy-data go with --suite NAME")
+    if args.targets or args.budget or args.nproc or args.seeds != 3:
+        raise ZooError("--suite runs its own recipes, budgets and one seed each: drop targets, --budget, --seeds "
+                       "and --nproc (or drop --suite)")
+    if args.copy_data:
+        suite.copy_data(args.suite, args.copy_data)
+        return 0
+    return suite.run_suite(args.suite, scale=args.scale, out_root=args.out or runs.default_out(),
+                           allow_dirty=args.allow_dirty)
+
+
+def cmd_verify(args) -> int:
+    from recipe_zoo import board, runs, verify
+
+    if args.list:
+        print(verify.listing(board.load_rows()))
+        return 0
+    if args.seeds < 1:
+        raise ZooError("--seeds must be at least 1")
+    return verify.verify(args.rows, seeds=args.seeds, out_root=args.out or runs.default_out(),
+                         allow_dirty=args.allow_dirty)
