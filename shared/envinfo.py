@@ -71,7 +71,10 @@ def git_state(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, bool]:
         commit = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=path, capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
         excluded = [f":(top,exclude){p}" for p in ignore]
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *excluded],
+        # --no-optional-locks: status never takes .git/index.lock to refresh the index, so a run killed while it
+        # looks (a SIGKILL, a timeout) cannot leave a lock that stops the user's next git command
+        dirty = bool(subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no",
+                                     "--", ":(top)", *excluded],
                                     cwd=path, capture_output=True, text=True, timeout=10).stdout.strip())
         return commit, dirty
     except (OSError, subprocess.SubprocessError):

@@ -21,6 +21,28 @@ def test_git_state_ignores_the_zoos_own_result_files(tmp_path):
     assert git_state(tmp_path.parent / "not-a-repo-anywhere") == ("unknown", False)
 
 
+def test_git_state_never_writes_the_index(tmp_path):
+    """Looking takes no lock: with a tracked file touched (its stat data stale in the index) a plain `git status`
+    rewrites .git/index under index.lock, which a run killed at that moment leaves behind for the user's next git
+    command to trip on (seen in a test session); git_state leaves the index as it was."""
+    import os
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    index = tmp_path / ".git" / "index"
+    os.utime(index, ns=(1_000_000_000, 1_000_000_000))
+    os.utime(tmp_path / "code.py", ns=(2_000_000_000, 2_000_000_000))  # same content, newer stat data
+    assert git_state(tmp_path)[1] is False
+    assert index.stat().st_mtime_ns == 1_000_000_000
+    git("status", "--porcelain")  # the check can fail: plain status refreshes (rewrites) the index
+    assert index.stat().st_mtime_ns != 1_000_000_000
+
+
 def test_fingerprint_names_hardware_and_versions(tmp_path, monkeypatch):
     """The hardware key names the CPU, its signature and threads (a GPU: its name and count), and the versions
     are the running interpreter's and packages'."""
