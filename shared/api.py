@@ -74,6 +74,9 @@ class RecipeSpec:
     predict: Callable | None = None  # predict(cfg, options, run: artifact.PredictRun) -> artifact.Predictions
     predict_options: type | None = None  # the @dataclass of predict's options (artifact.PredictOptions or a subclass)
     exports: dict = field(default_factory=dict)  # zoo export formats beyond safetensors: name -> fn(cfg, run, out)
+    # precision=auto on a CPU with bf16 units: "bf16" where the recipe's step was measured >= 1.3x faster in bf16
+    # and its validation no worse (benchmarks/cpu_precision.py), else "fp32"; the registration says the figures
+    cpu_precision: str = "fp32"
 
     @property
     def distributed(self) -> bool:
@@ -86,7 +89,7 @@ REGISTRY: dict[str, RecipeSpec] = {}
 def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_better: bool = True,
            budget: str = "60s", summary: str = "", defaults: dict | None = None, scale_out: str = "torchrun: DDP",
            hooks: dict | None = None, predict: Callable | None = None, predict_options: type | None = None,
-           exports: dict | None = None):
+           exports: dict | None = None, cpu_precision: str = "fp32"):
     """Register ``train`` under ``name`` (domain/variant; a user's own file may use a plain name);
     stack several decorators for variants. ``predict``: the hook ``zoo predict`` calls on a finished run
     (``recipe_zoo.core.artifact`` says what it is handed); ``exports``: ``zoo export`` formats beyond safetensors."""
@@ -97,7 +100,7 @@ def recipe(name: str, *, config: type, benchmark: str, metric: str, higher_is_be
                                     higher_is_better=higher_is_better, budget=budget, summary=summary,
                                     defaults=dict(defaults or {}), source=str(source), scale_out=scale_out,
                                     hooks=dict(hooks or {}), predict=predict, predict_options=predict_options,
-                                    exports=dict(exports or {}))
+                                    exports=dict(exports or {}), cpu_precision=cpu_precision)
         return train
 
     return register

@@ -52,6 +52,18 @@ def write_card(run_dir: str | os.PathLike, *, recipe: str, task: str, weights: l
     return path
 
 
+def add_to_card(run_dir: str | os.PathLike, **fields: Any) -> None:
+    """Fields the application knows of every run (the precision it computed in) added to the card its recipe
+    wrote; nothing when the recipe wrote none."""
+    path = Path(run_dir) / CARD
+    if not _main_process() or not path.exists():
+        return
+    card = {**json.loads(path.read_text()), **fields}
+    tmp = path.with_name(f".{CARD}.tmp")
+    tmp.write_text(json.dumps(card, indent=1, default=_plain) + "\n")
+    os.replace(tmp, path)
+
+
 def _main_process() -> bool:
     from recipe_zoo.core.distributed import is_main
 

@@ -206,7 +206,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_training(path, model, optimizer, scaler, ema, slow, batches, state, keep: dict, metrics: dict,
-                  fsdp: bool = False) -> None:
+                  fsdp: bool = False, precision: str = "") -> None:
     """The training loop's checkpoint (``fit``'s: model, optimizer, scaler, averages, data position, loop state
     and RNG): rank 0 writes; every rank takes part (FSDP gathers the shards, and each rank's RNG state is kept)."""
     if fsdp:
@@ -221,12 +221,13 @@ def save_training(path, model, optimizer, scaler, ema, slow, batches, state, kee
             "lookahead": slow.state_dict() if slow is not None else None,
             "loop": dict(vars(state)), "rng": rng_ranks[0], "rng_ranks": rng_ranks,
             "keep": {name: obj.state_dict() for name, obj in keep.items()}, "metrics": dict(metrics),
+            "precision": precision,
         }, path, keep_previous=True)
     distributed.barrier()  # nobody goes on (or exits) before the file is complete
 
 
 def load_training(path, model, optimizer, scaler, ema, slow, batches, state, keep: dict,
-                  fsdp: bool = False) -> tuple[dict[str, float], Path, str]:
+                  fsdp: bool = False, precision: str = "") -> tuple[dict[str, float], Path, str]:
     """``save_training``'s checkpoint back into the loop's objects: ``path``, or the previous one kept beside it
     when ``path`` cannot be read (``resumable``; the unreadable file is then set aside, so the next save keeps the
     good one as its previous). Every rank reads rank 0's checkpoint; each takes back its own RNG state when the
@@ -241,6 +242,10 @@ def load_training(path, model, optimizer, scaler, ema, slow, batches, state, kee
         blob = load(used)
     except UNREADABLE as exc:
         raise ZooError(f"{used}: cannot be read ({(str(exc).strip().splitlines() or [''])[0][:160]})") from None
+    trained_in = blob.get("precision") or ""  # checkpoints from before it was recorded: not checked
+    if precision and trained_in and trained_in != precision:
+        raise ZooError(f"{used}: trained in {trained_in}, resumed in {precision}; resume with precision={trained_in} "
+                       "(steps in another precision would not continue the same run)")
     if skipped and Path(path).exists() and distributed.is_main():
         os.replace(path, damaged_path(path))
         skipped += f"; set aside as {damaged_path(path).name}"

@@ -34,15 +34,16 @@ def computed_cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo"
 
 
-def cpu_peak_flops(cache_dir: Path | None = None) -> float:
-    """fp32 matmul throughput measured once per CPU model and thread count, then cached.
+def cpu_peak_flops(cache_dir: Path | None = None, dtype: str = "fp32") -> float:
+    """``dtype`` ("fp32" or "bf16") matmul throughput measured once per CPU model and thread count, then cached.
 
     A practical peak, not the datasheet's: MFU on CPUs says how close a step runs to what this CPU
-    reaches on its best-tuned kernel (convolutions through oneDNN can come close to it)."""
+    reaches on its best-tuned kernel (convolutions through oneDNN can come close to it). The bf16 figure is what
+    ``precision=auto`` reads to know whether this CPU computes bf16 natively (AVX-512 BF16, AMX) or emulates it."""
     from recipe_zoo.core.envinfo import cpu_model
 
     threads = torch.get_num_threads()
-    key = f"{cpu_model()}|{threads} threads|fp32 matmul 2048"
+    key = f"{cpu_model()}|{threads} threads|{dtype} matmul 2048"
     cache = (cache_dir or computed_cache_root()) / "cpu_peak.json"
     try:
         table = json.loads(cache.read_text())
@@ -53,11 +54,11 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
         # A figure measured while the CPU was busy is too low, and the sizing that reads it (llm depth, medical
         # batch, diffusion width) follows it: a quick check on a smaller product (~30 ms) that beats it by
         # 20% means the cache was measured under load, and the full measure runs again.
-        if _measure_matmul_flops(n=1024, trials=1) < 1.2 * cached:
+        if _measure_matmul_flops(n=1024, trials=1, dtype=dtype) < 1.2 * cached:
             return cached
-        peak = max(cached, _measure_matmul_flops())
+        peak = max(cached, _measure_matmul_flops(dtype=dtype))
     else:
-        peak = _measure_matmul_flops()
+        peak = _measure_matmul_flops(dtype=dtype)
     table[key] = peak
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -69,10 +70,13 @@ def cpu_peak_flops(cache_dir: Path | None = None) -> float:
     return peak
 
 
-def _measure_matmul_flops(n: int = 2048, trials: int = 4) -> float:
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _measure_matmul_flops(n: int = 2048, trials: int = 4, dtype: str = "fp32") -> float:
     """Best of several timed matmuls: a busy neighbour can only make a trial slower, never faster."""
     g = torch.Generator().manual_seed(0)  # never draw from the global RNG: training reproducibility
-    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    a, b = (torch.randn(n, n, generator=g).to(DTYPES[dtype]) for _ in range(2))
     a @ b  # warm up
     best = float("inf")
     for _ in range(trials):
@@ -82,21 +86,31 @@ def _measure_matmul_flops(n: int = 2048, trials: int = 4) -> float:
     return 2 * n**3 / best
 
 
-def peak_flops(device: torch.device) -> float | None:
+def peak_flops(device: torch.device, precision: str = "fp32") -> float | None:
+    """The peak a run computing in ``precision`` is measured against: on a CPU the measured matmul of that dtype
+    (fp16, which CPUs run no faster, against fp32's), on a GPU the datasheet's dense bf16 figure."""
     if device.type == "cuda":
         return gpu_peak_flops(torch.cuda.get_device_name(device))
     if device.type == "cpu":
-        return cpu_peak_flops()
+        return cpu_peak_flops(dtype="bf16" if precision == "bf16" else "fp32")
     return None
 
 
-def peak_label(device: torch.device, peak: float) -> str:
-    """What MFU is a percentage of on ``device``, for the summary. On a CPU the peak is one fp32 matmul measured
-    here, not a datasheet's, and oneDNN's convolutions can run past it (vision/resnet measured 101%): a conv net's
-    CPU MFU is its model FLOP/s relative to that matmul. ``peak``: ``peak_flops(device)``."""
+def peak_label(device: torch.device, peak: float, precision: str = "fp32") -> str:
+    """What MFU is a percentage of on ``device``, for the summary's ``mfu_of``. On a CPU the peak is one matmul of
+    the run's dtype measured here, not a datasheet's, and oneDNN's convolutions (Winograd among them) can run past
+    it: a conv net's CPU MFU is its model FLOP/s relative to that matmul, and over 100% says so rather than being
+    clamped. ``peak``: ``peak_flops(device, precision)``."""
     if device.type == "cuda":
         return f"{peak / 1e12:.1f} TFLOP/s, dense bf16 from the {torch.cuda.get_device_name(device)} datasheet"
-    return f"{peak / 1e9:.0f} GFLOP/s, an fp32 2048x2048 matmul measured on this CPU (convolutions can exceed it)"
+    dtype = "a bf16" if precision == "bf16" else "an fp32"
+    return f"{peak / 1e9:.0f} GFLOP/s, {dtype} 2048x2048 matmul measured on this CPU (convolutions can exceed it)"
+
+
+def cpu_bf16_speedup() -> float:
+    """This CPU's bf16 matmul peak over its fp32 one (both measured once and cached): well above 1 where it has
+    bf16 units (AVX-512 BF16, AMX), below 1 where bf16 is emulated."""
+    return cpu_peak_flops(dtype="bf16") / cpu_peak_flops(dtype="fp32")
 
 
 @contextlib.contextmanager

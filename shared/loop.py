@@ -152,7 +152,8 @@ def fit_result(t: LoopState) -> FitResult:
     mfu = (100 * flops_per_step * timing.steps / timing.seconds / peak if peak and timing.seconds > 0
            else float("nan"))
     if peak:
-        t.run.report("mfu_of", peak_label(t.parts.device, peak))
+        over = "; over 100%: these convolutions beat that matmul (oneDNN, Winograd)" if mfu > 100 else ""
+        t.run.report("mfu_of", peak_label(t.parts.device, peak, t.parts.precision) + over)
     return FitResult(steps=c.step, epochs=c.step / t.steps_per_epoch, train_seconds=c.train_seconds,
                      samples=c.samples, params_M=t.params_M, flops_per_step=flops_per_step, mfu_percent=mfu,
                      peak_mem_mb=peak_memory_mb(t.parts.device), final_train_loss=c.last_loss,

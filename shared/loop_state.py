@@ -97,7 +97,8 @@ def resume(path: str | Path, parts: StepParts, counters: Counters, keep: dict, l
     """Loads ``fit``'s checkpoint (``path``, or the one kept before it) into the parts, the counters and ``keep``;
     returns the last evaluation's metrics."""
     metrics, used, skipped = ckpt.load_training(path, parts.model, parts.optimizer, parts.scaler, parts.ema,
-                                                parts.slow, parts.batches, counters, keep, parts.fsdp)
+                                                parts.slow, parts.batches, counters, keep, parts.fsdp,
+                                                parts.precision)
     if skipped:
         log(f"warning: {skipped}; resuming from the checkpoint kept before it")
     log(f"resumed from {used} at step {counters.step} ({counters.train_seconds:.1f}s trained)")
@@ -125,7 +126,7 @@ class LoopState:
         if self.sync_every > 1:
             self.log(f"the loss is read off the device every {self.sync_every} steps (divergence check, step time)")
         self.params_M = sum(p.numel() for p in parts.model.parameters()) / 1e6
-        self.peak = peak_flops(device)
+        self.peak = peak_flops(device, parts.precision)
         self.timing = profiling.Timing()
         self.last_ckpt = self.last_log = time.time()
         self.grad_norm = torch.zeros(())
@@ -231,7 +232,7 @@ class LoopState:
         p = self.parts
         if self.checkpoint_path is not None:
             ckpt.save_training(self.checkpoint_path, p.model, p.optimizer, p.scaler, p.ema, p.slow, p.batches,
-                               self.counters, self.keep, self.metrics, p.fsdp)
+                               self.counters, self.keep, self.metrics, p.fsdp, p.precision)
 
     def finish(self) -> None:
         """After the last step: the final checkpoint, a trace the run ended inside, why an epoch cap stopped it."""

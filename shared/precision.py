@@ -41,10 +41,14 @@ def choose_device(preference: str = "auto") -> torch.device:
     return device_for_rank(device)
 
 
-def resolve_precision(device: torch.device, precision: str = "auto") -> str:
-    """``auto``: bf16 on GPUs that have it, fp16 (+GradScaler) on older GPUs, fp32 on CPU.
+CPU_BF16_SPEEDUP = 1.3  # a CPU's bf16 matmul must beat its fp32 one by this much for precision=auto to use bf16
 
-    bf16 on a CPU without bf16 units is slower than fp32, so CPUs only get it when asked.
+
+def resolve_precision(device: torch.device, precision: str = "auto", cpu_choice: str = "fp32") -> str:
+    """``auto``: bf16 on GPUs that have it, fp16 (+GradScaler) on older GPUs; on a CPU the recipe's ``cpu_choice``
+    (``RecipeSpec.cpu_precision``: bf16 where its step was measured at least 1.3x faster in bf16 with validation
+    no worse, else fp32), and bf16 only where this CPU's bf16 matmul measures at least 1.3x its fp32 one (bf16
+    units: AVX-512 BF16, AMX; without them bf16 is emulated and slower). An explicit precision is kept as given.
     """
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise ValueError(f"precision must be auto, fp32, bf16 or fp16, not {precision!r}")
@@ -52,6 +56,10 @@ def resolve_precision(device: torch.device, precision: str = "auto") -> str:
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if device.type == "cpu" and cpu_choice == "bf16":
+        from recipe_zoo.core.flops import cpu_bf16_speedup
+
+        return "bf16" if cpu_bf16_speedup() >= CPU_BF16_SPEEDUP else "fp32"
     return "fp32"
 
 

@@ -97,7 +97,7 @@ def test_a_cpu_peak_measured_under_load_is_measured_again(tmp_path, monkeypatch)
 
     measured = []
     monkeypatch.setattr(flops, "_measure_matmul_flops",
-                        lambda n=2048, trials=4: measured.append(n) or (5e10 if n == 1024 else 6e10))
+                        lambda n=2048, trials=4, dtype="fp32": measured.append(n) or (5e10 if n == 1024 else 6e10))
     key = f"{cpu_model()}|{torch.get_num_threads()} threads|fp32 matmul 2048"
     cache = tmp_path / "cpu_peak.json"
     cache.write_text(json.dumps({key: 1e9}))  # 1 GFLOP/s: a quick product beats it by far, so measured again

@@ -312,7 +312,8 @@ def test_the_checkpoint_keeps_the_entries_older_checkpoints_have(tmp_path):
     run_fit(model, x, y, Budget("steps", 2), checkpoint_path=tmp_path / "c.pt", ema_decay=0.9, lookahead=0.5)
     blob = checkpoint.load(tmp_path / "c.pt")
     assert set(blob) == {"model", "optimizer", "scaler", "ema", "batches", "lookahead", "loop", "rng", "rng_ranks",
-                         "keep", "metrics"}
+                         "keep", "metrics", "precision"}
+    assert blob["precision"] == "fp32"  # what the run computed in: a resume in another precision is refused
     assert list(blob["loop"]) == ["step", "train_seconds", "samples", "next_eval", "first_loss", "window_loss",
                                   "window_steps", "last_loss", "next_train_log", "train_window_loss",
                                   "train_window_steps", "flops_per_step"]

@@ -181,7 +181,9 @@ def test_two_processes_streaming_a_prepared_folder_train_like_one_accumulating(t
 
     folder = image_folder(tmp_path / "imgs", n=30)
     assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "p").returncode == 0
-    common = ["run", "vision/resnet", *SMALL, "--budget", "8steps"]
+    # fp32: the check compares two orders of summing the gradients; bf16's rounding of the weights in the forward
+    # would magnify their last-bit difference past the tolerance (precision=auto computes vision/resnet in bf16)
+    common = ["run", "vision/resnet", *SMALL, "precision=fp32", "--budget", "8steps"]
     one = zoo(*common, f"data={folder}", "accum_steps=2", "--out", tmp_path / "one")
     two = zoo(*common, f"data={tmp_path / 'p'}", "lr_scaling=sqrt", "--nproc", "2", "--out", tmp_path / "two")
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]

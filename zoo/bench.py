@@ -62,6 +62,7 @@ def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], comma
         "protocol": board.PROTOCOL,
         "benchmark": benchmark, "metric": metric,
         "split": summaries[0]["extra"].get("split") or (info.split if info else ""),  # what the run says it used
+        "precision": summaries[0]["extra"].get("precision"),  # what precision=auto resolved to (None: no such field)
         "val_mean": _mean(m.get(val_key) for m in measured),
         "ci_low": _mean(m.get(f"{metric}_ci_low") for m in measured),
         "ci_high": _mean(m.get(f"{metric}_ci_high") for m in measured),

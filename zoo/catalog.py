@@ -63,6 +63,10 @@ def _show_header(spec) -> None:
     print(f"benchmark: {spec.benchmark}   metric: {spec.metric} "
           f"({'higher' if spec.higher_is_better else 'lower'} is better)   default budget: {spec.budget}")
     print(f"scale-out: {spec.scale_out}")
+    if any(f.name == "precision" for f in dataclasses.fields(spec.config)):
+        print(f"precision=auto: bf16 on GPUs (fp16 on older ones); on a CPU {spec.cpu_precision}"
+              + (" where its bf16 matmul is >= 1.3x its fp32 one (bf16 units), else fp32" if spec.cpu_precision ==
+                 "bf16" else " (bf16 was not measured to pay for this recipe)"))
     from recipe_zoo.doctor import lr_fields
     from recipe_zoo.sweep import batch_field
 

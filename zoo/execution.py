@@ -2,6 +2,7 @@
 outcome's status and exit code, the summary block, the index row, and resume's trimming of the logged rows."""
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import errno
@@ -84,6 +85,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     from recipe_zoo.core import distributed
 
     extras.require(spec.name)
+    cfg = resolved(spec, cfg, device)
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
@@ -99,6 +101,19 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     finally:
         if not run.main:
             shutil.rmtree(run.dir, ignore_errors=True)
+
+
+def resolved(spec: RecipeSpec, cfg, device: str):
+    """``cfg`` with ``precision=auto`` replaced by what it resolves to on this device for this recipe
+    (``core.precision.resolve_precision``), so config.json, the card, the checkpoint, ``--resume`` and ``zoo
+    predict`` all read the precision the run computed in."""
+    if getattr(cfg, "precision", None) != "auto":
+        return cfg
+    from recipe_zoo.core.precision import choose_device, resolve_precision
+
+    cfg = copy.copy(cfg)  # not dataclasses.replace: __post_init__ has already run on these values
+    cfg.precision = resolve_precision(choose_device(device), "auto", spec.cpu_precision)
+    return cfg
 
 
 def _agree(make_dir):
@@ -242,6 +257,12 @@ def _finish(run: Run, trained: Trained, run_dir: Path, index: Path, env: dict, r
     if "processes" in metrics and metrics["processes"] > 1:
         run.extra = {"processes": int(metrics["processes"]), "global_batch": int(metrics["global_batch"]),
                      **run.extra}
+    precision = getattr(trained.cfg, "precision", None)
+    if status == "ok" and precision is not None:
+        from recipe_zoo.core import artifact
+
+        artifact.add_to_card(run_dir, precision=precision)  # what zoo predict computes in (config.json says it too)
+        run.extra = {"precision": precision, **run.extra}
     summary = {**_summary(run, metrics, status), "run_rss_growth_mb": trained.rss_growth_mb}
     if status == "ok":
         summary["rank"] = _rank(run, summary, env["hardware"], index, run_dir.name)

@@ -236,6 +236,10 @@ def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
         log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
 
 
+# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25 model 17 (AVX-512
+# BF16), 2 threads, seeds 0-2 paired: bf16 1.58x the tokens/s at 30 s and 1.41x at 90 s, but validation BPB
+# 2.138 -> 2.171 at 90 s (worse on every seed; 2.228 -> 2.221 at 30 s): bf16's rounding costs more than the extra
+# tokens buy there (an fp32 output head under bf16 is not tried yet).
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
@@ -312,7 +316,7 @@ def throughput(result, model: models.GPT, cfg: GPTConfig, device, world: int, tr
     (model FLOPs; the loop's own counts the optimizer too), reported and logged."""
     tokens = result.samples * cfg.seq_len
     tokens_per_s = result.samples_per_s * cfg.seq_len
-    peak = peak_flops(device)
+    peak = peak_flops(device, resolve_precision(device, cfg.precision))  # the peak of the dtype it computes in
     mfu = 100 * models.flops_per_token(model.shape) * tokens_per_s / (peak * world) if peak else float("nan")
     per_param = tokens / model.scaling_params()
     run.report("tokens_per_s", f"{tokens_per_s:,.0f}")

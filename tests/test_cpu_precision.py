@@ -1,0 +1,100 @@
+"""precision=auto on CPUs: bf16 for the recipes measured to gain from it, on CPUs measured to compute bf16 natively;
+the precision a run resolved to is recorded (config.json, the card, the checkpoint) and MFU is a share of the peak
+of the dtype it computes in. The CPU's figures are faked here: no verdict depends on this machine's speed."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import roundtrip, summary_block
+from recipe_zoo.cli import main
+from recipe_zoo.core import api, flops
+from recipe_zoo.core.errors import ZooError
+from recipe_zoo.core.precision import resolve_precision
+
+
+def fake_cpu(monkeypatch, fp32: float, bf16: float) -> None:
+    """This CPU's matmul peaks, as the device profile would have measured and cached them."""
+    monkeypatch.setattr(flops, "cpu_peak_flops", lambda cache_dir=None, dtype="fp32": {"fp32": fp32, "bf16": bf16}[dtype])
+
+
+def tiny_fit(precision: str, steps: int, **run_options):
+    """A few steps of a small classifier in the core loop at ``precision``; (the fit's result, its run)."""
+    from recipe_zoo.core.batches import TensorBatches
+    from recipe_zoo.core.budget import Budget
+    from recipe_zoo.core.loop import LoopSettings, fit
+    from recipe_zoo.core.schedule import apply_schedules, make_schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    run = api.SimpleRun(Budget("steps", steps), log=lambda s: None, **run_options)
+    result = fit(model, torch.optim.SGD(model.parameters(), lr=0.1), TensorBatches((x, y), 16, seed=0),
+                 lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), run, device=torch.device("cpu"),
+                 evaluate=lambda m: {}, settings=LoopSettings(precision=precision, eval_every=0, log_every=1e9),
+                 update_hparams=lambda o, p, s: apply_schedules(o, p, s, lr=make_schedule("constant")))
+    return result, run
+
+
+@pytest.mark.parametrize("device, choice, peaks, expected", [
+    ("cpu", "bf16", (1e11, 3e11), "bf16"),  # bf16 units (3x its fp32 matmul), a recipe measured to gain
+    ("cpu", "bf16", (1e11, 1.2e11), "fp32"),  # bf16 barely faster here: under the 1.3x the rule asks
+    ("cpu", "bf16", (1e11, 0.3e11), "fp32"),  # bf16 emulated (slower than fp32)
+    ("cpu", "fp32", (1e11, 3e11), "fp32"),  # a recipe bf16 did not pay for
+    ("cuda", "fp32", (1e11, 3e11), "bf16"),  # GPUs: bf16 whatever the recipe's CPU choice
+])
+def test_auto_resolves_to_each_choice_on_a_faked_profile(monkeypatch, device, choice, peaks, expected):
+    fake_cpu(monkeypatch, *peaks)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_precision(torch.device(device), "auto", choice) == expected
+    assert resolve_precision(torch.device(device), "fp32", choice) == "fp32"  # an explicit choice is kept
+    assert resolve_precision(torch.device(device), "bf16", "fp32") == "bf16"
+
+
+def test_an_older_gpu_gets_fp16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_precision(torch.device("cuda"), "auto", "bf16") == "fp16"
+
+
+def test_mfu_is_a_share_of_the_peak_of_the_dtype_it_computes_in(monkeypatch):
+    fake_cpu(monkeypatch, 1e11, 4e11)
+    assert flops.peak_flops(torch.device("cpu"), "bf16") == 4e11 and flops.peak_flops(torch.device("cpu")) == 1e11
+    assert flops.peak_label(torch.device("cpu"), 4e11, "bf16").startswith("400 GFLOP/s, a bf16 2048x2048 matmul")
+    for precision, peak in (("fp32", 1e11), ("bf16", 4e11)):
+        result, run = tiny_fit(precision, 6)
+        assert result.mfu_percent == pytest.approx(100 * result.flops_per_step * result.samples_per_s / 16 / peak,
+                                                   rel=1e-6)
+        assert f"{'a bf16' if precision == 'bf16' else 'an fp32'} 2048x2048 matmul" in run.extra["mfu_of"]
+
+
+def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    tiny_fit("bf16", 2, checkpoint_path=ckpt)
+    with pytest.raises(ZooError, match=r"c\.pt: trained in bf16, resumed in fp32; resume with precision=bf16"):
+        tiny_fit("fp32", 4, checkpoint_path=ckpt, resume_from=ckpt)
+    assert tiny_fit("bf16", 4, checkpoint_path=ckpt, resume_from=ckpt)[0].steps == 4
+
+
+@pytest.mark.parametrize("peaks, expected", [((1e11, 3e11), "bf16"), ((1e11, 0.5e11), "fp32")])
+def test_the_run_records_what_auto_resolved_to_and_predict_computes_in_it(tmp_path, monkeypatch, capsys, peaks,
+                                                                          expected):
+    """tabular/mlp registered as if bf16 had been measured to pay for it: on a CPU with bf16 units the run computes
+    in bf16 and says so in config.json, the card, the summary and the checkpoint; `zoo predict` reproduces its
+    metrics in bf16. On a CPU that emulates bf16 the same recipe runs in fp32."""
+    fake_cpu(monkeypatch, *peaks)
+    from recipe_zoo import registry
+
+    spec = dataclasses.replace(registry.get("tabular/mlp"), cpu_precision="bf16")
+    monkeypatch.setitem(api.REGISTRY, "tabular/mlp", spec)
+    code = main(["run", "tabular/mlp", "data=wine", "hidden=16", "--budget", "4steps",
+                 "--out", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 0, out[-2000:] + err[-2000:]
+    run_dir = Path(summary_block(out)["run_dir"])
+    assert summary_block(out)["precision"] == expected
+    assert json.loads((run_dir / "config.json").read_text())["config"]["precision"] == expected
+    assert json.loads((run_dir / "model.json").read_text())["precision"] == expected
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["precision"] == expected
+    roundtrip(run_dir)
