@@ -145,6 +145,19 @@ def zoo(*args, cwd=None, env=None, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def git_repo(path: Path, files: dict[str, str]):
+    """A git checkout at ``path`` with ``files`` (name: text) committed; returns ``git(*args)`` run inside it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True)
+
+    git("init", "-q")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    return git
+
+
 def zoo_in_process(*args) -> subprocess.CompletedProcess:
     """``zoo ARGS`` in this process, as ``zoo`` would answer it (exit status, stdout, stderr) without the seconds a
     new process spends importing torch: for tables of bad input, which stop before training (one torch thread).

@@ -158,18 +158,11 @@ def test_context_rows_say_their_split():
 
 
 def test_bench_refuses_an_uncommitted_checkout(tmp_path, monkeypatch):
-    import subprocess
-
+    from conftest import git_repo
     from recipe_zoo import bench, runs
     from recipe_zoo.core.errors import ZooError
 
-    def git(*args):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    git("init", "-q")
-    (tmp_path / "code.py").write_text("x = 1\n")
-    git("add", ".")
-    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    git_repo(tmp_path, {"code.py": "x = 1\n"})
     monkeypatch.setattr(runs, "CODE_DIR", tmp_path)
     bench.check_provenance(allow_dirty=False)  # clean: fine
     (tmp_path / "code.py").write_text("x = 2\n")

@@ -1,17 +1,9 @@
-import subprocess
-
+from conftest import git_repo
 from recipe_zoo.core.envinfo import fingerprint, git_state
 
 
 def test_git_state_ignores_the_zoos_own_result_files(tmp_path):
-    def git(*args):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    git("init", "-q")
-    (tmp_path / "code.py").write_text("x = 1\n")
-    (tmp_path / "leaderboard.md").write_text("# board\n")
-    git("add", ".")
-    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    git_repo(tmp_path, {"code.py": "x = 1\n", "leaderboard.md": "# board\n"})
     assert git_state(tmp_path)[1] is False
     (tmp_path / "leaderboard.md").write_text("# board\nrow\n")
     assert git_state(tmp_path)[1] is True
@@ -27,13 +19,7 @@ def test_git_state_never_writes_the_index(tmp_path):
     command to trip on (seen in a test session); git_state leaves the index as it was."""
     import os
 
-    def git(*args):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    git("init", "-q")
-    (tmp_path / "code.py").write_text("x = 1\n")
-    git("add", ".")
-    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    git = git_repo(tmp_path, {"code.py": "x = 1\n"})
     index = tmp_path / ".git" / "index"
     os.utime(index, ns=(1_000_000_000, 1_000_000_000))
     os.utime(tmp_path / "code.py", ns=(2_000_000_000, 2_000_000_000))  # same content, newer stat data
