@@ -38,7 +38,7 @@ class LoopSettings:
     epoch_cap: NonNegative = 0.0  # time budgets: training also ends after this many epochs, schedule too (0 = none)
     checkpoint_every: NonNegative = 120.0  # seconds of wall time between checkpoints
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 10.0  # diverged when loss > this x first, or NaN/inf
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 on GPUs with it, else fp16; CPU fp32
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: GPU bf16 (else fp16), CPU as zoo show says
     compile: bool = False  # torch.compile the model for training
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
