@@ -46,10 +46,13 @@ def write_card(run_dir: str | os.PathLike, *, recipe: str, task: str, weights: l
     card = {"format": FORMAT, "format_version": FORMAT_VERSION, "recipe": recipe, "task": task,
             "weights": list(weights), "selected": selected, "classes": list(classes) if classes is not None else None,
             "preprocess": preprocess or {}, "evaluation": evaluation or {}, **more}
-    tmp = path.with_name(f".{CARD}.tmp")
-    tmp.write_text(json.dumps(card, indent=1, default=_plain) + "\n")
-    os.replace(tmp, path)
+    _write_card(path, card)
     return path
+
+
+def recipe_name(run, default: str) -> str:
+    """The card's recipe: the name the run was trained under (a `zoo new` copy has its own), else ``default``."""
+    return getattr(getattr(run, "spec", None), "name", None) or default
 
 
 def add_to_card(run_dir: str | os.PathLike, **fields: Any) -> None:
@@ -58,7 +61,10 @@ def add_to_card(run_dir: str | os.PathLike, **fields: Any) -> None:
     path = Path(run_dir) / CARD
     if not _main_process() or not path.exists():
         return
-    card = {**json.loads(path.read_text()), **fields}
+    _write_card(path, {**json.loads(path.read_text()), **fields})
+
+
+def _write_card(path: Path, card: dict) -> None:
     tmp = path.with_name(f".{CARD}.tmp")
     tmp.write_text(json.dumps(card, indent=1, default=_plain) + "\n")
     os.replace(tmp, path)

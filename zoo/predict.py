@@ -67,14 +67,12 @@ class Model:
         """A run that computed in bf16 predicts in bf16 (its config.json says so); on a CPU that emulates bf16 that
         is slower, and the line says so. Its 1e-6 agreement with the run's metrics holds on the machine that
         trained it."""
-        from recipe_zoo.core.precision import CPU_BF16_SPEEDUP, choose_device
+        from recipe_zoo.core.precision import choose_device, cpu_computes_bf16
 
         precision = getattr(self.cfg, "precision", None)
         if precision not in ("bf16", "fp16") or choose_device(self.device).type != "cpu":
             return
-        from recipe_zoo.core.flops import cpu_bf16_speedup
-
-        if precision == "fp16" or cpu_bf16_speedup() < CPU_BF16_SPEEDUP:
+        if precision == "fp16" or not cpu_computes_bf16():
             run.log(f"the run computed in {precision}; this CPU has no {precision} units, so predicting emulates it "
                     "(slower, the same arithmetic)")
 

@@ -305,18 +305,18 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     with autocast(device, precision):
         write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
     return {**result.stats(), **result.metrics, **test, **throughput(result, model, cfg, device, world,
-                                                                     len(train_tokens), run),
+                                                                     len(train_tokens), run, precision),
             "depth": shape.depth, "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len,
             "micro_batch": cfg.micro_batch}
 
 
 def throughput(result, model: models.GPT, cfg: GPTConfig, device, world: int, train_tokens: int,
-               run) -> dict[str, float]:
+               run, precision: str) -> dict[str, float]:
     """Tokens seen, tokens a second (the timed steps': not compiling or traced ones), tokens per parameter and MFU
     (model FLOPs; the loop's own counts the optimizer too), reported and logged."""
     tokens = result.samples * cfg.seq_len
     tokens_per_s = result.samples_per_s * cfg.seq_len
-    peak = peak_flops(device, resolve_precision(device, cfg.precision))  # the peak of the dtype it computes in
+    peak = peak_flops(device, precision)  # the peak of the dtype it computes in
     mfu = 100 * models.flops_per_token(model.shape) * tokens_per_s / (peak * world) if peak else float("nan")
     per_param = tokens / model.scaling_params()
     run.report("tokens_per_s", f"{tokens_per_s:,.0f}")

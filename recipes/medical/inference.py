@@ -39,7 +39,7 @@ def save_card(run, cfg, data: SegData, models: list[dict], rows: list[dict], dev
                 f"{len(models)} fold models ({state} weights): each scored its own test fold; new data gets the mean "
                 "of their softmax (predict fold=K: one fold's)")
     artifact.write_card(
-        run.dir, recipe=run.spec.name if run.spec else "medical/unet", task="segmentation",
+        run.dir, recipe=artifact.recipe_name(run, "medical/unet"), task="segmentation",
         weights=[m["weights"] for m in models], selected=selected, classes=data.classes,
         preprocess={"channels": fp["channels"], "spatial_dims": fp["spatial_dims"],
                     "label_values": list(data.values or range(len(data.classes))), "spacing": plan["spacing"],

@@ -19,8 +19,8 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.recipes.protein.config import FinetuneConfig
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, pool_tokens, resolve_layer, tokenize, weights_digest
-from recipe_zoo.recipes.protein.inference import (SequenceOptions, prediction_columns, read_new, recipe_name,
-                                                  split_metrics, split_rows)
+from recipe_zoo.recipes.protein.inference import (SequenceOptions, prediction_columns, read_new, split_metrics,
+                                                  split_rows)
 from recipe_zoo.recipes.protein.loading import load_data, show_split
 from recipe_zoo.recipes.protein.scoring import final_metrics, finish, primary_metric
 from recipe_zoo.recipes.protein.supervised import MLPHead, target_scaling, train_supervised, unscaled
@@ -110,7 +110,8 @@ def save_finetuned(run, cfg: FinetuneConfig, data, model: ESMRegressor, mode: st
     esm = model.esm.get_base_model() if mode == "lora" else model.esm
     mean, std = target_scaling(data)
     artifact.write_card(
-        run.dir, recipe=recipe_name(run, "protein/esm-finetune"), task=data.task, weights=weights, classes=data.classes,
+        run.dir, recipe=artifact.recipe_name(run, "protein/esm-finetune"), task=data.task, weights=weights,
+        classes=data.classes,
         selected=f"best-val ({'the LoRA adapter and head' if mode == 'lora' else 'every weight'} at the best "
                  "validation state)",
         preprocess={"layer": model.layer, "pool": model.pool, "target_mean": mean, "target_std": std,

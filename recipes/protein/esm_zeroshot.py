@@ -26,7 +26,7 @@ from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, masked_marginals, weights_digest
-from recipe_zoo.recipes.protein.inference import data_file, recipe_name
+from recipe_zoo.recipes.protein.inference import data_file
 from recipe_zoo.recipes.protein.loading import dataset_info
 from recipe_zoo.recipes.protein.mutations import mutant_sequence, parse_mutations, read_wild_type
 from recipe_zoo.recipes.protein.readers import FASTA_SUFFIXES, need_columns, read_csv_rows, read_fasta
@@ -222,7 +222,7 @@ def score_zeroshot(cfg: ZeroShotConfig, run) -> dict[str, float]:
         metrics.update(zeroshot_metrics(y, scores[keep]))
     else:
         run.log(f"no target= column: {len(rows)} variants scored, nothing to correlate with")
-    artifact.write_card(run.dir, recipe=recipe_name(run, "protein/esm-zeroshot"), task="zero-shot", weights=[],
+    artifact.write_card(run.dir, recipe=artifact.recipe_name(run, "protein/esm-zeroshot"), task="zero-shot", weights=[],
                         selected="no training: ESM-2's masked marginals, summed over a variant's sites",
                         preprocess={"wt": wt, "offset": offset, "target": target,
                                     "esm": {"model": cfg.esm_model, "weights": cfg.esm_weights, "what": what,

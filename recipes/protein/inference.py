@@ -105,8 +105,3 @@ def read_new(text: str, cfg, column: str, npz: bool = False) -> NewData:
             raise ZooError(f"{path}: 'emb' row {bad[0]} has NaN or inf")
         return NewData([{"row": i} for i in range(len(emb))], emb=emb.astype(np.float32), path=path)
     raise ZooError(f"{path}: expected {what} (.fasta, .csv{', .npz' if npz else ''})")
-
-
-def recipe_name(run, default: str) -> str:
-    """The name the run was trained under (a `zoo new` copy has its own), else the recipe's: the card's recipe."""
-    return getattr(getattr(run, "spec", None), "name", None) or default

@@ -32,7 +32,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import spearman
 from recipe_zoo.recipes.protein.config import ProteinConfig, replaced
-from recipe_zoo.recipes.protein.inference import data_file, read_new, recipe_name, split_rows
+from recipe_zoo.recipes.protein.inference import data_file, read_new, split_rows
 from recipe_zoo.recipes.protein.loading import load_data, show_split
 from recipe_zoo.recipes.protein.mutations import mutation_positions
 from recipe_zoo.recipes.protein.readers import read_csv_rows
@@ -176,7 +176,7 @@ def train_position_mean(cfg: PositionConfig, run) -> dict[str, float]:
     if is_main():  # JSON floats are exact: predict reads the same means back
         (run.dir / MEANS_FILE).write_text(json.dumps({"overall": overall, "means": {str(p): m for p, m in
                                                                                     sorted(means.items())}}) + "\n")
-    artifact.write_card(run.dir, recipe=recipe_name(run, "protein/position-mean"), task="regression",
+    artifact.write_card(run.dir, recipe=artifact.recipe_name(run, "protein/position-mean"), task="regression",
                         weights=[MEANS_FILE], selected="the training means (nothing selected)",
                         preprocess={"reference": data.reference, "positions": "as the data gives them (mutant, pos)"
                                     if data.reference is None else "where a variant differs from the reference"})

@@ -15,8 +15,7 @@ from recipe_zoo.core.distributed import is_main
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.protein.closed_form import ClosedForm, Features, closed_form_device
 from recipe_zoo.recipes.protein.heads import MLPFit
-from recipe_zoo.recipes.protein.inference import (prediction_columns, read_new, recipe_name, split_metrics,
-                                                   split_rows)
+from recipe_zoo.recipes.protein.inference import prediction_columns, read_new, split_metrics, split_rows
 from recipe_zoo.recipes.protein.loading import load_data
 from recipe_zoo.recipes.protein.sequences import ProteinData
 from recipe_zoo.recipes.protein.supervised import MLPHead
@@ -74,7 +73,7 @@ def load_head(run: artifact.PredictRun) -> ClosedForm | MLPFit:
 def save_fixed_head(run, data: ProteinData, head, test_pred: np.ndarray, *, recipe: str, preprocess: dict) -> None:
     """protein/onehot, protein/esm-embed: the head, the card and the test rows."""
     meta = save_head(run.dir, head)
-    recipe = recipe_name(run, recipe)
+    recipe = artifact.recipe_name(run, recipe)
     selected = ("best-val (the MLP head's best validation state)" if head.head == "mlp" else
                 f"{head.head} fitted on train, chosen on validation")
     artifact.write_card(run.dir, recipe=recipe, task=data.task, weights=[HEAD_FILE], selected=selected,

@@ -69,10 +69,9 @@ def save(run, cfg, table: Table, views: list, test_preds: list, splits: list[dic
         rows += split_rows(state, table, test, pred, k if len(views) > 1 else None)
     artifact.write_predictions(run.dir, rows)
     several = f"{len(views)} fold models (each scores its fold's test rows; new data: their mean)"
-    recipe = run.spec.name if getattr(run, "spec", None) else recipe
-    artifact.write_card(run.dir, recipe=recipe, task="regression" if table.task == "regression"
-                        else "classification", weights=weights, selected=several if len(views) > 1 else selected,
-                        classes=table.classes, files=[PREPROCESS],
+    artifact.write_card(run.dir, recipe=artifact.recipe_name(run, recipe),
+                        task="regression" if table.task == "regression" else "classification", weights=weights,
+                        selected=several if len(views) > 1 else selected, classes=table.classes, files=[PREPROCESS],
                         preprocess={"file": PREPROCESS, "target": table.target, "table_task": table.task,
                                     "features": list(views[0][0].columns), "log_target": log_target},
                         evaluation={"splits": len(views), "folds": cfg.folds}, **more)
