@@ -38,8 +38,9 @@ class TensorBatches:
     """Micro-batches of ``tensors`` (tensors, or arrays read from disk as they are used: ``core.streams``).
 
     ``workers`` > 0 reads the next batches in that many worker processes (for data on disk: decoding, reading);
-    ``device``: where a batch goes before ``transform`` (augmentation on the accelerator; the CPU draws its random
-    numbers from a CPU generator, so on the CPU the result is the same either way)."""
+    ``device``: where a batch goes before ``transform`` (augmentation on the accelerator). ``transform`` draws its
+    random numbers from a CPU generator seeded by the batch's position on every device, so a GPU run augments
+    exactly as a CPU run does (the reference runs rely on it)."""
 
     def __init__(self, tensors: Sequence, batch_size: int, seed: int = 0, shuffle: bool = True,
                  drop_last: bool = True, transform: Transform | None = None, workers: int = 0,
@@ -119,7 +120,7 @@ class TensorBatches:
         if self.device is not None:
             batch = tuple(to_device(t, self.device) for t in batch)
         if self.transform is not None:
-            g = torch.Generator(device=batch[0].device)
+            g = torch.Generator()  # on the CPU whatever the batch's device: the same draws everywhere
             g.manual_seed(batch_seed(self.seed, epoch, slot))
             batch = self.transform(batch, g)
         return batch

@@ -16,7 +16,7 @@ import resource
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -30,6 +30,10 @@ from recipe_zoo.core.train_step import optimizer_step, prepare_step
 
 @dataclass
 class LoopSettings:
+    # What a device would choose when left at its default (``precision=auto``; TF32 on GPUs): a reference run
+    # (``zoo/references.py``) sets each, so that every machine trains the same configuration. Recipes whose sizing
+    # rules read the device add their shape and batch fields.
+    DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("precision", "tf32")
     accum_steps: Count = 1  # micro-batches per optimizer step
     clip_grad: NonNegative = 0.0  # max global grad norm (0 = no clipping)
     ema_decay: Fraction = 0.0  # EMA of weights used for evaluation (0 = off)
@@ -40,6 +44,7 @@ class LoopSettings:
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 10.0  # diverged when loss > this x first, or NaN/inf
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: GPU bf16 (else fp16), CPU as zoo show says
     compile: bool = False  # torch.compile the model for training
+    tf32: bool = True  # on GPUs: fp32 matmuls and convolutions in TF32 (off: full fp32, as reference runs pin it)
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
     sync_every: NonNegativeInt = 0  # steps between reads of the loss off the device (0 = 1 on CPU, 16 on GPUs)

@@ -247,7 +247,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     cfg = dataclasses.replace(cfg, **{k: v for k, v in METHOD_DEFAULTS[method].items() if not getattr(cfg, k)})
     check_config(cfg)
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     data = load_data(cfg, run)
     cfg = resolve_auto(cfg, data)
     channels, size = data.pretrain_x.shape[1], data.pretrain_x.shape[-1]

@@ -55,6 +55,7 @@ Images = Annotated[int, Range(2)]  # two images or more (train refuses fewer: a 
 class DiffusionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("image_size", "val_fraction", "test_fraction", "conditional",
                                              "n_samples", "n_real")
+    DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "precision", "tf32")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
@@ -238,7 +239,7 @@ def export_pretrained(cfg: DiffusionConfig, run, out: Path) -> list[Path]:
         defaults={"method": "flow", "conditional": True})
 def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     sampler, steps = resolve_sampler(cfg)  # a wrong sampler fails before the data loads
     check_config(cfg)
     # a bad weights file fails before the data loads and the fid_zoo classifier trains

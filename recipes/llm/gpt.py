@@ -40,6 +40,7 @@ class GPTConfig(LoopSettings):
     # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
+    DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("depth", "batch_tokens", "micro_batch", "compile", "precision", "tf32")
     TUNED_BATCH: ClassVar[int] = 4096  # batch_tokens the LR defaults were tuned at (zoo sweep's batch rule)
     data: str = "tinyshakespeare"  # dataset name, text file, folder of .txt/.md files, hf:NAME[:CONFIG], prepared
     stream: bool = False  # train from token shards read as used, tokenized once (zoo data prepare llm/gpt)
@@ -179,7 +180,7 @@ def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifa
 
     prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     tok = Tokenizer.from_file(str(run.path(run.card["preprocess"]["tokenizer"])))
     model = models.GPT(models.GPTShape(**run.card["shape"]))
@@ -248,7 +249,7 @@ def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
         predict_options=inference.LMPredictOptions)
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     corpus = shards.text_data(cfg, run)  # in memory, or token shards read as they are used (stream=true)
     scored, test_text, tok, train_tokens = corpus.val_text, corpus.test_text, corpus.tok, corpus.train
     run.record_split(corpus.keys)

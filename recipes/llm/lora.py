@@ -117,7 +117,7 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
     or responses; neither: the run's test split scored again. The base model with the saved adapter."""
     prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     model, tokenizer, start = causal_lm.load_trained_lora(cfg.model, cfg.seq_len, run.dir, dtype_of(precision),
                                                           run.log)
@@ -289,7 +289,7 @@ def save_adapter(model, tokenizer, merge: bool, run_dir: Path) -> None:
         predict_options=LoRAPredictOptions, exports={"pretrained": export_pretrained})
 def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     model, tokenizer, start = adapted_model(cfg, dtype_of(precision), run.log)
     model.to(device)

@@ -52,6 +52,7 @@ Dims = Annotated[int, Range(0, 3)]  # 0 plan, 2 or 3 (the plan refuses 1)
 @dataclass
 class MedicalConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction")
+    DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
     folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
@@ -265,7 +266,7 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
         predict_options=MedicalPredictOptions, hooks={"size": size_hook})
 def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     data = load_data(cfg.data, cfg.label_values)
     folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
     record_split(run, data, folds)

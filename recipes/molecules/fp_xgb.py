@@ -140,11 +140,15 @@ def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
 def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
     import xgboost as xgb
 
+    if run.budget.kind == "epochs":
+        raise ZooError("molecules/fp-xgb takes a time budget (--budget 30s) or a cap on boosting rounds (--budget "
+                       "500steps)")
     table = load_for(cfg, run)
     X = np.concatenate(fingerprints(cfg, table, run.log), axis=1)
     splits = splits_for(cfg, table, run)
     inspect_split(run, table, splits[0], loop=False)
     seconds = run.budget.amount / (len(splits) * table.y.shape[1]) if run.budget.kind == "seconds" else None
+    rounds = min(cfg.n_estimators, int(run.budget.amount)) if run.budget.kind == "steps" else cfg.n_estimators
     predicted, total, trees, fitted = [], 0.0, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
         models = []
@@ -153,7 +157,7 @@ def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
             if table.task == "classification" and len(np.unique(table.y[tr, t])) < 2:  # XGBoost would raise
                 raise ZooError(f"data={cfg.data}: target {table.targets[t]!r} has one class only among the "
                                f"{len(tr)} training molecules of split {k}; use fewer folds or another split")
-            params = dict(n_estimators=cfg.n_estimators, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
+            params = dict(n_estimators=rounds, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
                           subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
                           early_stopping_rounds=cfg.early_stopping, random_state=run.seed, n_jobs=os.cpu_count(),
                           callbacks=[xgboost_time_limit(seconds)] if seconds else None)

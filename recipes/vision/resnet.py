@@ -220,7 +220,7 @@ USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
         defaults={"model": "resnet18", "optimizer": "adamw", "head_fraction": 0.2}, **USE)
 def train(cfg: VisionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
-    speed_switches(device)
+    speed_switches(device, tf32=cfg.tf32)
     if cfg.head_fraction > 0 and not cfg.weights:
         raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
                        "(file or folder) or weights=hub")
