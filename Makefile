@@ -13,7 +13,7 @@ $(BIN)/zoo: pyproject.toml
 setup: $(BIN)/zoo
 
 demo: setup
-	$(BIN)/zoo run vision/resnet
+	$(BIN)/zoo run vision/resnet --reference digits
 
 # Both run one pytest-xdist worker per core (at most 4; worksteal: a worker that runs out takes another's tests),
 # end with the 25 slowest tests and write a JUnit report (CI keeps it) under the git-ignored reports/.

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from conftest import summary_block, zoo, zoo_in_process
-from recipe_zoo import board, board_render
+from recipe_zoo import board, board_render, ranking
 from recipe_zoo.core.datasets import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
@@ -24,7 +24,7 @@ def test_render_is_deterministic_and_separates_tables():
                  "value": "93.02%", "source": "kuangliu/pytorch-cifar README"}]
     text = board_render.render(rows, reported)
     assert text == board_render.render(list(rows), list(reported))
-    assert text.count("## cifar10-subset") == 3  # 5m on CPU, 5m on GPU, 1m on CPU: never ranked together
+    assert text.count("## cifar10-subset · accuracy") == 3  # 5m on CPU, 5m on GPU, 1m on CPU: never ranked together
     cpu_table = text.split("## cifar10-subset · accuracy · 5m · AMD EPYC")[1].split("##")[0]
     assert cpu_table.index("| 1 | b |") < cpu_table.index("| 2 | a |")
     assert "not measured by `zoo bench`" in text and "0.8000 ± 0.0100" in text
@@ -34,15 +34,15 @@ def test_render_is_deterministic_and_separates_tables():
 def test_rank_line_and_noise():
     rows = [row("a", 0.70, 0.02), row("b", 0.80, 0.02)]
     kw = dict(benchmark="cifar10-subset", budget="5m", hardware=CPU, metric="accuracy", higher=True, rows=rows)
-    assert board.rank_line(0.81, **kw).startswith("1 of 3")
-    assert "within the best row's interval" in board.rank_line(0.79, **kw)  # 0.80 ± 2 x 0.02 / sqrt 3
-    line = board.rank_line(0.75, **kw)
+    assert ranking.rank_line(0.81, **kw).startswith("1 of 3")
+    assert "within the best row's interval" in ranking.rank_line(0.79, **kw)  # 0.80 ± 2 x 0.02 / sqrt 3
+    line = ranking.rank_line(0.75, **kw)
     assert line.startswith("2 of 3") and "delta -0.0500" in line and "outside" in line
-    assert board.rank_line(0.5, **{**kw, "rows": [dict(r, protocol=1) for r in rows]}).startswith("unranked")
-    assert board.rank_line(0.95, **kw).endswith("better than the best row)")
-    assert board.rank_line(0.5, **{**kw, "hardware": "other"}).startswith("unranked")
+    assert ranking.rank_line(0.5, **{**kw, "rows": [dict(r, protocol=1) for r in rows]}).startswith("unranked")
+    assert ranking.rank_line(0.95, **kw).endswith("better than the best row)")
+    assert ranking.rank_line(0.5, **{**kw, "hardware": "other"}).startswith("unranked")
     lower = [dict(row("a", 0.5), higher_is_better=False), dict(row("b", 0.6), higher_is_better=False)]
-    assert board.rank_line(0.55, **{**kw, "higher": False, "rows": lower}).startswith("2 of 3")
+    assert ranking.rank_line(0.55, **{**kw, "higher": False, "rows": lower}).startswith("2 of 3")
 
 
 def _append_many(args):
@@ -141,12 +141,11 @@ def test_one_seed_shows_no_spread_and_overlapping_rows_share_rank_one():
     rest by mean; a protocol-1 row is shown apart and never ranked against them."""
     rows = [row("a", 0.80, n=1, std=0.0, ci_low=0.79, ci_high=0.81), row("b", 0.805, ci_low=0.795, ci_high=0.815),
             row("c", 0.70, ci_low=0.69, ci_high=0.71), row("old", 0.99, protocol=1)]
-    text = board_render.render(rows, [])
-    current, old = text.split("# Protocol 1")
+    current, old = board_render.render(rows, []), board_render.render_archive(rows)
     assert "| =1 | b | 0.8050 ± 0.0100 | 0.7950..0.8150 |" in current
-    assert "| =1 | a | 0.8000 (n=1) |" in current and "± 0.0000" not in text
-    assert "| 3 | c |" in current and "old" not in current
-    assert "| 1 | old |" in old and "never ranked against the tables above" in old
+    assert "| =1 | a | 0.8000 (n=1) |" in current and "± 0.0000" not in current
+    assert "| 3 | c |" in current and "| old |" not in current and "(leaderboard-protocol1.md)" in current
+    assert "| 1 | old |" in old and "never ranked against" in old and "| a |" not in old
     assert board.ranks([row("x", 0.9, ci_low=0.89, ci_high=0.91), row("y", 0.5, ci_low=0.49, ci_high=0.51)]) == ["1", "2"]
 
 

@@ -91,6 +91,8 @@ def test_rewriting_the_board_refuses_to_drop_a_damaged_row(kind):
                         "source": "s"}], board.reported_file())
     board.append_rows([{"row": board.row_id(GOOD[0]), "passed": True, "date": "2026-12-01", "n": 1, "mean": 0.7}],
                       board.checks_file())
+    board.append_rows([{"benchmark": "cifar10-subset", "budget": "300steps", "hardware": "h", "recipe": "r",
+                        "train_seconds": 10.0, "n": 1}], board.speed_file())
     assert zoo_in_process("board", "--write", "--plot").returncode == 0
     damaged = board.board_dir() / "benchmarks" / kind
     with open(damaged, "ab") as f:

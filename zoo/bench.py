@@ -11,9 +11,10 @@ from recipe_zoo.core.errors import ZooError
 
 
 def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
-              command: str, log=print, append: bool = True) -> dict | None:
-    """Returns the row (appended to the board unless ``append`` is off), or None when a seed did not finish ``ok``
-    (then nothing is written). Under torchrun every rank trains each seed and rank 0 writes the row."""
+              command: str, log=print, append: bool = True, speed_only: bool = False) -> dict | None:
+    """Returns the row (appended to the board unless ``append`` is off; at a budget of work, its speed row too), or
+    None when a seed did not finish ``ok`` (then nothing is written). ``speed_only``: the speed row alone, never a
+    quality row. Under torchrun every rank trains each seed and rank 0 writes the row."""
     from recipe_zoo.core import distributed
 
     budget = runs.parse_budget_arg(budget_text or spec.budget)
@@ -21,9 +22,31 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
     if outcomes is None or not distributed.is_main():
         return None
     row = make_row(spec.name, outcomes, budget=budget, overrides=overrides, command=command)
-    if append:
+    if append and not speed_only:
         board.append_rows([row])
+    if append and board.fixed_work(row["budget"]):
+        board.append_rows([speed_row(row, outcomes)], board.speed_file())
     return row
+
+
+def speed_row(row: dict, outcomes: list) -> dict:
+    """How fast this machine did the row's work: median training seconds, throughput and MFU over the seeds (the
+    speed view beside a fixed-work table; it holds no quality)."""
+    summaries = [json.loads((o.run_dir / "summary.json").read_text()) for o in outcomes]
+
+    def median(values):
+        values = [v for v in values if isinstance(v, (int, float)) and v == v]
+        return statistics.median(values) if values else None
+
+    unit = "tokens/s" if any("tokens_per_s" in s["metrics"] for s in summaries) else "samples/s"
+    key = "tokens_per_s" if unit == "tokens/s" else "samples_per_s"
+    return {"benchmark": row["benchmark"], "recipe": row["recipe"], "overrides": row["overrides"],
+            "budget": row["budget"], "precision": row["precision"], "hardware": row["hardware"], "n": row["n"],
+            "train_seconds": median(s["train_seconds"] for s in summaries),
+            "throughput": median(s["metrics"].get(key) for s in summaries), "unit": unit,
+            "mfu_percent": median(s.get("mfu_percent") for s in summaries),
+            "mfu_of": summaries[0]["extra"].get("mfu_of"), "commit": row["commit"], "dirty": row["dirty"],
+            "date": row["date"], "command": row["command"]}
 
 
 def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path, log=print,
@@ -98,9 +121,9 @@ def check_provenance(allow_dirty: bool) -> None:
                        "commit them, or pass --allow-dirty (the row records it)")
 
 
-def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: list[str], out_root: Path,
-          allow_dirty: bool = False) -> int:
-    """``jobs``: (recipe spec, the command line that reproduces its row)."""
+def bench(jobs: list[tuple], *, seeds: int, out_root: Path, allow_dirty: bool = False, speed_only: bool = False) -> int:
+    """``jobs``: (recipe spec, the command line that reproduces its row, its overrides, its budget or None for the
+    recipe's). ``speed_only``: each job adds its speed row, no quality row."""
     from recipe_zoo.core import distributed
 
     if seeds < 1:
@@ -108,16 +131,17 @@ def bench(jobs: list[tuple], *, seeds: int, budget_text: str | None, overrides: 
     check_provenance(allow_dirty)
     board.check_whole()  # the board is rendered again at the end: refuse now, not after the training
     written = []
-    for spec, command in jobs:
+    for spec, command, overrides, budget_text in jobs:
         row = bench_one(spec, seeds=seeds, budget_text=budget_text, overrides=overrides, out_root=out_root,
-                        command=command)
+                        command=command, speed_only=speed_only)
         if row is not None:
             written.append(row)
     if not distributed.is_main():
         return 0
     written_board = board_render.write_board()
     charts = board_render.write_charts()
-    print(f"\nbench results (appended to {board.rows_file()}; {written_board} and {len(charts)} charts rewritten):")
+    where = board.speed_file() if speed_only else board.rows_file()
+    print(f"\nbench results (appended to {where}; {written_board} and {len(charts)} charts rewritten):")
     for r in written:
         print(f"  {board.label(r):<40} {r['benchmark']:<16} {r['metric']} {board.value_text(r)} "
               f"(n={r['n']}, {r['budget']}, {r['hardware']})")

@@ -1,8 +1,10 @@
 """The leaderboard's rows: where they are kept, read whole and appended under a lock; the tables of comparable rows
 and their ranks; a run's standing among them (``board_render`` writes them out as leaderboard.md and charts).
 
-Rows are compared only within one benchmark (dataset, split, metric), one budget and one hardware
-string; anything else is shown in its own table, never ranked against each other.
+Rows are compared only within one benchmark (dataset, split, metric) and one budget. A budget of work (steps,
+epochs) buys the same training on every machine, so its table holds every device's rows, one per precision; a time
+budget buys another amount of work on each machine, so its table is one hardware string's. Anything else is shown
+in its own table, never ranked against each other.
 """
 from __future__ import annotations
 
@@ -59,12 +61,17 @@ def checks_file() -> Path:
     return board_dir() / "benchmarks" / "verify.jsonl"
 
 
+def speed_file() -> Path:
+    """The speed view: one row per measured (reference, machine), never a quality row."""
+    return board_dir() / "benchmarks" / "speed.jsonl"
+
+
 def all_rows(name: str = "results.jsonl", *, strict: bool = False) -> list[dict]:
     """Every row of one kind (results, reported, verify) the board shows."""
     return [row for path in _files(name) for row in load_rows(path, strict=strict)]
 
 
-KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl")
+KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl")
 NUMBER = (int, float)
 # What the board reads of each kind of row: a line without it is a damaged row, reported by file and line, not a
 # KeyError in the middle of a render.
@@ -73,6 +80,8 @@ REQUIRED = {
                       "higher_is_better": bool, "mean": NUMBER, "std": NUMBER, "n": int},
     "reported.jsonl": {"benchmark": str, "metric": str, "model": str, "value": object, "source": str},
     "verify.jsonl": {"row": str, "passed": bool, "date": str, "n": int, "mean": NUMBER},
+    "speed.jsonl": {"benchmark": str, "budget": str, "hardware": str, "recipe": str, "train_seconds": NUMBER,
+                    "n": int},
 }
 _warned: set[str] = set()  # each damaged line is said once per process, however often the board is read
 
@@ -204,8 +213,47 @@ def protocol(row: dict) -> int:
     return int(row.get("protocol", 1))
 
 
+def fixed_work(budget: str) -> bool:
+    """A budget of steps or epochs: the same work on every machine (a time budget, or text that is not a budget,
+    is not)."""
+    from recipe_zoo.core.budget import parse_budget
+
+    try:
+        return parse_budget(budget).kind != "seconds"
+    except ValueError:
+        return False
+
+
+def precision_text(precision) -> str:
+    """A fixed-work table's precision: the run's resolved one, ``-`` for recipes that have none (trees, closed
+    forms)."""
+    return precision or "-"
+
+
+REFERENCE = "reference"  # the budget slot of a reference table's key: its rows' work is each recipe's own
+EVERY_MACHINE = "every machine"
+
+
+def place(row: dict) -> str:
+    """What a table holds besides benchmark and budget: the precision for work budgets (every machine together),
+    the hardware for time budgets."""
+    return precision_text(row.get("precision")) if fixed_work(row["budget"]) else row["hardware"]
+
+
 def table_key(row: dict) -> tuple:
-    return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], row["budget"], row["hardware"])
+    """(protocol, benchmark, split, metric, budget, place). A row at the work and precision of its recipe's
+    reference on its benchmark (the reference itself, or a variant of it) is in that benchmark's reference table,
+    whatever machine measured it: budget ``reference``, place ``every machine``."""
+    from recipe_zoo import references
+
+    if references.in_table(row["recipe"], row["benchmark"], row["budget"], row.get("precision")):
+        return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], REFERENCE, EVERY_MACHINE)
+    return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], row["budget"], place(row))
+
+
+def machine_free(budget_slot: str) -> bool:
+    """A table key's budget slot that ranks every machine together: the reference table, or a budget of work."""
+    return budget_slot == REFERENCE or fixed_work(budget_slot)
 
 
 def interval(row: dict) -> tuple[float, float]:
@@ -240,10 +288,11 @@ def ranks(rows: list[dict]) -> list[str]:
 
 
 def group(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Tables by key: the current protocol first, and within it the fixed-work tables before the time-budget ones."""
     tables: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         tables[table_key(row)].append(row)
-    return dict(sorted(tables.items(), key=lambda kv: (-kv[0][0], kv[0][1:])))
+    return dict(sorted(tables.items(), key=lambda kv: (-kv[0][0], not machine_free(kv[0][4]), kv[0][1:])))
 
 
 def number_text(value, digits=4) -> str:
@@ -271,55 +320,3 @@ def metric_base(metric: str) -> str:
 def row_id(row: dict) -> str:
     """What names a row across files: its command, hardware, commit and date."""
     return f"{row.get('command', '')} | {row['hardware']} | {row.get('commit', '')} | {row.get('date', '')}"
-
-
-def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
-              rows: list[dict]) -> str:
-    """Where a value stands among comparable rows (this protocol, benchmark, budget, hardware and metric): rank,
-    best, delta, and whether it lies inside the best row's interval (its test-set noise, or two seed errors)."""
-    table = [r for r in rows if r["benchmark"] == benchmark and r["budget"] == budget and r["hardware"] == hardware
-             and r["metric"] == metric and protocol(r) == PROTOCOL]
-    if not table:
-        return f"unranked: no leaderboard rows for {benchmark} @ {budget} on {hardware}"
-    best = ranked(table)[0]
-    better = sum(1 for r in table if (r["mean"] > value if higher else r["mean"] < value))
-    delta = value - best["mean"]
-    lo, hi = interval(best)
-    verdict = "within the best row's interval" if lo <= value <= hi else (
-        "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
-    return (f"{better + 1} of {len(table) + 1} on {benchmark} @ {budget}, {hardware} "
-            f"(best {value_text(best)}, {label(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
-
-
-def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
-    """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs."""
-    bench = summary["benchmark"]
-    try:
-        rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
-    except OSError as exc:  # a damaged line is skipped; a file that cannot be read at all leaves the run unranked
-        return f"not ranked: the board could not be read ({exc.filename}: {exc.strerror or exc})"
-    except ZooError as exc:
-        return f"not ranked: the board could not be read ({exc})"
-    return rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
-                     metric=summary["metric"], higher=higher, rows=rows)
-
-
-def local_board_rows(index: Path, benchmark: str, exclude: str | None = None) -> list[dict]:
-    """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config)."""
-    from recipe_zoo import results
-
-    pooled: dict[tuple, list[dict]] = {}
-    for r in results.all_rows(index):
-        if r["benchmark"] == benchmark and r["status"] == "ok" and r["run_id"] != exclude and r["metric"] is not None:
-            pooled.setdefault((r["description"], r["budget"], r["hardware"], r["metric_name"]), []).append(r)
-    rows = []
-    for (description, budget, hardware, metric), runs in pooled.items():
-        mean, std = mean_std([r["metric"] for r in runs])
-        rows.append({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
-                     "hardware": hardware,
-                     "recipe": description, "mean": mean, "std": std, "n": len(runs),
-                     "higher_is_better": bool(runs[0]["higher_is_better"]),
-                     "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),
-                     "params_M": runs[0]["params_M"], "commit": runs[-1]["commit_id"],
-                     "date": (runs[-1]["finished"] or "")[:10], "command": f"zoo run {description}"})
-    return rows

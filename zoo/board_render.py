@@ -1,5 +1,6 @@
-"""The leaderboard rendered: ``leaderboard.md`` (a markdown table per benchmark, budget and hardware, the rows
-ranked within it, results reported elsewhere beside them) and a chart per table, each rewritten whole under the
+"""The leaderboard rendered: ``leaderboard.md`` (the reference tables at fixed work with their speed per machine,
+then the time-budget tables of one machine each; the rows ranked within each table, results reported elsewhere
+beside them), ``leaderboard-protocol1.md`` (the archive) and a chart per table, each rewritten whole under the
 board's lock (``board.rendering``)."""
 from __future__ import annotations
 
@@ -8,62 +9,170 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from recipe_zoo.board import (KINDS, PROTOCOL, all_rows, board_dir, group, label, metric_base, number_text, ranked,
-                              ranks, rendering, row_id, value_text)
+from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_rows, board_dir, fixed_work, group, label,
+                              machine_free, metric_base, number_text, precision_text, protocol, ranked, ranks,
+                              rendering, row_id, value_text)
 
 
-def render(rows: list[dict], reported: list[dict], checks: list[dict] = ()) -> str:
-    """Markdown, deterministic for the same rows (no clock, no machine state)."""
-    out = ["# Leaderboard", "",
-           "Rendered by `zoo board --write` from `benchmarks/results.jsonl`; do not edit by hand. "
-           "Rows are ranked only against rows of the same protocol, benchmark, budget and hardware. "
-           "The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
-           "bootstrap interval over the test items (the test set's own noise, averaged over seeds); rows whose "
-           "interval overlaps the best row's share rank =1. *validation* is what selection read.", ""]
-    if not rows:
-        out.append("No measured rows yet.")
+HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
+        "by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
+        "bootstrap interval over the test items (the test set's own noise, averaged over seeds); rows whose "
+        "interval overlaps the best row's share rank =1. *validation* is what selection read.")
+
+
+def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = ()) -> str:
+    """Markdown, deterministic for the same rows (no clock, no machine state): the reference tables (fixed work,
+    every machine, each with its speed per device), then the time-budget tables (one machine each). Protocol-1
+    rows are the archive's (``render_archive``)."""
+    from recipe_zoo import references
+
+    out = ["# Leaderboard", "", HEAD, "",
+           "Tables of results measured before the train / validation / test protocol are kept apart, in "
+           "[the archive](leaderboard-protocol1.md).", ""]
+    tables = group([r for r in rows if protocol(r) >= PROTOCOL])
     reported_by_bench = defaultdict(list)
     for r in reported:
         reported_by_bench[(r["benchmark"], metric_base(r["metric"]))].append(r)
-    shown_protocol = None
-    for (proto, bench, split, metric, budget, hardware), table in group(rows).items():
-        if proto != shown_protocol:
-            shown_protocol = proto
-            if proto < PROTOCOL:
-                out += [f"# Protocol {proto}: before train / validation / test", "",
-                        "Measured before selection was confined to a validation split (some defaults were chosen on "
-                        "the split reported here): shown apart, never ranked against the tables above.", ""]
-        higher = table[0]["higher_is_better"]
-        out += [f"## {bench} · {metric} · {budget} · {hardware}" + (f" · protocol {proto}" if proto < PROTOCOL
-                                                                    else ""), "",
-                f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). "
-                f"Budget {budget} of training time per run.", ""]
-        if proto >= PROTOCOL:
-            out += ["| rank | recipe | value | test 95% | validation | n | train s | params (M) | peak mem (MB) | "
-                    "commit | date | verified | command |", "|---:|---|---|---|---|---:|---:|---:|---:|---|---|---|---|"]
-        else:
-            out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
-                    "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
-        for rank, r in zip(ranks(table), ranked(table)):
-            extra = ""
-            if proto >= PROTOCOL:
-                ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None else "-"
-                extra = f" {ci} | {number_text(r.get('val_mean'))} |"
-            tail = f" {verified(r, checks)} |" if proto >= PROTOCOL else ""
-            out.append(f"| {rank} | {label(r)} | {value_text(r)} |{extra} {r['n']} | "
-                       f"{number_text(r.get('train_seconds'), 1)} | {number_text(r.get('params_M'), 2)} | "
-                       f"{number_text(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
-                       f"`{r.get('command', '')}` |")
-        out.append("")
-        elsewhere = reported_by_bench.pop((bench, metric_base(metric)), []) if proto >= PROTOCOL else []
-        if elsewhere:
-            out += _reported_table(elsewhere)
+    fixed = {key: t for key, t in tables.items() if machine_free(key[4])}
+    out += ["# Reference tables: fixed work, every machine", "",
+            "Each benchmark's reference runs train a fixed amount of work (optimizer steps at a fixed batch; boosting "
+            "rounds for trees) with everything a device would choose pinned (`zoo show RECIPE` lists them), so rows "
+            "measured on any machine are ranked together; each row names the hardware its seeds ran on, and the "
+            "speed of the work on each machine measured follows the table. `zoo run RECIPE --reference "
+            "[BENCHMARK]` reproduces a reference and ranks it here; `zoo bench RECIPE --reference --speed` adds a "
+            "machine's speed.", ""]
+    for bench in dict.fromkeys(r.benchmark for r in references.REFERENCES):
+        refs = references.on_benchmark(bench)
+        keys = [k for k in fixed if (k[1], k[4]) == (bench, REFERENCE)]
+        measured = {r["recipe"] for k in keys for r in fixed[k]}
+        missing = [r for r in refs if r.recipe not in measured]
+        stub = ["Not measured yet: " + ", ".join(f"`{r.command('bench')}`" for r in missing) + " (3 seeds).", ""]
+        if not keys:
+            out += [f"## {bench} · reference runs · {EVERY_MACHINE}", "", *_reference_lines(refs), *stub]
+        for key in keys:
+            out += _table(key, fixed.pop(key), checks, refs, speed)[:-1] + (stub if missing else []) + [""]
+            out += _reported_table(reported_by_bench.pop((bench, metric_base(key[3])), []))
+    for key, table in fixed.items():  # other work budgets: every machine, one table per work and precision
+        out += _table(key, table, checks, [], speed)
+    timed = {key: t for key, t in tables.items() if not machine_free(key[4])}
+    if timed:
+        out += ["# Time budgets: quality in a time on one machine", "",
+                "A time budget buys another amount of work on each machine, so each of these tables is one "
+                "hardware string's: time-to-quality on a named machine.", ""]
+    for key, table in timed.items():
+        out += _table(key, table, checks, [], ())
+        out += _reported_table(reported_by_bench.pop((key[1], metric_base(key[3])), []))
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
         out += [f"## {bench} · {metric} (reported elsewhere only)", ""] + _reported_table(elsewhere)
+    if not rows:
+        out.append("No measured rows yet.")
     return "\n".join(out).rstrip() + "\n"
 
 
+def render_archive(rows: list[dict]) -> str:
+    """The protocol-1 tables: measured before selection was confined to a validation split, never ranked against
+    the board's."""
+    out = ["# Leaderboard archive: protocol 1", "",
+           "Rendered by `zoo board --write`; do not edit by hand. These rows were measured before train / validation "
+           "/ test (some defaults were chosen on the split reported here): shown apart, never ranked against "
+           "[the leaderboard](leaderboard.md)'s tables.", ""]
+    for key, table in group([r for r in rows if protocol(r) < PROTOCOL]).items():
+        out += _table(key, table, (), [], ())
+    if len(out) == 4:
+        out.append("No protocol-1 rows.")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_tables(rows: list[dict]) -> str:
+    """Rows' tables alone, without the board's sections and reference stubs (``zoo board --data``'s own runs)."""
+    return "\n".join(line for key, table in group(rows).items() for line in _table(key, table, (), [], ())).rstrip()
+
+
+def _reference_lines(refs) -> list[str]:
+    from recipe_zoo import references
+
+    return [f"Reference: `{r.command()}` = `{r.expanded()}` (config {references.config_hash(r)})" + (
+        f"; {r.why}" if r.why else "") + "." for r in refs] + ([""] if refs else [])
+
+
+def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
+    proto, bench, split, metric, budget, where = key
+    higher = table[0]["higher_is_better"]
+    reference, work = budget == REFERENCE, fixed_work(budget)
+    title = (f"## {bench} · {metric} · reference runs · {where}" if reference else
+             f"## {bench} · {metric} · {budget}" + (f" of work · {where}" if work else f" · {where}"))
+    scope = ("Budget: each recipe's reference work (the *work* column) in its pinned precision: every machine's rows "
+             "together." if reference else f"Budget: {budget} of work per run, precision {where}: every machine's "
+             "rows together." if work else f"Budget: {budget} of training time per run, on this hardware only.")
+    out = [title + (f" · protocol {proto}" if proto < PROTOCOL else ""), "",
+           f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). {scope}", ""]
+    out += _reference_lines(refs)
+    current = proto >= PROTOCOL
+    if current:
+        out += ["| rank | recipe | " + ("work | " if reference else "") + "value | test 95% | validation | n | "
+                "hardware | train s | params (M) | peak mem (MB) | commit | date | verified | command |",
+                "|---:|---|" + ("---|" if reference else "") + "---|---|---|---:|---|---:|---:|---:|---|---|---|---|"]
+    else:
+        out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
+                "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
+    for rank, r in zip(ranks(table), ranked(table)):
+        if current:
+            ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
+                else "-"
+            work_cell = f" {r['budget']}, {precision_text(r.get('precision'))} |" if reference else ""
+            cells = (f"| {rank} | {_label(r)} |{work_cell} {value_text(r)} | {ci} | "
+                     f"{number_text(r.get('val_mean'))} | {r['n']} | {r['hardware']} |")
+            tail = f" {verified(r, checks)} |"
+        else:
+            cells, tail = f"| {rank} | {label(r)} | {value_text(r)} | {r['n']} |", ""
+        out.append(f"{cells} {number_text(r.get('train_seconds'), 1)} | {number_text(r.get('params_M'), 2)} | "
+                   f"{number_text(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
+                   f"`{r.get('command', '')}` |")
+    out.append("")
+    if reference or work:
+        out += _speed_table(key, speed)
+    return out
+
+
+def _label(row: dict) -> str:
+    """A reference row is named by its recipe (its settings are the reference's, listed above the table)."""
+    from recipe_zoo import references
+
+    return f"{row['recipe']} (reference)" if references.of_row(row) else label(row)
+
+
+def _speed_table(key: tuple, speed) -> list[str]:
+    """The speed view of one machine-free table: its rows' work on each machine measured, the latest row per
+    (recipe, work, machine)."""
+    latest = {}
+    for r in speed:
+        if (r["benchmark"], board_table_slot(r)) == (key[1], key[4:]):
+            latest[(label(r), r["budget"], r["hardware"])] = r
+    if not latest:
+        return []
+    out = ["Speed of the work per machine (`zoo bench RECIPE --reference --speed` adds one; never a quality row):",
+           "", "| recipe | work | hardware | runs | train s (median) | throughput | MFU | commit | date |",
+           "|---|---|---|---:|---:|---|---|---|---|"]
+    for (name, work, hardware), r in sorted(latest.items(), key=lambda kv: (kv[0][:2], kv[1]["train_seconds"])):
+        rate = f"{r['throughput']:,.0f} {r.get('unit', '')}".strip() if r.get("throughput") is not None else "-"
+        mfu = f"{r['mfu_percent']:.1f}% of {r['mfu_of']}" if r.get("mfu_percent") is not None and r.get("mfu_of") \
+            else number_text(r.get("mfu_percent"), 1)
+        out.append(f"| {_label(r)} | {work}, {precision_text(r.get('precision'))} | {hardware} | {r['n']} | "
+                   f"{number_text(r['train_seconds'], 1)} | {rate} | {mfu} | {r.get('commit', '-')} | "
+                   f"{r.get('date', '-')} |")
+    return out + [""]
+
+
+def board_table_slot(row: dict) -> tuple:
+    """(budget slot, place) of the table a speed row's work belongs to (``board.table_key``'s last two)."""
+    from recipe_zoo.board import table_key
+
+    return table_key({**row, "metric": "", "protocol": PROTOCOL})[4:]
+
+
 def _reported_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
     out = ["Reported elsewhere or run with other tools, **not measured by `zoo bench`** (context only):", "",
            "| model | value | split | the same split as ours? | source |", "|---|---|---|---|---|"]
     for r in rows:
@@ -73,30 +182,39 @@ def _reported_table(rows: list[dict]) -> list[str]:
 
 
 def verified(row: dict, checks: list[dict]) -> str:
-    """The latest ``zoo verify`` of this row: ``ok 2026-12-01`` or ``FAILED 2026-12-01``; ``-`` if never."""
-    mine = [c for c in checks if c["row"] == row_id(row)]
-    if not mine:
+    """The latest ``zoo verify`` of this row on each machine it was re-run on: ``ok 2026-12-01 on HARDWARE @
+    commit`` (``-dirty`` when the tree was not clean) or ``FAILED ...``; ``-`` if never."""
+    latest = {}
+    for c in checks:
+        if c["row"] == row_id(row):
+            latest[c.get("hardware", row["hardware"])] = c
+    if not latest:
         return "-"
-    last = mine[-1]
-    return f"{'ok' if last['passed'] else '**FAILED**'} {last['date']} (n={last['n']}: {number_text(last['mean'])})"
+    return "; ".join(f"{'ok' if c['passed'] else '**FAILED**'} {c['date']} (n={c['n']}: {number_text(c['mean'])})"
+                     + ("" if hardware == row["hardware"] else f" on {hardware}")
+                     + (f" @ {c['commit']}" if c.get("commit") else "")
+                     + (" (uncommitted changes)" if c.get("dirty") or str(c.get("commit", "")).endswith("-dirty")
+                        else "") for hardware, c in latest.items())
 
 
 def write_board() -> Path:
-    """leaderboard.md rendered again, replaced whole; refused (``DamagedRow``) while a row cannot be read."""
+    """leaderboard.md and the protocol-1 archive rendered again, each replaced whole; refused (``DamagedRow``)
+    while a row cannot be read."""
     with rendering():
-        return _write_board(render(*(all_rows(kind, strict=True) for kind in KINDS)))
+        kinds = [all_rows(kind, strict=True) for kind in KINDS]
+        _write_text(board_dir() / "leaderboard-protocol1.md", render_archive(kinds[0]))
+        return _write_text(board_dir() / "leaderboard.md", render(*kinds))
 
 
-def _write_board(text: str) -> Path:
-    board = board_dir() / "leaderboard.md"
+def _write_text(board: Path, text: str) -> Path:
     board.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=".leaderboard.", suffix=".tmp")  # one per writer
+    fd, tmp = tempfile.mkstemp(dir=board.parent, prefix=f".{board.stem}.", suffix=".tmp")  # one per writer
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, board)  # atomic: readers never see half a leaderboard, writers never share a temp file
+        os.replace(tmp, board)  # atomic: readers never see half a page, writers never share a temp file
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -24,13 +24,17 @@ def resolve_spec(target: str):
 def cmd_list(args) -> int:
     from recipe_zoo.registry import static_list
 
+    from recipe_zoo.references import for_recipe
+
     rows = static_list()
     width = max((len(r["name"]) for r in rows), default=10)
     bench = max((len(r.get("benchmark", "")) for r in rows), default=9)
-    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} {'devices':<9} summary")
+    print(f"{'recipe':<{width}}  {'benchmark':<{bench}} {'metric':<13} {'budget':<7} {'reference':<10} "
+          f"{'devices':<9} summary")
     for r in rows:
+        ref = next((x.work for x in for_recipe(r["name"]) if x.benchmark == r.get("benchmark")), "-")
         print(f"{r['name']:<{width}}  {r.get('benchmark', ''):<{bench}} {r.get('metric', ''):<13} "
-              f"{r.get('budget', '60s'):<7} {_scale_label(r.get('scale_out') or 'torchrun: DDP'):<9} "
+              f"{r.get('budget', '60s'):<7} {ref:<10} {_scale_label(r.get('scale_out') or 'torchrun: DDP'):<9} "
               f"{r.get('summary', '')}")
     return 0
 
@@ -120,16 +124,25 @@ def _show_use(spec) -> None:
 
 
 def _show_standing(spec) -> None:
-    """The recipe's leaderboard rows at its defaults, each with its rank in its table."""
-    from recipe_zoo import board
+    """The recipe's reference runs (fixed work, every machine), then its leaderboard rows at its defaults or a
+    reference's settings, each with its rank in its table."""
+    from recipe_zoo import board, references
 
+    chosen = getattr(spec.config, "DEVICE_FIELDS", ())
+    if chosen:
+        print(f"chosen by the device when left at their defaults: {', '.join(chosen)} (a reference run pins each)")
+    for ref in references.for_recipe(spec.name):
+        print(f"reference: {ref.benchmark} @ {ref.work}: {ref.command()} = {ref.expanded()} "
+              f"(config {references.config_hash(ref)}; {ref.why})")
     all_rows = board.load_rows()
-    rows = [r for r in all_rows if r["recipe"] == spec.name and not r.get("overrides")]
+    rows = [r for r in all_rows if r["recipe"] == spec.name and (not r.get("overrides") or references.of_row(r))]
     if not rows:
-        print(f"leaderboard: no measured rows yet (zoo bench {spec.name})")
+        print(f"leaderboard: no measured rows yet (zoo bench {spec.name} --reference)")
     for r in rows:
         table = [t for t in all_rows if board.table_key(t) == board.table_key(r)]
         rank = next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
         old = "" if board.protocol(r) == board.PROTOCOL else f", protocol {board.protocol(r)}"
+        where = (f"{board.precision_text(r.get('precision'))}, every machine (this row: {r['hardware']})"
+                 if board.fixed_work(r["budget"]) else r["hardware"])
         print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
-              f"{r['budget']}, {r['hardware']}{old}: rank {rank} of {len(table)}")
+              f"{r['budget']}, {where}{old}: rank {rank} of {len(table)}")

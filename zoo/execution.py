@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_zoo import board, extras, memory, results
+from recipe_zoo import extras, memory, ranking, results
 from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ResourceError, ZooError
@@ -310,10 +310,10 @@ def _index_end(index: Path, row: dict) -> None:
 
 
 def _rank(run: Run, summary: dict, hardware: str, index: Path, run_id: str) -> str:
-    """The ``rank:`` line. ``board.standing`` says when the board cannot be read; anything else it raises (a bug)
+    """The ``rank:`` line. ``ranking.standing`` says when the board cannot be read; anything else it raises (a bug)
     still must not turn a finished run into a crash, so the line says it."""
     try:
-        return board.standing(summary, hardware, run.higher_is_better, index, run_id)
+        return ranking.standing(summary, hardware, run.higher_is_better, index, run_id)
     except Exception as exc:
         why = f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line, whatever the message
         run.log(f"warning: could not rank the run: {why}")

@@ -32,6 +32,9 @@ def _add_run(sub) -> None:
     run.add_argument("target", nargs="?", help="recipe name (vision/resnet) or path to a recipe .py file")
     run.add_argument("overrides", nargs="*", help="key=value config overrides")
     run.add_argument("--budget", help="training budget: 90s, 5m, 1h, 300steps, 3epochs (default: the recipe's)")
+    run.add_argument("--reference", nargs="?", const="", metavar="BENCHMARK",
+                     help="the recipe's reference run on BENCHMARK (default: its own): fixed work with every device "
+                          "choice pinned, ranked against every machine's rows (key=value still overrides)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     run.add_argument("--config", help="JSON or TOML file of config values, applied before key=value overrides")
@@ -108,6 +111,12 @@ def _add_bench(sub) -> None:
     bench.add_argument("targets", nargs="*", help="recipe names or files (default: every registered recipe)")
     bench.add_argument("--seeds", type=int, default=3)
     bench.add_argument("--budget", help="training budget per run (default: each recipe's)")
+    bench.add_argument("--reference", nargs="?", const="", metavar="BENCHMARK",
+                       help="the reference run of each recipe (on BENCHMARK; default: its own), or with no recipe "
+                            "every reference (on BENCHMARK): fixed work, ranked with every machine's rows")
+    bench.add_argument("--speed", action="store_true",
+                       help="with --reference: add this machine to the speed view only (default 1 seed), never a "
+                            "quality row")
     bench.add_argument("--out", type=Path, default=None, help="runs root (default $ZOO_RUNS or ./runs)")
     bench.add_argument("--nproc", type=int, default=None, metavar="N", help="each run on N processes under torchrun")
     bench.add_argument("--allow-dirty", action="store_true",

@@ -41,21 +41,22 @@ def cmd_board(args) -> int:
 
 
 def _own_data_board(args) -> int:
-    """``zoo board --data PATH``: every recipe the user ran on that file or folder, ranked (the local index)."""
-    from recipe_zoo import board, board_render, runs
+    """``zoo board --data PATH``: every run on that file or folder in the local index, one table per key (its
+    target, split and other key fields, then budget and hardware), each ranked."""
+    from recipe_zoo import board_render, ranking, runs
     from recipe_zoo.core.datasets import own_data_key
 
     if not args.data.exists():
         raise ZooError(f"{args.data}: file or folder not found")
     key = own_data_key(args.data)
-    rows = board.local_board_rows(runs.index_path(args.out or runs.default_out()), key)
+    rows = ranking.local_board_rows(runs.index_path(args.out or runs.default_out()), key, keyed=True)
     print(f"runs on {args.data} ({key}):\n")
-    print(board_render.render(rows, []).split("\n", 4)[-1] if rows else "no finished runs on this data yet")
+    print(board_render.render_tables(rows) if rows else "no finished runs on this data yet")
     return 0
 
 
 def cmd_compare(args) -> int:
-    from recipe_zoo import board, runs
+    from recipe_zoo import ranking, runs
 
     entries = [_finished_run(run_dir) for run_dir in args.run_dirs]
     for run_dir, summary, hardware, higher in entries:
@@ -64,7 +65,7 @@ def cmd_compare(args) -> int:
             continue
         index = runs.index_path(runs.runs_root(run_dir, summary["recipe"]))
         print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
-              f"{board.standing(summary, hardware, higher, index, run_dir.name)}")
+              f"{ranking.standing(summary, hardware, higher, index, run_dir.name)}")
     groups = _comparable_groups(entries)
     for (bench, metric, budget, hardware), members in groups.items():
         if len(members) < 2:
@@ -77,7 +78,8 @@ def cmd_compare(args) -> int:
             print(f"  {i}. {summary['value']:.4f} ({summary['value'] - best:+.4f})  {summary['recipe']} seed "
                   f"{summary['seed']}  {run_dir}")
     if len(entries) > 1 and len(groups) > 1:
-        print("\nruns on different benchmarks, budgets or hardware are listed apart: they are not comparable")
+        print("\nruns on different benchmarks or budgets, time budgets on other hardware, or work in another precision "
+              "are listed apart: they are not comparable")
     return 0
 
 
@@ -98,10 +100,16 @@ def _finished_run(run_dir) -> tuple:
 
 
 def _comparable_groups(entries: list[tuple]) -> dict[tuple, list]:
-    """The successful runs grouped by what makes them comparable: benchmark, metric, budget and hardware."""
+    """The successful runs grouped by what makes them comparable: benchmark, metric, budget, and the precision
+    (a budget of work: any machine) or the hardware (a time budget)."""
+    from recipe_zoo import board
+
     groups: dict[tuple, list] = {}
     for run_dir, summary, hardware, higher in entries:
         if summary["status"] == "ok":
-            groups.setdefault((summary["benchmark"], summary["metric"], summary["budget"], hardware), []).append(
+            precision = (summary.get("extra") or {}).get("precision")
+            where = (f"{board.precision_text(precision)}, every machine" if board.fixed_work(summary["budget"])
+                     else hardware)
+            groups.setdefault((summary["benchmark"], summary["metric"], summary["budget"], where), []).append(
                 (run_dir, summary, higher))
     return groups

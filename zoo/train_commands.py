@@ -23,16 +23,30 @@ def cmd_run(args) -> int:
     if not args.target:
         raise ZooError("zoo run needs a recipe name or file (see `zoo list`), or --resume RUN_DIR")
     spec = resolve_spec(args.target)
-    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
-    budget = runs.parse_budget_arg(args.budget or spec.budget)
+    overrides, budget_text = with_reference(spec, args.reference, args.overrides, args.budget)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, overrides, spec.name)
+    budget = runs.parse_budget_arg(budget_text or spec.budget)
     check_device(args.device)
     if should_launch(spec, args.nproc or 1):  # config, budget and device are checked here, before any process starts
         return launch(args.nproc, without_nproc(args.argv))
     join_process_group(spec, args.device)
-    description = " ".join([spec.name, *args.overrides])
+    description = " ".join([spec.name, *overrides])
     recipe_file = str(Path(args.target).resolve()) if args.target.endswith(".py") else None
     return execution.execute(spec, cfg, budget=budget, seed=args.seed, out_root=out_root, device=args.device,
                              description=description, recipe_file=recipe_file, track=args.track).code
+
+
+def with_reference(spec, reference: str | None, overrides: list[str], budget: str | None):
+    """The overrides and budget of ``--reference [BENCHMARK]``: the reference's pinned settings, then the user's
+    key=value (which may change one: the run is then a variant at the reference's work); as given without it."""
+    from recipe_zoo import references
+
+    if reference is None:
+        return overrides, budget
+    if budget:
+        raise ZooError(f"--budget {budget} with --reference: a reference run's work is fixed; drop one of them")
+    ref = references.find(spec.name, reference or None)
+    return [*ref.settings, *overrides], ref.work
 
 
 def _resume(args, out_root: Path) -> int:
@@ -64,8 +78,9 @@ def cmd_doctor(args) -> int:
     if os.environ.get("WORLD_SIZE", "1") != "1":
         raise ZooError("zoo doctor runs in one process: start it without torchrun")
     spec = resolve_spec(args.target)
-    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
-    budget = runs.parse_budget_arg(args.budget or spec.budget)
+    overrides, budget_text = with_reference(spec, args.reference, args.overrides, args.budget)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, overrides, spec.name)
+    budget = runs.parse_budget_arg(budget_text or spec.budget)
     check_device(args.device)
     return doctor.doctor(spec, cfg, out_root=args.out or runs.default_out(), seed=args.seed, device=args.device,
                          steps=args.steps, budget=budget, overrides=args.overrides)
@@ -84,23 +99,38 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from recipe_zoo import bench, registry, runs
+    from recipe_zoo import bench, references, registry, runs
 
     if args.suite or args.copy_data or args.scale != 1.0:
         return _suite(args)
-    targets = args.targets or [r["name"] for r in registry.static_list()]
-    overrides = [t for t in targets if "=" in t]
-    budget = [f"--budget {args.budget}"] if args.budget else []
+    if args.speed and args.reference is None:
+        raise ZooError("--speed measures a reference run: give --reference (zoo board lists them)")
+    overrides = [t for t in args.targets if "=" in t]
+    names = [t for t in args.targets if "=" not in t]
+    seeds = 1 if args.speed and args.seeds == 3 else args.seeds  # the speed view's default: one seed
     processes = args.nproc or int(os.environ.get("WORLD_SIZE", "1"))  # a torchrun worker: the job's size
     nproc = [f"--nproc {processes}"] if processes > 1 else []
-    jobs = [(resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {args.seeds}", *budget, *nproc, *overrides]))
-            for t in targets if "=" not in t]
-    if any(should_launch(spec, args.nproc or 1) for spec, _ in jobs):
+    if args.reference is not None:
+        if args.budget:
+            raise ZooError(f"--budget {args.budget} with --reference: a reference run's work is fixed")
+        refs = ([references.find(resolve_spec(n).name, args.reference or None) for n in names] if names else
+                [r for r in references.REFERENCES if args.reference in ("", r.benchmark)])
+        if not refs:
+            raise ZooError(f"--reference {args.reference}: no reference runs on it (zoo board lists them)")
+        speed = ["--speed"] if args.speed else []
+        jobs = [(resolve_spec(r.recipe), " ".join([r.command("bench"), f"--seeds {seeds}", *speed, *nproc,
+                                                     *overrides]), [*r.settings, *overrides], r.work) for r in refs]
+    else:
+        targets = names or [r["name"] for r in registry.static_list()]
+        budget = [f"--budget {args.budget}"] if args.budget else []
+        jobs = [(resolve_spec(t), " ".join(["zoo bench", t, f"--seeds {seeds}", *budget, *nproc, *overrides]),
+                 overrides, args.budget) for t in targets]
+    if any(should_launch(spec, args.nproc or 1) for spec, *_ in jobs):
         return launch(args.nproc, without_nproc(args.argv))
-    for spec, _ in jobs:
+    for spec, *_ in jobs:
         join_process_group(spec, "auto")
-    return bench.bench(jobs, seeds=args.seeds, budget_text=args.budget, overrides=overrides,
-                       out_root=args.out or runs.default_out(), allow_dirty=args.allow_dirty)
+    return bench.bench(jobs, seeds=seeds, out_root=args.out or runs.default_out(), allow_dirty=args.allow_dirty,
+                       speed_only=args.speed)
 
 
 def _suite(args) -> int:

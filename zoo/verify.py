@@ -2,9 +2,11 @@
 
 A row holds when the new mean is within ``2 * sqrt(s_old^2 / n_old + s_new^2 / n_new)`` of the old one, where s is
 the seed standard deviation, and for one seed (no spread of its own) the metric's floor below. Each check is
-appended to ``benchmarks/verify.jsonl``; the board shows the latest per row, and a failed row stays on the board,
-flagged. Rows are re-run only on the hardware they were measured on: a time budget buys another amount of
-work elsewhere.
+appended to ``benchmarks/verify.jsonl`` with the machine, commit and tree state it ran on; the board shows the
+latest per row and machine, and a failed row stays on the board, flagged. A fixed-work row (steps, epochs) is
+re-run on any machine, with at least ``CROSS_SEEDS`` seeds on both sides when the machine differs (one seed's floor
+is too weak a test of another machine's arithmetic); a time-budget row only on the hardware it was measured on: a
+time budget buys another amount of work elsewhere.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from recipe_zoo.core.errors import ZooError
 UNIT_INTERVAL_FLOOR = 0.005
 RELATIVE_FLOOR = 0.01
 SCALED = ("rmse", "mae", "bpb", "fid")
+CROSS_SEEDS = 3
 
 
 def floor(row: dict) -> float:
@@ -37,9 +40,11 @@ def tolerance(old: dict, new: dict) -> float:
 
 def select(rows: list[dict], picks: list[str], hardware: str) -> list[int]:
     """Row numbers (1-based, file order) to verify: those named, the rank-1 rows of the named benchmarks, or by
-    default the rank-1 row of every current-protocol table measured on this hardware."""
+    default the rank-1 row of every current-protocol table this machine can re-run (every fixed-work table, and
+    the time-budget tables measured on this hardware)."""
     if not picks:
-        tables = board.group([r for r in rows if board.protocol(r) == board.PROTOCOL and r["hardware"] == hardware])
+        tables = board.group([r for r in rows if board.protocol(r) == board.PROTOCOL
+                              and (r["hardware"] == hardware or board.fixed_work(r["budget"]))])
         return sorted(rows.index(board.ranked(t)[0]) + 1 for t in tables.values())
     chosen = []
     for pick in picks:
@@ -73,9 +78,13 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
     failed = 0
     for number in numbers:
         old = rows[number - 1]
-        if old["hardware"] != here:
+        if old["hardware"] != here and not board.fixed_work(old["budget"]):
             log(f"row {number}: measured on {old['hardware']}, this machine is {here}: not re-run (a time budget "
-                "buys another amount of work here)")
+                "buys another amount of work here; the reference tables' rows verify anywhere)")
+            continue
+        if old["hardware"] != here and min(old["n"], seeds) < CROSS_SEEDS:
+            log(f"row {number}: measured on {old['hardware']}; checking it on another machine takes at least "
+                f"{CROSS_SEEDS} seeds on both sides (the row has {old['n']}, this check --seeds {seeds}): not re-run")
             continue
         spec = registry.get(old["recipe"])
         overrides = [f"{k}={v}" for k, v in old.get("overrides", {}).items()]
@@ -91,7 +100,8 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
         passed = abs(new["mean"] - old["mean"]) <= tol
         failed += not passed
         board.append_rows([{"row": board.row_id(old), "number": number, "date": time.strftime("%Y-%m-%d"),
-                            "commit": new["commit"], "hardware": here, "n": new["n"], "values": new["values"],
+                            "commit": new["commit"], "dirty": new["dirty"], "hardware": here, "n": new["n"],
+                            "values": new["values"],
                             "mean": new["mean"], "std": new["std"], "old_mean": old["mean"], "tolerance": tol,
                             "passed": passed}], board.checks_file())
         log(f"row {number}: {'holds' if passed else 'FAILS'}: new {board.value_text(new)}, old "

@@ -1,0 +1,214 @@
+"""Reference runs at fixed work: each pins what a device would choose, plans the same on a 2-core CPU and an H200,
+is ranked with every machine's rows, has a speed view, verifies across machines, and tells a newcomer how to rank."""
+import dataclasses
+
+import pytest
+
+from conftest import summary_block, zoo_in_process
+from recipe_zoo import board, board_render, config, ranking, references, registry, runs
+from recipe_zoo.core import devices
+from recipe_zoo.core.budget import parse_budget
+
+AMD = "AMD EPYC [family 25 model 17 stepping 1, AVX-512 BF16] (2 threads)"
+INTEL = "Intel(R) Xeon(R) Processor [family 6 model 167 stepping 1, AMX] (2 threads)"
+H200 = "NVIDIA H200 x1"
+
+
+def resolved(ref):
+    spec = registry.get(ref.recipe)
+    return spec, config.build(spec.config, spec.defaults, None, ref.overrides, spec.name)
+
+
+@pytest.mark.parametrize("ref", references.REFERENCES, ids=lambda r: f"{r.recipe}@{r.benchmark}")
+def test_a_reference_pins_every_device_choice_and_names_its_benchmark(ref):
+    from recipe_zoo.data import benchmark_key
+
+    spec, cfg = resolved(ref)
+    assert parse_budget(ref.work).kind in ("steps", "epochs") and board.fixed_work(ref.work)
+    pinned = config.parse_overrides(ref.overrides)
+    assert set(getattr(spec.config, "DEVICE_FIELDS", ())) <= set(pinned), "a device would choose the rest"
+    assert "data" in pinned and benchmark_key(cfg.data) + runs.key_suffix(cfg) == ref.benchmark
+    if "precision" in pinned:
+        assert cfg.precision in ("fp32", "bf16") and not cfg.tf32
+    assert references.find(ref.recipe, ref.benchmark) is ref
+    assert references.config_hash(ref) == references.config_hash(dataclasses.replace(ref))  # no clock, no machine
+
+
+def test_each_board_benchmark_and_digits_has_a_reference():
+    assert {"digits", "cifar10-subset", "tinyshakespeare", "isbi2012-membrane", "mnist"} <= {
+        r.benchmark for r in references.REFERENCES}
+    assert len({(r.recipe, r.benchmark) for r in references.REFERENCES}) == len(references.REFERENCES)
+
+
+def test_the_sizing_rules_choose_the_same_on_a_2_core_cpu_and_an_h200():
+    """What the device-reading rules return for the pinned settings: the same on both profiles (a time budget
+    would give the H200 a wider net, another batch, another patch)."""
+    from recipe_zoo.recipes.diffusion.models import choose_width
+    from recipe_zoo.recipes.llm import gpt, sizing
+    from recipe_zoo.recipes.medical import plan as medical_plan
+    from recipe_zoo.recipes.medical.unet import plan_settings
+
+    cpu, h200 = devices.cpu(peak=180e9, memory=20e9), devices.gpu("H200")
+    _, llm = resolved(references.find("llm/gpt", "tinyshakespeare"))
+    shape = gpt.shape_at(llm, llm.depth, 1024)
+    work = parse_budget(references.find("llm/gpt").work)
+    choices = [sizing.batch_sizes(shape, work, p, 361_533, batch_tokens=llm.batch_tokens, micro_batch=llm.micro_batch,
+                                  epoch_cap=llm.epoch_cap, log=lambda line: None) for p in (cpu, h200)]
+    assert choices[0] == choices[1] == (4096, 16)
+    assert sizing.batch_sizes(shape, parse_budget("5m"), h200, 361_533, batch_tokens=0, micro_batch=0,
+                              epoch_cap=llm.epoch_cap, log=lambda line: None) != choices[0]  # unpinned: it differs
+
+    ref = references.find("diffusion/flow", "mnist")
+    _, flow = resolved(ref)
+    widths = {choose_width(flow, parse_budget(ref.work), 1, 28, 10, p, lambda *a, **k: None)[0] for p in (cpu, h200)}
+    assert widths == {16}
+
+    ref = references.find("medical/unet", "isbi2012-membrane")
+    _, unet = resolved(ref)
+    fp = {"cases": 20, "channels": 1, "spatial_dims": 2, "median_shape": [512, 512], "min_shape": [512, 512],
+          "max_shape": [512, 512], "total_voxels": 20 * 512 * 512, "median_spacing": [1.0, 1.0], "anisotropy": 1.0,
+          "intensity_fg": {"mean": 0.0, "std": 1.0, "p00_5": -2.0, "p99_5": 2.0},
+          "class_fraction": {"background": 0.8, "membrane": 0.2}, "modality": "EM"}
+    keys = ("dims", "width", "levels", "patch", "batch_size", "normalize", "spacing")
+    plans = [medical_plan.make_plan(fp, plan_settings(unet), p, parse_budget(ref.work), lambda d, l, w: (1e4, 100.0))
+             for p in (cpu, h200)]
+    assert {k: plans[0][k] for k in keys} == {k: plans[1][k] for k in keys}
+    assert plans[0]["patch"] == [128, 256] and plans[0]["batch_size"] == 3 and plans[0]["width"] == 16
+
+
+def fixed(recipe, mean, hardware, precision="bf16", budget="1500steps", **kw):
+    return {"protocol": 2, "benchmark": "cifar10-subset", "split": "test/", "metric": "test_accuracy",
+            "higher_is_better": True, "recipe": recipe, "mean": mean, "std": 0.003, "n": 3, "budget": budget,
+            "hardware": hardware, "precision": precision, "train_seconds": 300.0, "commit": "abc1234",
+            "date": "2026-12-03", "command": f"zoo bench {recipe} --reference --seeds 3", **kw}
+
+
+def test_reference_rows_of_every_machine_share_their_benchmark_table():
+    """A row at its recipe's reference work and precision is in the benchmark's reference table whatever machine
+    measured it (a variant of the reference too); other work budgets get a table per work and precision; a time
+    budget stays on its hardware."""
+    ref = references.find("vision/resnet", "cifar10-subset")
+    pinned = config.parse_overrides(ref.overrides)
+    rows = [fixed("vision/resnet", 0.826, AMD, overrides=pinned),
+            fixed("vision/resnet", 0.829, INTEL, overrides=pinned),
+            fixed("vision/resnet", 0.80, H200, overrides={**pinned, "lr": "0.1"}), fixed("x", 0.81, AMD),
+            fixed("vision/resnet", 0.70, AMD, precision="fp32"), fixed("z", 0.75, AMD, budget="5m")]
+    tables = board.group(rows)
+    assert [(k[4], k[5], len(t)) for k, t in tables.items()] == [
+        ("1500steps", "bf16", 1), ("1500steps", "fp32", 1), ("reference", "every machine", 3), ("5m", AMD, 1)]
+    kw = dict(benchmark="cifar10-subset", budget="1500steps", metric="test_accuracy", higher=True, rows=rows)
+    line = ranking.rank_line(0.827, hardware="a laptop nobody measured (8 threads)", precision="bf16",
+                           recipe="vision/resnet", **kw)
+    assert line.startswith("2 of 4 on cifar10-subset @ 1500steps (the reference table, bf16), every machine")
+    assert ranking.rank_line(0.71, hardware="any", precision="fp32", recipe="vision/resnet", **kw).startswith("1 of 2")
+    assert ranking.rank_line(0.9, hardware="any", precision="bf16", recipe="x", **kw).startswith(
+        "1 of 2 on cifar10-subset @ 1500steps (bf16), every machine")
+    assert ranking.rank_line(0.7, hardware="any", precision="fp16", recipe="y", **kw).startswith("unranked")
+
+    speed = [{"benchmark": "cifar10-subset", "budget": "1500steps", "precision": "bf16", "recipe": "vision/resnet",
+              "overrides": pinned, "hardware": hw, "n": 3, "train_seconds": s, "throughput": 256 * 1500 / s,
+              "unit": "samples/s", "mfu_percent": 60.0, "mfu_of": "a bf16 matmul", "commit": "abc1234",
+              "date": "2026-12-03"} for hw, s in ((AMD, 312.0), (H200, 4.0))]
+    text = board_render.render(rows, [], [], speed)
+    table = text.split("## cifar10-subset · test_accuracy · reference runs · every machine")[1].split("\n## ")[0]
+    assert f"| {AMD} |" in table and f"| {INTEL} |" in table and f"| {H200} |" in table
+    assert "| =1 | vision/resnet (reference) | 1500steps, bf16 | 0.8290 ± 0.0030 |" in table
+    assert "Speed of the work per machine" in table
+    assert f"| vision/resnet (reference) | 1500steps, bf16 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a bf16 " \
+           "matmul |" in table
+    assert "Reference: `zoo run vision/resnet --reference`" in table
+    assert "Not measured yet: `zoo bench contrastive/simclr --reference`" in table
+    assert text.index("# Reference tables") < text.index("reference runs · every machine") < text.index(
+        "## cifar10-subset · test_accuracy · 1500steps of work · bf16") < text.index("# Time budgets")
+    assert "## tinyshakespeare · reference runs · every machine" in text
+    assert "Not measured yet: `zoo bench llm/gpt --reference`" in text
+
+
+def test_a_time_budget_run_with_no_table_here_is_told_its_work_and_the_reference_that_ranks_it():
+    summary = {"benchmark": "cifar10-subset", "recipe": "vision/resnet", "budget": "5m", "train_seconds": 300.0,
+               "metrics": {"steps": 1200}, "extra": {"precision": "bf16"}}
+    hint = ranking.reference_hint(summary, "a machine with no rows")
+    assert hint == ("; this run did 1,200 steps in 300 s; to rank on every machine: zoo run vision/resnet --reference "
+                    "(1500steps) (about 6.2 min of training here)")
+    assert ranking.reference_hint(dict(summary, recipe="vision/convnext"), "x") == "; this run did 1,200 steps in 300 s"
+
+
+def test_reference_flags_refuse_what_does_not_go_together():
+    for args, needle in ((["run", "vision/resnet", "--reference", "--budget", "5m"], "a reference run's work is fixed"),
+                         (["run", "vision/resnet", "--reference", "mnist"], "has references on digits, cifar10-subset"),
+                         (["run", "llm/lora", "--reference"], "llm/lora has no reference run"),
+                         (["bench", "vision/resnet", "--speed"], "--speed measures a reference run"),
+                         (["bench", "--reference", "nowhere"], "--reference nowhere: no reference runs on it")):
+        proc = zoo_in_process(*args)
+        assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
+
+
+@pytest.mark.slow
+def test_a_reference_row_ranks_on_any_machine_its_speed_is_added_and_it_verifies_across_machines(tmp_path,
+                                                                                                monkeypatch):
+    """A tiny reference (a narrow vision/resnet on digits, 10 steps): `zoo bench --reference` writes the quality row
+    and its speed row; `--speed` adds a speed row only; a run of the reference on this machine is ranked in the
+    same table as a row measured on another; `zoo verify` re-runs that row only with 3 seeds on both sides."""
+    key = "digits"
+    ref = references.Reference(key, "vision/resnet", "10steps", ("data=digits", "width=8", "eval_every=0",
+                                                                 "precision=fp32", "tf32=false"))
+    monkeypatch.setattr(references, "REFERENCES", (ref,))
+    out = tmp_path / "runs"
+    proc = zoo_in_process("bench", "vision/resnet", "--reference", key, "--seeds", "1", "--out", out, "--allow-dirty")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = board.load_rows()
+    (speed,) = board.load_rows(board.speed_file())
+    assert row["budget"] == speed["budget"] == "10steps" and row["precision"] == speed["precision"] == "fp32"
+    assert speed["hardware"] == row["hardware"] and speed["train_seconds"] > 0 and speed["unit"] == "samples/s"
+    assert row["command"] == f"zoo bench vision/resnet --reference {key} --seeds 1" and references.of_row(row) == ref
+    assert zoo_in_process("bench", "vision/resnet", "--reference", key, "--speed", "--out", out,
+                          "--allow-dirty").returncode == 0
+    assert len(board.load_rows()) == 1 and len(board.load_rows(board.speed_file())) == 2  # never a quality row
+    text = (board.board_dir() / "leaderboard.md").read_text()
+    assert f"## {key} · test_accuracy · reference runs · every machine" in text
+    assert "Speed of the work per machine" in text and "| vision/resnet (reference) | 10steps, fp32 |" in text
+
+    elsewhere = dict(row, hardware=INTEL, date="2026-01-01", n=3, std=0.01)  # as if measured on another CPU
+    board.append_rows([elsewhere])
+    proc = zoo_in_process("run", "vision/resnet", "--reference", key, "--out", out, "--seed", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"of 3 on {key} @ 10steps (the reference table, fp32), every machine" in summary_block(proc.stdout)["rank"]
+    proc = zoo_in_process("verify", "2", "--out", out, "--allow-dirty")
+    assert proc.returncode == 0 and "(the row has 3, this check --seeds 1): not re-run" in proc.stdout
+    proc = zoo_in_process("verify", "2", "--seeds", "3", "--out", out, "--allow-dirty")
+    assert "row 2: holds" in proc.stdout or "row 2: FAILS" in proc.stdout, proc.stdout[-2000:]
+    (check,) = board.load_rows(board.checks_file())
+    assert check["hardware"] != INTEL and check["n"] == 3 and "dirty" in check
+    assert f"on {check['hardware']} @ {check['commit']}" in (board.board_dir() / "leaderboard.md").read_text()
+
+
+def test_own_data_board_groups_runs_by_their_key_fields(tmp_path):
+    """`zoo board --data FILE` lists runs keyed own:HASH:target=NAME (a named target) rather than missing them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    table = tmp_path / "t.csv"
+    x = rng.normal(size=(200, 2))
+    table.write_text("a,b,y,z\n" + "".join(f"{a:.4f},{b:.4f},{a + b:.4f},{a - b:.4f}\n" for a, b in x))
+    out = tmp_path / "runs"
+    for target in ("y", "z"):
+        proc = zoo_in_process("run", "tabular/mlp", f"data={table}", f"target={target}", "--budget", "5steps",
+                              "--out", out)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    listing = zoo_in_process("board", "--data", table, "--out", out)
+    assert listing.returncode == 0, listing.stderr
+    from recipe_zoo.core.datasets import own_data_key
+
+    key = own_data_key(table)
+    assert f"## {key}:target=z · test_rmse · 5steps" in listing.stdout
+    assert "no finished runs" not in listing.stdout and listing.stdout.count("| 1 | tabular/mlp") == 2
+
+
+def test_make_demo_runs_the_digits_reference_and_is_ranked_on_a_machine_with_no_row():
+    """The Makefile's demo is the digits reference; on a machine on no row it still gets `k of n on digits`."""
+    assert "zoo run vision/resnet --reference digits" in (runs.CODE_DIR / "Makefile").read_text()
+    ref = references.find("vision/resnet", "digits")
+    rows = [dict(fixed("vision/resnet", 0.99, INTEL, budget=ref.work), benchmark="digits")]
+    line = ranking.rank_line(0.995, benchmark="digits", budget=ref.work, hardware="a machine on no row",
+                           metric="test_accuracy", higher=True, rows=rows, precision="bf16", recipe="vision/resnet")
+    assert line.startswith(f"1 of 2 on digits @ {ref.work} (the reference table, bf16), every machine")

@@ -1,0 +1,133 @@
+"""Where a result stands: the rows it is ranked among (``comparable``), its ``rank:`` line, the hint a newcomer
+gets (the work a run did and the reference that would rank it, with its time here), and the local index's own-data
+runs as rows."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from recipe_zoo.board import (EVERY_MACHINE, PROTOCOL, all_rows, fixed_work, interval, label, load_rows, mean_std,
+                              precision_text, protocol, ranked, table_key, value_text)
+from recipe_zoo.core.errors import ZooError
+
+
+def comparable(rows: list[dict], *, benchmark: str, budget: str, metric: str, hardware: str, precision=None,
+               recipe: str = "") -> list[dict]:
+    """The current-protocol rows a result is ranked among: its table's (``table_key``), split aside. The
+    reference table of its benchmark when it is at its recipe's reference work and precision; else at a budget of
+    work, every machine's rows of that work and precision; at a time budget, this hardware's rows."""
+    me = table_key({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
+                    "hardware": hardware, "precision": precision, "recipe": recipe})
+    return [r for r in rows if protocol(r) == PROTOCOL and table_key(r)[:2] + table_key(r)[3:] == me[:2] + me[3:]]
+
+
+def table_name(benchmark: str, budget: str, hardware: str, precision=None, recipe: str = "") -> str:
+    """``tinyshakespeare @ 300steps (the reference table, fp32), every machine``, ``tinyshakespeare @ 300steps
+    (fp32), every machine`` or ``tinyshakespeare @ 5m, <hardware>``."""
+    from recipe_zoo import references
+
+    if references.in_table(recipe, benchmark, budget, precision):
+        return f"{benchmark} @ {budget} (the reference table, {precision_text(precision)}), {EVERY_MACHINE}"
+    if fixed_work(budget):
+        return f"{benchmark} @ {budget} ({precision_text(precision)}), {EVERY_MACHINE}"
+    return f"{benchmark} @ {budget}, {hardware}"
+
+
+def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
+              rows: list[dict], precision=None, recipe: str = "") -> str:
+    """Where a value stands among comparable rows (``comparable``): rank, best, delta, and whether it lies inside
+    the best row's interval (its test-set noise, or two seed errors)."""
+    table = comparable(rows, benchmark=benchmark, budget=budget, metric=metric, hardware=hardware,
+                       precision=precision, recipe=recipe)
+    name = table_name(benchmark, budget, hardware, precision, recipe)
+    if not table:
+        return f"unranked: no leaderboard rows for {name}"
+    best = ranked(table)[0]
+    better = sum(1 for r in table if (r["mean"] > value if higher else r["mean"] < value))
+    delta = value - best["mean"]
+    lo, hi = interval(best)
+    verdict = "within the best row's interval" if lo <= value <= hi else (
+        "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
+    return (f"{better + 1} of {len(table) + 1} on {name} "
+            f"(best {value_text(best)}, {label(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
+
+
+def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
+    """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs. A time-budget
+    run on a machine with no table of its own is told the work it did and the reference run that would rank it."""
+    bench = summary["benchmark"]
+    # The local index keeps no precision (an explicit precision= is in the run's description): own-data tables
+    # do not split by it.
+    precision = None if bench.startswith("own:") else (summary.get("extra") or {}).get("precision")
+    try:
+        rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
+    except OSError as exc:  # a damaged line is skipped; a file that cannot be read at all leaves the run unranked
+        return f"not ranked: the board could not be read ({exc.filename}: {exc.strerror or exc})"
+    except ZooError as exc:
+        return f"not ranked: the board could not be read ({exc})"
+    line = rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
+                     metric=summary["metric"], higher=higher, rows=rows, precision=precision,
+                     recipe=summary.get("recipe", ""))
+    if line.startswith("unranked") and not bench.startswith("own:"):
+        line += reference_hint(summary, hardware)
+    return line
+
+
+def reference_hint(summary: dict, hardware: str) -> str:
+    """``; this run did 1,442 steps in 300 s; ranked on every machine: zoo run ... --reference (about 5.2 min here)``
+    for a run whose benchmark has a reference of its recipe; empty otherwise."""
+    from recipe_zoo import references
+
+    metrics = summary.get("metrics") or {}
+    reference = next((r for r in references.on_benchmark(summary["benchmark"]) if r.recipe == summary["recipe"]),
+                     None)
+    did = ""
+    if metrics.get("steps"):
+        did = f"; this run did {int(metrics['steps']):,} steps in {summary['train_seconds']:.0f} s"
+    if reference is None:
+        return did
+    if reference.work == summary["budget"]:
+        return did + f"; the reference run is {reference.command()} (its table is empty: zoo bench ... --reference)"
+    seconds = speed_estimate(reference, hardware, summary)
+    about = "" if seconds is None else f" (about {seconds / 60:.1f} min of training here)"
+    return did + f"; to rank on every machine: {reference.command()} ({reference.work}){about}"
+
+
+def speed_estimate(reference, hardware: str, summary: dict) -> float | None:
+    """The training seconds ``reference`` takes on this hardware: the speed view's median where it has this
+    machine, else this run's own step rate scaled to the reference's steps (the same recipe, so the same step)."""
+    from recipe_zoo.core.budget import parse_budget
+
+    here = [r["train_seconds"] for r in all_rows("speed.jsonl") if r["hardware"] == hardware
+            and (r["recipe"], r["benchmark"], r["budget"]) == (reference.recipe, reference.benchmark, reference.work)]
+    if here:
+        return statistics.median(here)
+    work = parse_budget(reference.work)
+    steps = (summary.get("metrics") or {}).get("steps")
+    if work.kind != "steps" or not steps or not summary.get("train_seconds"):
+        return None
+    return summary["train_seconds"] * work.amount / steps
+
+
+def local_board_rows(index: Path, benchmark: str, exclude: str | None = None, *, keyed: bool = False) -> list[dict]:
+    """The local index's finished runs on one benchmark, as leaderboard rows (seeds pooled by config). ``keyed``:
+    also the runs whose key adds fields to it (``own:HASH:target=income`` for ``own:HASH``), each its own table."""
+    from recipe_zoo import results
+
+    pooled: dict[tuple, list[dict]] = {}
+    for r in results.all_rows(index):
+        mine = r["benchmark"] == benchmark or keyed and r["benchmark"].startswith(benchmark + ":")
+        if mine and r["status"] == "ok" and r["run_id"] != exclude and r["metric"] is not None:
+            pooled.setdefault((r["benchmark"], r["description"], r["budget"], r["hardware"], r["metric_name"]),
+                              []).append(r)
+    rows = []
+    for (key, description, budget, hardware, metric), runs in pooled.items():
+        mean, std = mean_std([r["metric"] for r in runs])
+        rows.append({"protocol": PROTOCOL, "benchmark": key, "metric": metric, "budget": budget,
+                     "hardware": hardware,
+                     "recipe": description, "mean": mean, "std": std, "n": len(runs),
+                     "higher_is_better": bool(runs[0]["higher_is_better"]),
+                     "train_seconds": sum(r["train_seconds"] or 0 for r in runs) / len(runs),
+                     "params_M": runs[0]["params_M"], "commit": runs[-1]["commit_id"],
+                     "date": (runs[-1]["finished"] or "")[:10], "command": f"zoo run {description}"})
+    return rows

@@ -1,0 +1,159 @@
+"""The reference runs: for each benchmark on the board (and digits, the demo's), the run of each recipe that competes
+there at a fixed amount of work, with every setting a device would otherwise choose pinned, so that a 2-core CPU
+and an H200 train the same configuration and their numbers land in one table.
+
+Work is counted in units no machine changes: optimizer steps at a fixed global batch, boosting rounds (``Nsteps``
+caps them for the tree recipes). What a device would choose and is pinned here: model shape (llm depth, diffusion
+width, medical width, levels, patch and batch), global and micro batch, precision, TF32 (``tf32=false``: full fp32
+on GPUs too) and ``compile``. Under a budget of work nothing reads the clock: evaluation cadence follows steps, the
+protein head grid is whole, no time share cuts the trees. What still differs between machines is floating-point
+order and, in some recipes, where random numbers are drawn: vision's augmentations come from a CPU generator
+seeded by the batch's position on every device, but diffusion's noise, contrastive's kornia views and dropout draw
+on the device's own generator, so a GPU seed is another draw of the same distribution (like another seed). Hence
+rows are means over 3 seeds and ``zoo verify`` checks a row on another machine with 3 seeds on both sides.
+
+The work was chosen near what 5 minutes buys on 2 CPU cores (a minute for the 1-minute and 30-second benchmarks,
+about a minute for digits), so that a newcomer reproduces a row in minutes: ``zoo run RECIPE --reference [BENCH]``
+runs one, ``zoo bench RECIPE --reference [BENCH]`` measures a row (3 seeds), ``zoo bench RECIPE --reference --speed``
+adds this machine to the table's speed view.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+from recipe_zoo.core.errors import ZooError
+
+
+@dataclass(frozen=True)
+class Reference:
+    benchmark: str  # the board's benchmark key: a dataset name, with :field=value for a non-default split
+    recipe: str
+    work: str  # a budget in machine-free units: 1500steps, 3epochs
+    settings: tuple[str, ...]  # key=value overrides: data= and everything a device would otherwise choose
+    why: str = ""  # how the work was chosen
+
+    @property
+    def overrides(self) -> list[str]:
+        return list(self.settings)
+
+    def command(self, verb: str = "run") -> str:
+        """``zoo run vision/resnet --reference digits``: the short form that expands to this reference."""
+        own = registered_benchmark(self.recipe)
+        return f"zoo {verb} {self.recipe} --reference" + ("" if self.benchmark == own else f" {self.benchmark}")
+
+    def expanded(self) -> str:
+        """The same run with everything written out (what the row's ``command`` field keeps)."""
+        return " ".join(["zoo run", self.recipe, "--budget", self.work, *self.settings])
+
+
+FP32 = ("precision=fp32", "tf32=false")
+# The order is the board's. Work: near what a 5-minute run (1 minute for the 1-minute and 30-second benchmarks, a
+# minute for digits) trained on 2 cores of an AMD EPYC family 25 model 17 at its time budget.
+REFERENCES: tuple[Reference, ...] = (
+    Reference("digits", "vision/resnet", "2000steps", ("data=digits", "precision=bf16", "tf32=false"),
+              "the demo: 2,779 steps in 60 s; 2,000 keep it near a minute with the evaluation"),
+    Reference("cifar10-subset", "vision/resnet", "1500steps", ("data=cifar10-subset", "precision=bf16", "tf32=false"),
+              "1,442 steps at 5m in bf16, batch 256"),
+    Reference("cifar10-subset", "contrastive/simclr", "280steps", ("data=cifar10-subset", *FP32),
+              "54 steps in 60 s measured beside another job, 2 x 128 views of 32 px a step: near 5 minutes idle"),
+    Reference("tinyshakespeare", "llm/gpt", "300steps",
+              ("data=tinyshakespeare", "depth=4", "batch_tokens=4096", "micro_batch=16", "compile=true", *FP32),
+              "sizing's choice at 5m (depth 4, 4,096 tokens a step, 282 steps predicted)"),
+    Reference("isbi2012-membrane", "medical/unet", "3000steps",
+              ("data=isbi2012-membrane", "width=16", "levels=5", "patch=128,256", "batch_size=3", *FP32),
+              "the planner's 5m choice (5 folds of 1m: 636 steps each predicted); 600 steps a fold"),
+    Reference("mnist", "diffusion/flow", "800steps", ("data=mnist", "width=16", *FP32),
+              "sizing's 5m choice (width 16, 787 steps predicted, 64 images a step)"),
+    Reference("lipophilicity", "molecules/dmpnn", "3800steps", ("data=lipophilicity", *FP32),
+              "767 steps a minute at the defaults: 5 minutes' worth"),
+    Reference("esol", "molecules/dmpnn", "400steps", ("data=esol", *FP32), "411 steps at its 30s budget"),
+    Reference("esol", "molecules/fp-xgb", "3000steps", ("data=esol",),
+              "its rounds cap (n_estimators): early stopping on validation ends it (608 rounds, 4.5 s)"),
+    Reference("bbbp:split=scaffold", "molecules/dmpnn", "550steps", ("data=bbbp", "split=scaffold", *FP32),
+              "561 steps at its 30s budget"),
+    Reference("bbbp:split=scaffold", "molecules/fp-xgb", "3000steps", ("data=bbbp", "split=scaffold"),
+              "its rounds cap: early stopping on validation ends it"),
+    Reference("california-housing", "tabular/xgb", "5000steps", ("data=california-housing",),
+              "a rounds cap above what early stopping keeps (5 bagged models of 548-976 rounds, 40 s)"),
+    Reference("california-housing", "tabular/mlp", "9000steps", ("data=california-housing", *FP32),
+              "8,950 steps at its 1m budget"),
+    Reference("adult", "tabular/xgb", "5000steps", ("data=adult",),
+              "a rounds cap above what early stopping keeps (5 bagged models of 262-392 rounds, 10 s)"),
+    Reference("tem1-esm2-8m", "protein/esm-embed", "30000steps", ("data=tem1-esm2-8m", *FP32),
+              "the MLP head's 33,000 steps at its 1m budget; under steps the ridge and kernel-ridge grid is whole"),
+    Reference("tem1-esm2-8m", "protein/position-mean", "30000steps", ("data=tem1-esm2-8m",),
+              "a closed form: it reads no budget, so its work is its esm-embed neighbour's"),
+    Reference("tem1-esm2-8m:split=positions", "protein/esm-embed", "30000steps",
+              ("data=tem1-esm2-8m", "split=positions", *FP32), "as on the random split"),
+    Reference("tem1-esm2-8m:split=positions", "protein/position-mean", "30000steps",
+              ("data=tem1-esm2-8m", "split=positions"), "a closed form: it reads no budget"),
+)
+
+
+def registered_benchmark(recipe: str) -> str:
+    from recipe_zoo import registry
+
+    return registry.get(recipe).benchmark
+
+
+def for_recipe(recipe: str) -> list[Reference]:
+    return [r for r in REFERENCES if r.recipe == recipe]
+
+
+def find(recipe: str, benchmark: str | None = None) -> Reference:
+    """The reference of ``recipe`` on ``benchmark`` (default: the recipe's own benchmark); one line naming what
+    exists when there is none."""
+    mine = for_recipe(recipe)
+    if not mine:
+        raise ZooError(f"--reference: {recipe} has no reference run (zoo board lists the reference tables)")
+    if not benchmark:
+        own = registered_benchmark(recipe)
+        benchmark = own if any(r.benchmark == own for r in mine) else mine[0].benchmark
+    for r in mine:
+        if r.benchmark == benchmark:
+            return r
+    raise ZooError(f"--reference {benchmark}: {recipe} has references on {', '.join(r.benchmark for r in mine)}")
+
+
+def matching(recipe: str, benchmark: str, budget: str) -> Reference | None:
+    return next((r for r in REFERENCES if (r.recipe, r.benchmark, r.work) == (recipe, benchmark, budget)), None)
+
+
+def pinned_precision(reference: Reference) -> str | None:
+    from recipe_zoo import config
+
+    return config.parse_overrides(reference.overrides).get("precision")
+
+
+def in_table(recipe: str, benchmark: str, budget: str, precision) -> bool:
+    """Whether a result belongs in ``benchmark``'s reference table: its recipe's reference work there, in the
+    reference's precision (none for recipes without one). Its other settings may differ: a variant at that work."""
+    ref = matching(recipe, benchmark, budget)
+    return ref is not None and pinned_precision(ref) == precision
+
+
+def of_row(row: dict) -> Reference | None:
+    """The reference a leaderboard row measured: its recipe, benchmark and work, with the reference's settings."""
+    from recipe_zoo import config
+
+    ref = matching(row["recipe"], row["benchmark"], row["budget"])
+    return ref if ref and row.get("overrides", {}) == config.parse_overrides(ref.overrides) else None
+
+
+def on_benchmark(benchmark: str) -> list[Reference]:
+    return [r for r in REFERENCES if r.benchmark == benchmark]
+
+
+def config_hash(reference: Reference) -> str:
+    """The resolved configuration a reference trains (every field, defaults included) and its work, hashed: the
+    same on every machine, since nothing in it is left for the device to choose."""
+    from recipe_zoo import config, registry
+
+    spec = registry.get(reference.recipe)
+    cfg = config.build(spec.config, spec.defaults, None, reference.overrides, spec.name)
+    text = json.dumps({"recipe": reference.recipe, "work": reference.work, "config": dataclasses.asdict(cfg)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
