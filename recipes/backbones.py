@@ -68,12 +68,13 @@ class ZooNet(nn.Module):
 
     @torch.no_grad()
     def init_whitening(self, x: torch.Tensor, eps: float = 5e-4) -> None:
-        """Stem filters = eigenvectors of the 2x2 patch covariance / sqrt(eigenvalue), in +/- pairs."""
+        """Stem filters = eigenvectors of the 2x2 patch covariance / sqrt(eigenvalue), in +/- pairs. Computed on the
+        CPU whatever ``x``'s device (the same filters on a GPU as on a CPU; once, at initialisation)."""
         c, k = x.shape[1], self.whiten.kernel_size[0]
         cov, count = torch.zeros(c * k * k, c * k * k, dtype=torch.float64), 0
         step = max(1, 256 * 32 * 32 // (x.shape[-1] * x.shape[-2]))  # the patches of 256 images of 32 px at a time
         for i in range(0, len(x), step):  # summed in float64
-            chunk = x[i:i + step].float().unfold(2, k, 1).unfold(3, k, 1)
+            chunk = x[i:i + step].cpu().float().unfold(2, k, 1).unfold(3, k, 1)
             patches = chunk.permute(0, 2, 3, 1, 4, 5).reshape(-1, c * k * k)
             cov, count = cov + (patches.T @ patches).double(), count + len(patches)
         evals, evecs = torch.linalg.eigh((cov / count).float())

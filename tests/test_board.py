@@ -213,3 +213,19 @@ def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
     text = (board.board_dir() / "leaderboard.md").read_text()
     assert text.count("**FAILED**") == 1 and "ok 20" in text
     assert zoo_in_process("verify", "7").returncode == 2  # no such row
+
+
+def test_ranks_never_invert_the_means():
+    """A row further down with a wide interval that still overlaps the best row's is not lifted to =1 above a
+    better row that is not tied: =1 is a prefix of the ranking."""
+    rows = [row("best", 0.90, ci_low=0.85, ci_high=0.95), row("close", 0.88, ci_low=0.86, ci_high=0.90),
+            row("apart", 0.80, ci_low=0.79, ci_high=0.81), row("wide", 0.70, ci_low=0.50, ci_high=0.90)]
+    assert [r["recipe"] for r in board.ranked(rows)] == ["best", "close", "apart", "wide"]
+    assert board.ranks(rows) == ["=1", "=1", "3", "4"]
+    assert "Rank =1 means the best row and the next-best rows" in board_render.render(rows, [])
+
+
+def test_a_fid_zoo_table_says_what_fid_zoo_is():
+    text = board_render.render([row("diffusion/flow", 6.3, metric="test_fid_zoo", higher_is_better=False)], [])
+    assert "comparable only with other `fid_zoo` values" in text
+    assert "comparable only with other" not in board_render.render([row("a", 0.8)], [])

@@ -131,8 +131,8 @@ def test_predict_new_images_labelled_flat_and_one_file(cells, tmp_path, capfd):
     for mine, theirs in zip(scored.rows, test):
         assert mine["dice"] == pytest.approx(float(theirs["dice"]), abs=1e-6)
         assert mine["foreground_fraction"] == pytest.approx(float(theirs["foreground_fraction"]), abs=1e-9)
-    assert scored.metrics["test_dice"] == pytest.approx(json.loads((run_dir / "summary.json").read_text())
-                                                        ["metrics"]["test_dice"], abs=1e-6)
+    assert scored.metrics["dice"] == pytest.approx(json.loads((run_dir / "summary.json").read_text())
+                                                   ["metrics"]["test_dice"], abs=1e-6)  # new data: a plain name
     flat = tmp_path / "flat"
     shutil.copytree(new / "images", flat)
     (flat / "notes.txt").write_text("not an image")
@@ -150,7 +150,8 @@ def test_predict_new_images_labelled_flat_and_one_file(cells, tmp_path, capfd):
     assert masks["copy.tif"].shape == masks[first.name].shape == (48, 48)
     assert np.mean(masks["copy.tif"] != masks[first.name]) <= 1e-3
     one = model.predict(data=str(first), labels=str(new / "masks" / first.name), tta=0, overlap=0.25)
-    assert len(one.rows) == 1 and one.rows[0]["file"] == first.name and "test_dice" in one.metrics
+    assert len(one.rows) == 1 and one.rows[0]["file"] == first.name and "dice" in one.metrics
+    assert not any(k.startswith("test_") for k in one.metrics)  # other data's scores never carry the run's names
     written, _ = read_image(one.files[0])  # read back as training reads a mask: the same axes and values
     assert np.array_equal(written[0], np.array([0, 255])[one.arrays["masks"][0]])
 
@@ -177,7 +178,7 @@ def test_predict_volumes_writes_nifti_in_their_geometry(cubes, tmp_path):
     assert path.name == "scan.nii.gz" and saved.shape == (30, 36, 6) and np.allclose(saved.affine, affine)
     assert np.array_equal(np.asarray(saved.dataobj), ensemble.arrays["masks"][0])
     one = model.predict(data=str(folder / "scan.nii.gz"), labels=str(tmp_path / "scan_mask.nii.gz"), fold=1)
-    assert 0 <= one.rows[0]["foreground_fraction"] <= 1 and set(one.metrics) >= {"test_dice", "test_dice_cube"}
+    assert 0 <= one.rows[0]["foreground_fraction"] <= 1 and set(one.metrics) >= {"dice", "dice_cube"}
 
 
 def test_predict_bad_inputs_are_one_line(cells, cubes, tmp_path, capfd):

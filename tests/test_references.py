@@ -129,8 +129,11 @@ def test_a_time_budget_run_with_no_table_here_is_told_its_work_and_the_reference
                "metrics": {"steps": 1200}, "extra": {"precision": "bf16"}}
     hint = ranking.reference_hint(summary, "a machine with no rows")
     assert hint == ("; this run did 1,200 steps in 300 s; to rank on every machine: zoo run vision/resnet --reference "
-                    "(1500steps) (about 6.2 min of training here)")
+                    "(1500steps) (about 6.2 min of training here, from this run's step rate)")
     assert ranking.reference_hint(dict(summary, recipe="vision/convnext"), "x") == "; this run did 1,200 steps in 300 s"
+    llm = dict(summary, recipe="llm/gpt", benchmark="tinyshakespeare", metrics={"steps": 150, "tokens": 614_400})
+    assert ranking.reference_hint(llm, "x").startswith("; this run did 150 steps (614,400 tokens) in 300 s; to rank on "
+                                                        "every machine: zoo run llm/gpt --reference (300steps)")
 
 
 def test_reference_flags_refuse_what_does_not_go_together():

@@ -273,18 +273,15 @@ def ranked(rows: list[dict]) -> list[dict]:
 
 
 def ranks(rows: list[dict]) -> list[str]:
-    """The rank of each row of ``ranked(rows)``: ``=1`` for every row whose interval overlaps the best row's (they
-    are not told apart by this data), then 2, 3, ... by mean."""
+    """The rank of each row of ``ranked(rows)``: ``=1`` for the best row and each next-best row whose interval
+    overlaps the best row's (not told apart by this data), stopping at the first that does not, so ranks never
+    invert the means; then the rest 2, 3, ... by mean (a wide interval further down does not lift a row to =1)."""
     order = ranked(rows)
     lo, hi = interval(order[0])
-    tied = [i == 0 or (interval(r)[0] <= hi and interval(r)[1] >= lo) for i, r in enumerate(order)]
-    if sum(tied) == 1:
-        return [str(i + 1) for i in range(len(order))]
-    out, next_rank = [], sum(tied) + 1
-    for t in tied:
-        out.append("=1" if t else str(next_rank))
-        next_rank += 0 if t else 1
-    return out
+    tied = 1
+    while tied < len(order) and interval(order[tied])[0] <= hi and interval(order[tied])[1] >= lo:
+        tied += 1
+    return [("=1" if tied > 1 else "1") if i < tied else str(i + 1) for i in range(len(order))]
 
 
 def group(rows: list[dict]) -> dict[tuple, list[dict]]:

@@ -16,8 +16,13 @@ from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_row
 
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
         "by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
-        "bootstrap interval over the test items (the test set's own noise, averaged over seeds); rows whose "
-        "interval overlaps the best row's share rank =1. *validation* is what selection read.")
+        "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
+        "best row and the next-best rows whose test interval (or two seed errors) overlaps the best row's, down to "
+        "the first that does not: this data does not tell them apart (an unpaired rule: rows scored on the same "
+        "items may differ more surely than it says). *validation* is what selection read.")
+METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own feature network (a small classifier "
+                           "trained on the benchmark's training split: `diffusion/models.py`'s FeatureNet), "
+                           "comparable only with other `fid_zoo` values, never with published Inception FIDs."}
 
 
 def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = ()) -> str:
@@ -106,6 +111,7 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
              "rows together." if work else f"Budget: {budget} of training time per run, on this hardware only.")
     out = [title + (f" · protocol {proto}" if proto < PROTOCOL else ""), "",
            f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). {scope}", ""]
+    out += [note + "\n" for key, note in METRIC_NOTES.items() if key in metric_base(metric)]
     out += _reference_lines(refs)
     current = proto >= PROTOCOL
     if current:

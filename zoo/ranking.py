@@ -83,30 +83,32 @@ def reference_hint(summary: dict, hardware: str) -> str:
                      None)
     did = ""
     if metrics.get("steps"):
-        did = f"; this run did {int(metrics['steps']):,} steps in {summary['train_seconds']:.0f} s"
+        tokens = f" ({int(metrics['tokens']):,} tokens)" if metrics.get("tokens") else ""
+        did = f"; this run did {int(metrics['steps']):,} steps{tokens} in {summary['train_seconds']:.0f} s"
     if reference is None:
         return did
     if reference.work == summary["budget"]:
-        return did + f"; the reference run is {reference.command()} (its table is empty: zoo bench ... --reference)"
-    seconds = speed_estimate(reference, hardware, summary)
-    about = "" if seconds is None else f" (about {seconds / 60:.1f} min of training here)"
+        return f"; no row measured yet: {reference.command('bench')} measures one (3 seeds)"
+    seconds, source = speed_estimate(reference, hardware, summary)
+    about = "" if seconds is None else f" (about {seconds / 60:.1f} min of training here, {source})"
     return did + f"; to rank on every machine: {reference.command()} ({reference.work}){about}"
 
 
-def speed_estimate(reference, hardware: str, summary: dict) -> float | None:
-    """The training seconds ``reference`` takes on this hardware: the speed view's median where it has this
-    machine, else this run's own step rate scaled to the reference's steps (the same recipe, so the same step)."""
+def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | None, str]:
+    """The training seconds ``reference`` takes on this hardware and where that figure comes from: the speed view's
+    median where it has this machine, else this run's own step rate scaled to the reference's steps (the same
+    recipe: the same step where the run's batch is the reference's)."""
     from recipe_zoo.core.budget import parse_budget
 
     here = [r["train_seconds"] for r in all_rows("speed.jsonl") if r["hardware"] == hardware
             and (r["recipe"], r["benchmark"], r["budget"]) == (reference.recipe, reference.benchmark, reference.work)]
     if here:
-        return statistics.median(here)
+        return statistics.median(here), "the speed view"
     work = parse_budget(reference.work)
     steps = (summary.get("metrics") or {}).get("steps")
     if work.kind != "steps" or not steps or not summary.get("train_seconds"):
-        return None
-    return summary["train_seconds"] * work.amount / steps
+        return None, ""
+    return summary["train_seconds"] * work.amount / steps, "from this run's step rate"
 
 
 def local_board_rows(index: Path, benchmark: str, exclude: str | None = None, *, keyed: bool = False) -> list[dict]:

@@ -155,13 +155,19 @@ def batch_sizes(shape: models.GPTShape, budget, profile, train_tokens: int, *, b
                 epoch_cap: float, log=print) -> tuple[int, int]:
     """The run's ``batch_tokens`` and ``micro_batch``: as set, or (0) chosen for ``shape`` on ``profile``."""
     batch, micro = batch_tokens, micro_batch
+    windows = max(1, (train_tokens - 1 - shape.seq_len) // shape.seq_len)  # the training split's (token_windows)
     if not batch:
         timed = budget.kind == "seconds"
         batch, why = batch_choice(shape, budget.amount if timed else None, profile,
                                   cap_tokens(epoch_cap, train_tokens) if timed else math.inf)
+        if batch // shape.seq_len > windows:  # a GPU's batch can outgrow a small corpus (tinyshakespeare on an H200)
+            batch = max([b for b in BATCH_CHOICES if b // shape.seq_len <= windows] or BATCH_CHOICES[:1])
+            why = f"the largest whose sequences fit in the training split's {windows:,} windows"
         log(f"batch_tokens=0: {batch:,} tokens a step on {profile.name}: {why}")
     if not micro:
         micro, why = micro_batch_choice(shape, batch, profile)
+        if micro * profile.processes > windows:
+            micro, why = max(1, windows // profile.processes), f"the training split's {windows:,} windows"
         log(f"micro_batch=0: {micro} sequences of {shape.seq_len} a pass: {why}")
     return batch, micro
 

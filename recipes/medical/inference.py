@@ -228,6 +228,6 @@ def predict_new(cfg, opts, run, net: Network) -> artifact.Predictions:
         if labelled:
             scores.add(torch.from_numpy(mask).long(), torch.from_numpy(raw.label[0]), raw.spacing)
     result = scores.result() if labelled else None
-    metrics = {f"test_{m}": v for m, v in summarize(result, classes).items()} if labelled else {}
+    metrics = dict(summarize(result, classes)) if labelled else {}  # new data's scores: plain names, not test_
     return artifact.Predictions(rows=writer.rows(result["dice"] if labelled else None, classes), metrics=metrics,
                                 files=writer.files, arrays={"masks": writer.masks})
