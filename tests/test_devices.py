@@ -214,3 +214,18 @@ def test_plan_sizing_refuses_bad_input_in_one_line(args, needle, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_a_gpu_batch_never_outgrows_a_small_training_split():
+    """tinyshakespeare's 361,533 training tokens hold 1,411 windows of 256: an H200's chosen step (up to 524,288
+    tokens) and micro-batch (2,048 sequences) would not fit one epoch, and the run would stop; both are capped."""
+    from recipe_zoo.core.budget import parse_budget
+    from recipe_zoo.recipes.llm import models, sizing
+
+    shape = models.GPTShape.from_depth(4, 1024, aspect=64, head_dim=64, kv_heads=0, seq_len=256, mlp="relu2",
+                                       softcap=15.0)
+    h200, windows = devices.gpu("H200"), (361_533 - 1 - 256) // 256
+    assert sizing.batch_choice(shape, None, h200)[0] == 524_288  # a step budget: no time or epoch cap on the batch
+    batch, micro = sizing.batch_sizes(shape, parse_budget("300steps"), h200, 361_533, batch_tokens=0, micro_batch=0,
+                                      epoch_cap=16.0, log=lambda line: None)
+    assert (batch, micro) == (262_144, 1024) and batch // 256 <= windows
