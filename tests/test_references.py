@@ -151,7 +151,8 @@ def test_a_reference_row_ranks_on_any_machine_its_speed_is_added_and_it_verifies
                                                                                                 monkeypatch):
     """A tiny reference (a narrow vision/resnet on digits, 10 steps): `zoo bench --reference` writes the quality row
     and its speed row; `--speed` adds a speed row only; a run of the reference on this machine is ranked in the
-    same table as a row measured on another; `zoo verify` re-runs that row only with 3 seeds on both sides."""
+    same table as a row measured on another; `zoo verify` re-runs that row with 3 seeds (a row of one seed from
+    another machine is not re-run)."""
     key = "digits"
     ref = references.Reference(key, "vision/resnet", "10steps", ("data=digits", "width=8", "eval_every=0",
                                                                  "precision=fp32", "tf32=false"))
@@ -172,13 +173,14 @@ def test_a_reference_row_ranks_on_any_machine_its_speed_is_added_and_it_verifies
     assert "Speed of the work per machine" in text and "| vision/resnet (reference) | 10steps, fp32 |" in text
 
     elsewhere = dict(row, hardware=INTEL, date="2026-01-01", n=3, std=0.01)  # as if measured on another CPU
-    board.append_rows([elsewhere])
+    board.append_rows([elsewhere, dict(elsewhere, date="2026-01-02", n=1)])
     proc = zoo_in_process("run", "vision/resnet", "--reference", key, "--out", out, "--seed", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"of 3 on {key} @ 10steps (the reference table, fp32), every machine" in summary_block(proc.stdout)["rank"]
-    proc = zoo_in_process("verify", "2", "--out", out, "--allow-dirty")
-    assert proc.returncode == 0 and "(the row has 3, this check --seeds 1): not re-run" in proc.stdout
-    proc = zoo_in_process("verify", "2", "--seeds", "3", "--out", out, "--allow-dirty")
+    assert f"of 4 on {key} @ 10steps (the reference table, fp32), every machine" in summary_block(proc.stdout)["rank"]
+    proc = zoo_in_process("verify", "3", "--out", out, "--allow-dirty")
+    assert proc.returncode == 0 and f"measured on {INTEL} with 1 seed(s)" in proc.stdout and "not re-run" in proc.stdout
+    proc = zoo_in_process("verify", "2", "--out", out, "--allow-dirty")  # --seeds 1 asked: 3 run, as for any machine
+    assert f"running 3 seed(s) (measured on {INTEL})" in proc.stdout, proc.stdout[-2000:]
     assert "row 2: holds" in proc.stdout or "row 2: FAILS" in proc.stdout, proc.stdout[-2000:]
     (check,) = board.load_rows(board.checks_file())
     assert check["hardware"] != INTEL and check["n"] == 3 and "dirty" in check

@@ -4,9 +4,9 @@ A row holds when the new mean is within ``2 * sqrt(s_old^2 / n_old + s_new^2 / n
 the seed standard deviation, and for one seed (no spread of its own) the metric's floor below. Each check is
 appended to ``benchmarks/verify.jsonl`` with the machine, commit and tree state it ran on; the board shows the
 latest per row and machine, and a failed row stays on the board, flagged. A fixed-work row (steps, epochs) is
-re-run on any machine, with at least ``CROSS_SEEDS`` seeds on both sides when the machine differs (one seed's floor
-is too weak a test of another machine's arithmetic); a time-budget row only on the hardware it was measured on: a
-time budget buys another amount of work elsewhere.
+re-run on any machine, with at least ``CROSS_SEEDS`` seeds on both sides when the machine differs (``--seeds`` is
+raised to it; one seed's floor is too weak a test of another machine's arithmetic); a time-budget row only on the
+hardware it was measured on: a time budget buys another amount of work elsewhere.
 """
 from __future__ import annotations
 
@@ -82,15 +82,19 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
             log(f"row {number}: measured on {old['hardware']}, this machine is {here}: not re-run (a time budget "
                 "buys another amount of work here; the reference tables' rows verify anywhere)")
             continue
-        if old["hardware"] != here and min(old["n"], seeds) < CROSS_SEEDS:
-            log(f"row {number}: measured on {old['hardware']}; checking it on another machine takes at least "
-                f"{CROSS_SEEDS} seeds on both sides (the row has {old['n']}, this check --seeds {seeds}): not re-run")
-            continue
+        n = seeds
+        if old["hardware"] != here:
+            if old["n"] < CROSS_SEEDS:
+                log(f"row {number}: measured on {old['hardware']} with {old['n']} seed(s); checking it on another "
+                    f"machine takes at least {CROSS_SEEDS} seeds on both sides: not re-run (bench it again with "
+                    f"--seeds {CROSS_SEEDS})")
+                continue
+            n = max(seeds, CROSS_SEEDS)  # one seed's floor is too weak a test of another machine's arithmetic
         spec = registry.get(old["recipe"])
         overrides = [f"{k}={v}" for k, v in old.get("overrides", {}).items()]
         log(f"row {number}: {board.label(old)} on {old['benchmark']} @ {old['budget']}, {board.value_text(old)}: "
-            f"running {seeds} seed(s)")
-        new = bench.bench_one(spec, seeds=seeds, budget_text=old["budget"], overrides=overrides, out_root=out_root,
+            f"running {n} seed(s)" + (f" (measured on {old['hardware']})" if old["hardware"] != here else ""))
+        new = bench.bench_one(spec, seeds=n, budget_text=old["budget"], overrides=overrides, out_root=out_root,
                               command=old.get("command", ""), append=False, log=log)
         if new is None:
             failed += 1
