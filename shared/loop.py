@@ -44,7 +44,7 @@ class LoopSettings:
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 10.0  # diverged when loss > this x first, or NaN/inf
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: GPU bf16 (else fp16), CPU as zoo show says
     compile: bool = False  # torch.compile the model for training
-    tf32: bool = True  # on GPUs: fp32 matmuls and convolutions in TF32 (off: full fp32, as reference runs pin it)
+    tf32: bool = True  # fp32 matmuls in TF32 on GPUs (oneDNN's reduced fp32 math on CPUs); off: full fp32 everywhere
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
     sync_every: NonNegativeInt = 0  # steps between reads of the loss off the device (0 = 1 on CPU, 16 on GPUs)

@@ -160,13 +160,25 @@ def _speed_table(key: tuple, speed) -> list[str]:
            "", "| recipe | work | hardware | runs | train s (median) | throughput | MFU | commit | date |",
            "|---|---|---|---:|---:|---|---|---|---|"]
     for (name, work, hardware), r in sorted(latest.items(), key=lambda kv: (kv[0][:2], kv[1]["train_seconds"])):
-        rate = f"{r['throughput']:,.0f} {r.get('unit', '')}".strip() if r.get("throughput") is not None else "-"
+        rate = f"{r['throughput']:,.0f} {r.get('unit', '')}".strip() if r.get("throughput") is not None else (
+            _steps_rate(r))
         mfu = f"{r['mfu_percent']:.1f}% of {r['mfu_of']}" if r.get("mfu_percent") is not None and r.get("mfu_of") \
             else number_text(r.get("mfu_percent"), 1)
         out.append(f"| {_label(r)} | {work}, {precision_text(r.get('precision'))} | {hardware} | {r['n']} | "
                    f"{number_text(r['train_seconds'], 1)} | {rate} | {mfu} | {r.get('commit', '-')} | "
                    f"{r.get('date', '-')} |")
     return out + [""]
+
+
+def _steps_rate(row: dict) -> str:
+    """Where a torch recipe reports no samples or tokens a second: its steps over its median training seconds (not
+    for trees and closed forms, which have no precision: their ``Nsteps`` is a cap on rounds, or unread)."""
+    from recipe_zoo.core.budget import parse_budget
+
+    work = parse_budget(row["budget"])
+    if work.kind != "steps" or not row["train_seconds"] or not row.get("precision"):
+        return "-"
+    return f"{work.amount / row['train_seconds']:,.1f} steps/s"
 
 
 def board_table_slot(row: dict) -> tuple:

@@ -5,7 +5,7 @@ and an H200 train the same configuration and their numbers land in one table.
 Work is counted in units no machine changes: optimizer steps at a fixed global batch, boosting rounds (``Nsteps``
 caps them for the tree recipes). What a device would choose and is pinned here: model shape (llm depth, diffusion
 width, medical width, levels, patch and batch), global and micro batch, precision, TF32 (``tf32=false``: full fp32
-on GPUs too) and ``compile``. Under a budget of work nothing reads the clock: evaluation cadence follows steps, the
+matmuls on GPUs, and on CPUs whose oneDNN would otherwise use its reduced fp32 math) and ``compile``. Under a budget of work nothing reads the clock: evaluation cadence follows steps, the
 protein head grid is whole, no time share cuts the trees. What still differs between machines is floating-point
 order and, in some recipes, where random numbers are drawn: vision's augmentations come from a CPU generator
 seeded by the batch's position on every device, but diffusion's noise, contrastive's kornia views and dropout draw
@@ -45,7 +45,7 @@ class Reference:
         return f"zoo {verb} {self.recipe} --reference" + ("" if self.benchmark == own else f" {self.benchmark}")
 
     def expanded(self) -> str:
-        """The same run with everything written out (what the row's ``command`` field keeps)."""
+        """The same run with every setting written out: what ``--reference`` expands to."""
         return " ".join(["zoo run", self.recipe, "--budget", self.work, *self.settings])
 
 
