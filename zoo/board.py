@@ -305,6 +305,14 @@ def value_text(row: dict) -> str:
     return f"{mean} ± {number_text(row['std'])}" if row["n"] > 1 else f"{mean} (n=1)"
 
 
+def row_name(row: dict) -> str:
+    """A row as the board names it: ``vision/resnet (reference)`` for a reference run (its settings are listed
+    above its table), else its label."""
+    from recipe_zoo import references
+
+    return f"{row['recipe']} (reference)" if references.of_row(row) else label(row)
+
+
 def label(row: dict) -> str:
     overrides = " ".join(f"{k}={v}" for k, v in sorted(row.get("overrides", {}).items()))
     return f"{row['recipe']} {overrides}".strip()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_rows, board_dir, fixed_work, group, label,
                               machine_free, metric_base, number_text, precision_text, protocol, ranked, ranks,
-                              rendering, row_id, value_text)
+                              rendering, row_id, row_name, value_text)
 
 
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
@@ -126,7 +126,7 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
             ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
                 else "-"
             work_cell = f" {r['budget']}, {precision_text(r.get('precision'))} |" if reference else ""
-            cells = (f"| {rank} | {_label(r)} |{work_cell} {value_text(r)} | {ci} | "
+            cells = (f"| {rank} | {row_name(r)} |{work_cell} {value_text(r)} | {ci} | "
                      f"{number_text(r.get('val_mean'))} | {r['n']} | {r['hardware']} |")
             tail = f" {verified(r, checks)} |"
         else:
@@ -138,13 +138,6 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
     if reference or work:
         out += _speed_table(key, speed)
     return out
-
-
-def _label(row: dict) -> str:
-    """A reference row is named by its recipe (its settings are the reference's, listed above the table)."""
-    from recipe_zoo import references
-
-    return f"{row['recipe']} (reference)" if references.of_row(row) else label(row)
 
 
 def _speed_table(key: tuple, speed) -> list[str]:
@@ -164,7 +157,7 @@ def _speed_table(key: tuple, speed) -> list[str]:
             _steps_rate(r))
         mfu = f"{r['mfu_percent']:.1f}% of {r['mfu_of']}" if r.get("mfu_percent") is not None and r.get("mfu_of") \
             else number_text(r.get("mfu_percent"), 1)
-        out.append(f"| {_label(r)} | {work}, {precision_text(r.get('precision'))} | {hardware} | {r['n']} | "
+        out.append(f"| {row_name(r)} | {work}, {precision_text(r.get('precision'))} | {hardware} | {r['n']} | "
                    f"{number_text(r['train_seconds'], 1)} | {rate} | {mfu} | {r.get('commit', '-')} | "
                    f"{r.get('date', '-')} |")
     return out + [""]

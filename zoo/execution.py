@@ -265,7 +265,7 @@ def _finish(run: Run, trained: Trained, run_dir: Path, index: Path, env: dict, r
         run.extra = {"precision": precision, **run.extra}
     summary = {**_summary(run, metrics, status), "run_rss_growth_mb": trained.rss_growth_mb}
     if status == "ok":
-        summary["rank"] = _rank(run, summary, env["hardware"], index, run_dir.name)
+        summary["rank"] = _rank(run, {**summary, "metrics": metrics}, env["hardware"], index, run_dir.name)
     _write_json(run_dir / "summary.json", {**summary, "metrics": metrics, "exit_code": code,
                                            "inputs": input_files(trained.cfg) if status == "ok" else {}})
     _plot_curves(run)

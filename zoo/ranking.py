@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from recipe_zoo.board import (EVERY_MACHINE, PROTOCOL, all_rows, fixed_work, interval, label, load_rows, mean_std,
-                              precision_text, protocol, ranked, table_key, value_text)
+from recipe_zoo.board import (EVERY_MACHINE, PROTOCOL, all_rows, fixed_work, interval, load_rows, mean_std,
+                              precision_text, protocol, ranked, row_name, table_key, value_text)
 from recipe_zoo.core.errors import ZooError
 
 
@@ -49,7 +49,7 @@ def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metri
     verdict = "within the best row's interval" if lo <= value <= hi else (
         "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
     return (f"{better + 1} of {len(table) + 1} on {name} "
-            f"(best {value_text(best)}, {label(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
+            f"(best {value_text(best)}, {row_name(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
 
 
 def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:

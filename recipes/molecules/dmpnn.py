@@ -223,7 +223,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     splits = splits_for(cfg, table, run)
     inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
-    predicted, total_seconds, last, nets, scalers = [], 0.0, {}, [], []
+    predicted, total_seconds, total_steps, last, nets, scalers = [], 0.0, 0, {}, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
         members = []
         nets.append([])
@@ -234,7 +234,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
                                                             label=label)
             members.append(predict)
             nets[k].append(net)
-            total_seconds += stats["train_seconds"]
+            total_seconds, total_steps = total_seconds + stats["train_seconds"], total_steps + stats.get("steps", 0)
             last = stats
         scalers.append(scaler)  # the split's training rows: the same for each of its members
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
@@ -242,5 +242,5 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
                           test_idx, np.mean([p(test_idx) for p in members], axis=0)))
     metrics = finish(run, table, predicted)
     save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted)
-    return {**metrics, "train_seconds": total_seconds, "params_M": last["params_M"],
+    return {**metrics, "train_seconds": total_seconds, "steps": total_steps, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}
