@@ -229,3 +229,11 @@ def test_a_fid_zoo_table_says_what_fid_zoo_is():
     text = board_render.render([row("diffusion/flow", 6.3, metric="test_fid_zoo", higher_is_better=False)], [])
     assert "comparable only with other `fid_zoo` values" in text
     assert "comparable only with other" not in board_render.render([row("a", 0.8)], [])
+
+
+def test_rows_of_defaults_chosen_on_test_say_so():
+    """A recipe whose defaults were read off a test split (its config's CHOSEN_ON_TEST) is marked on the board."""
+    text = board_render.render([row("contrastive/simclr", 0.55), row("tabular/mlp", 0.5)], [])
+    assert "| contrastive/simclr † |" in text and "| tabular/mlp |" in text
+    assert "† contrastive/simclr: defaults chosen on test (protocol 1), kept until re-chosen on validation: " \
+           "batch_size=128, read off kNN accuracy on the test queries." in text

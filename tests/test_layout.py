@@ -116,7 +116,7 @@ def test_the_wheel_installs_one_top_level_package_with_the_board(tmp_path):
     shown = zoo("board")
     assert shown.returncode == 0, shown.stderr[-2000:]
     expected_board = checkout_render.render(*(checkout_board.load_rows(ROOT / "benchmarks" / k) for k in
-                                             ("results.jsonl", "reported.jsonl", "verify.jsonl")))
+                                             checkout_board.KINDS))
     assert shown.stdout == expected_board
     bench = zoo("bench", "tabular/xgb", "data=wine", "bagging=1", "n_estimators=20", "--budget", "2steps",
                 "--out", str(tmp_path / "runs"))

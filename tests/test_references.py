@@ -112,7 +112,7 @@ def test_reference_rows_of_every_machine_share_their_benchmark_table():
     text = board_render.render(rows, [], [], speed)
     table = text.split("## cifar10-subset · test_accuracy · reference runs · every machine")[1].split("\n## ")[0]
     assert f"| {AMD} |" in table and f"| {INTEL} |" in table and f"| {H200} |" in table
-    assert "| =1 | vision/resnet (reference) | 1500steps, bf16 | 0.8290 ± 0.0030 |" in table
+    assert "| =1 | vision/resnet (reference) † | 1500steps, bf16 | 0.8290 ± 0.0030 |" in table
     assert "Speed of the work per machine" in table
     assert f"| vision/resnet (reference) | 1500steps, bf16 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a bf16 " \
            "matmul |" in table

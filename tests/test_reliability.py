@@ -560,7 +560,7 @@ def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkey
     for w in writers:
         w.join()
         assert w.exitcode == 0
-    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["leaderboard.md"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["leaderboard-protocol1.md", "leaderboard.md"]
 
 
 def test_debug_shows_the_traceback_the_one_line_hides(tmp_path):

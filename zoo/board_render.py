@@ -126,7 +126,8 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
             ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
                 else "-"
             work_cell = f" {r['budget']}, {precision_text(r.get('precision'))} |" if reference else ""
-            cells = (f"| {rank} | {row_name(r)} |{work_cell} {value_text(r)} | {ci} | "
+            mark = " †" if chosen_on_test(r["recipe"]) else ""
+            cells = (f"| {rank} | {row_name(r)}{mark} |{work_cell} {value_text(r)} | {ci} | "
                      f"{number_text(r.get('val_mean'))} | {r['n']} | {r['hardware']} |")
             tail = f" {verified(r, checks)} |"
         else:
@@ -135,9 +136,23 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
                    f"{number_text(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
                    f"`{r.get('command', '')}` |")
     out.append("")
+    chosen = {r["recipe"]: note for r in table if (note := chosen_on_test(r["recipe"]))}
+    out += [f"† {recipe}: defaults chosen on test (protocol 1), kept until re-chosen on validation: {note}."
+            for recipe, note in sorted(chosen.items())] + ([""] if chosen else [])
     if reference or work:
         out += _speed_table(key, speed)
     return out
+
+
+def chosen_on_test(recipe: str) -> str:
+    """What of a recipe's defaults was read off a test split (its config's ``CHOSEN_ON_TEST``), or ''."""
+    from recipe_zoo import registry
+    from recipe_zoo.core.errors import ZooError
+
+    try:
+        return getattr(registry.get(recipe).config, "CHOSEN_ON_TEST", "")
+    except ZooError:  # a row of a recipe no longer registered (or an own-data run's label): nothing to say
+        return ""
 
 
 def _speed_table(key: tuple, speed) -> list[str]:

@@ -35,8 +35,7 @@ def cmd_board(args) -> int:
         for path in board_render.write_charts():
             print(f"wrote {path}")
     if not (args.write or args.plot):
-        rows, reported, checks = (board.all_rows(kind) for kind in ("results.jsonl", "reported.jsonl", "verify.jsonl"))
-        sys.stdout.write(board_render.render(rows, reported, checks))
+        sys.stdout.write(board_render.render(*(board.all_rows(kind) for kind in board.KINDS)))
     return 0
 
 

@@ -78,9 +78,8 @@ def cmd_doctor(args) -> int:
     if os.environ.get("WORLD_SIZE", "1") != "1":
         raise ZooError("zoo doctor runs in one process: start it without torchrun")
     spec = resolve_spec(args.target)
-    overrides, budget_text = with_reference(spec, args.reference, args.overrides, args.budget)
-    cfg = config_mod.build(spec.config, spec.defaults, args.config, overrides, spec.name)
-    budget = runs.parse_budget_arg(budget_text or spec.budget)
+    cfg = config_mod.build(spec.config, spec.defaults, args.config, args.overrides, spec.name)
+    budget = runs.parse_budget_arg(args.budget or spec.budget)
     check_device(args.device)
     return doctor.doctor(spec, cfg, out_root=args.out or runs.default_out(), seed=args.seed, device=args.device,
                          steps=args.steps, budget=budget, overrides=args.overrides)

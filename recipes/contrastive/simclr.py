@@ -50,6 +50,7 @@ Jitter = Annotated[float, Range(0, 2)]  # at most 2: the hue jitter, a quarter o
 
 @dataclass
 class ContrastiveConfig(LoopSettings):
+    CHOSEN_ON_TEST: ClassVar[str] = "batch_size=128, read off kNN accuracy on the test queries"
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("eval_data", "val_fraction", "test_fraction", "knn_k", "knn_temperature",
                                              "probe_c")
     BATCH_IN_LOSS: ClassVar[bool] = True  # the micro-batch is the negatives: out of memory never halves it

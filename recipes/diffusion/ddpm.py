@@ -56,6 +56,8 @@ class DiffusionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("image_size", "val_fraction", "test_fraction", "conditional",
                                              "n_samples", "n_real")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "precision", "tf32")
+    CHOSEN_ON_TEST: ClassVar[str] = ("lr and the width rule, set on the 1,000 held-out mnist images that are now "
+                                     "validation and test")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)

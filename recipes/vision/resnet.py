@@ -41,6 +41,7 @@ Decay = Annotated[float, Range(0, 1, low_open=True)]  # a multiplier per step th
 @dataclass
 class VisionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
+    CHOSEN_ON_TEST: ClassVar[str] = "the tuned defaults, ported when vision had only train and test"
 
     data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
     image_size: NonNegativeInt = 0  # px per side; 0 = own (folder: median short side to x32, 32-224; finetune: model)
