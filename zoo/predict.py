@@ -45,7 +45,8 @@ class Model:
         with torch_state_kept():  # predict sets the switches its run set (llm: speed_switches); the caller's come back
             result = self.spec.predict(self.cfg, opts, run)
         if getattr(opts, "data", "") and result.metrics:  # new data's scores are never named as the run's test
-            result = dataclasses.replace(result, metrics={k.removeprefix("test_"): v for k, v in result.metrics.items()})
+            plain = {k.removeprefix("test_"): v for k, v in result.metrics.items()}
+            result = dataclasses.replace(result, metrics=plain)
         if out is not None:
             artifact.write_rows(out_path, result.rows)
         return result

@@ -5,8 +5,8 @@ and an H200 train the same configuration and their numbers land in one table.
 Work is counted in units no machine changes: optimizer steps at a fixed global batch, boosting rounds (``Nsteps``
 caps them for the tree recipes). What a device would choose and is pinned here: model shape (llm depth, diffusion
 width, medical width, levels, patch and batch), global and micro batch, precision, TF32 (``tf32=false``: full fp32
-matmuls on GPUs, and on CPUs whose oneDNN would otherwise use its reduced fp32 math) and ``compile``. Under a budget of work nothing reads the clock: evaluation cadence follows steps, the
-protein head grid is whole, no time share cuts the trees. What still differs between machines is floating-point
+matmuls on GPUs, and on CPUs whose oneDNN would otherwise use its reduced fp32 math) and ``compile``. Under a
+budget of work nothing reads the clock: evaluation cadence follows steps, the protein head grid is whole, no time share cuts the trees. What still differs between machines is floating-point
 order and, in some recipes, where random numbers are drawn: vision's augmentations come from a CPU generator
 seeded by the batch's position on every device, but diffusion's noise, contrastive's kornia views and dropout draw
 on the device's own generator, so a GPU seed is another draw of the same distribution (like another seed). Hence
