@@ -111,7 +111,7 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
              "rows together." if work else f"Budget: {budget} of training time per run, on this hardware only.")
     out = [title + (f" · protocol {proto}" if proto < PROTOCOL else ""), "",
            f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). {scope}", ""]
-    out += [note + "\n" for key, note in METRIC_NOTES.items() if key in metric_base(metric)]
+    out += [note + "\n" for kind, note in METRIC_NOTES.items() if kind in metric_base(metric)]
     out += _reference_lines(refs)
     current = proto >= PROTOCOL
     if current:

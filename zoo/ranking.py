@@ -16,9 +16,12 @@ def comparable(rows: list[dict], *, benchmark: str, budget: str, metric: str, ha
     """The current-protocol rows a result is ranked among: its table's (``table_key``), split aside. The
     reference table of its benchmark when it is at its recipe's reference work and precision; else at a budget of
     work, every machine's rows of that work and precision; at a time budget, this hardware's rows."""
-    me = table_key({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
-                    "hardware": hardware, "precision": precision, "recipe": recipe})
-    return [r for r in rows if protocol(r) == PROTOCOL and table_key(r)[:2] + table_key(r)[3:] == me[:2] + me[3:]]
+    def unsplit(key: tuple) -> tuple:  # the run's own split is not known here: compare the rest of the key
+        return key[:2] + key[3:]
+
+    me = unsplit(table_key({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
+                            "hardware": hardware, "precision": precision, "recipe": recipe}))
+    return [r for r in rows if protocol(r) == PROTOCOL and unsplit(table_key(r)) == me]
 
 
 def table_name(benchmark: str, budget: str, hardware: str, precision=None, recipe: str = "") -> str:
