@@ -435,6 +435,13 @@ def train_in_process(out: Path, recipe: str, *args, budget: str, cache: Path | N
                          "--device", "cpu"])
     finally:
         torch.set_num_threads(threads)
-    assert code == 0
+    assert code == 0, run_log_tail(out / "runs" / recipe)
     (run_dir,) = (out / "runs" / recipe).iterdir()
     return run_dir
+
+
+def run_log_tail(folder: Path, chars: int = 3000) -> str:
+    """The end of every log under ``folder`` (a failed run's own account of why: its log.txt, a Dask cluster's
+    workers' log), for an assertion's message."""
+    logs = sorted(p for p in folder.rglob("*") if p.name == "log.txt" or p.suffix == ".log") if folder.is_dir() else []
+    return "\n".join(f"{log}:\n{log.read_text(errors='replace')[-chars:]}" for log in logs) or f"no logs under {folder}"

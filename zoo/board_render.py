@@ -4,6 +4,7 @@ beside them), ``leaderboard-protocol1.md`` (the archive) and a chart per table, 
 board's lock (``board.rendering``)."""
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections import defaultdict
@@ -144,15 +145,16 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def chosen_on_test(recipe: str) -> str:
-    """What of a recipe's defaults was read off a test split (its config's ``CHOSEN_ON_TEST``), or ''."""
+    """What of a recipe's defaults was read off a test split (its config's ``CHOSEN_ON_TEST``), or '' (also for a
+    row of a recipe no longer registered, or an own-data run's label). Once per recipe and process: a board of many
+    rows imports each recipe's module once."""
     from recipe_zoo import registry
-    from recipe_zoo.core.errors import ZooError
 
-    try:
-        return getattr(registry.get(recipe).config, "CHOSEN_ON_TEST", "")
-    except ZooError:  # a row of a recipe no longer registered (or an own-data run's label): nothing to say
+    if recipe not in {row["name"] for row in registry.static_list()}:
         return ""
+    return getattr(registry.get(recipe).config, "CHOSEN_ON_TEST", "")
 
 
 def _speed_table(key: tuple, speed) -> list[str]:

@@ -20,6 +20,7 @@ adds this machine to the table's speed view.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ REFERENCES: tuple[Reference, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)  # the board asks for each reference on every render
 def registered_benchmark(recipe: str) -> str:
     from recipe_zoo import registry
 
@@ -147,6 +149,7 @@ def on_benchmark(benchmark: str) -> list[Reference]:
     return [r for r in REFERENCES if r.benchmark == benchmark]
 
 
+@functools.lru_cache(maxsize=None)
 def config_hash(reference: Reference) -> str:
     """The resolved configuration a reference trains (every field, defaults included) and its work, hashed: the
     same on every machine, since nothing in it is left for the device to choose."""
