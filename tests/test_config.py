@@ -82,7 +82,8 @@ NOT_KEY = {  # field: why it does not change what is measured
     "label_smoothing": "a training loss setting; the metric is on hard labels",
     "class_weight": "a training loss weighting; the metric is unweighted",
     "features": "engineered input features are part of the method",
-    "standardize": "RDKit standardisation of the inputs is part of the method",
+    "standardize": "RDKit standardisation of the features' inputs is part of the method; the split and split.csv "
+                   "read the standardised parents either way (test_molecules.py toggles it)",
     "drop": "leaving input columns out is part of the method",
     "categorical": "how input columns are encoded is part of the method",
     "target_nan": "rows without a target are dropped (counted) or refused; the metric reads only rows with one",

@@ -376,3 +376,27 @@ def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, 
     path = write_file(tmp_path / name, content)
     small = {"molecules/dmpnn": ["hidden=16", "ffn_hidden=16"], "molecules/fp-xgb": ["n_estimators=20", "bits=64"]}
     bad_input(capfd, [recipe, f"data={path}", *args, *small[recipe]], tmp_path / "runs", *needles, budget=budget)
+
+
+def test_standardize_never_moves_a_molecule_between_splits(tmp_path):
+    """Salts whose counter-ion has a ring (besylate, tosylate) give the raw molecule another Bemis-Murcko scaffold
+    than its parent's. The split groups the standardised parents whatever ``standardize`` (a method setting, not a
+    key field), so both settings give the same train / validation / test molecules and the same split.csv names;
+    only what the features read differs."""
+    from rdkit import Chem
+
+    salts = ["c1ccc(cc1)S(=O)(=O)[O-]", "Cc1ccc(cc1)S(=O)(=O)[O-]"]  # besylate (10 heavy atoms), tosylate (11)
+    drugs = [s for s in two_ring_set() if Chem.MolFromSmiles(s).GetNumHeavyAtoms() > 11]  # the largest fragment
+    smiles = [f"{s}.{salts[i % 2]}" if i % 3 == 0 else s for i, s in enumerate(drugs)]
+    path = write_table(tmp_path / "salts.csv", [(s, float(i % 7)) for i, s in enumerate(smiles)])
+    for folds in (0, 3):
+        seen = []
+        for standardize_inputs in (True, False):
+            c = cfg(data=str(path), split="scaffold", folds=folds, standardize=standardize_inputs)
+            table = read_table(c)
+            run = _simple_run("5steps")
+            seen.append(([tuple(map(tuple, s)) for s in splits_for(c, table, run)], run.splits))
+        assert seen[0] == seen[1]
+    raw = read_table(cfg(data=str(path), standardize=False))
+    assert scaffolds(raw.mols) != scaffolds(raw.split_mols)  # grouping the inputs as read would move the split
+    assert any("." in Chem.MolToSmiles(m) for m in raw.mols) and not any("." in s for s in seen[0][1]["fold0"])

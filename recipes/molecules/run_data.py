@@ -9,19 +9,19 @@ import numpy as np
 from recipe_zoo.recipes.molecules.config import MolConfig
 from recipe_zoo.recipes.molecules.scoring import primary_metric
 from recipe_zoo.recipes.molecules.splits import fold_indices, parse_sizes, split_indices
-from recipe_zoo.recipes.molecules.table import MolTable, canonical_smiles, read_table
+from recipe_zoo.recipes.molecules.table import MolTable, parent_smiles, read_table
 
 
 def run_splits(cfg: MolConfig, table: MolTable, seed: int):
     if cfg.folds:
-        return list(fold_indices(table.mols, cfg.split, cfg.folds, seed))
-    return [split_indices(table.mols, cfg.split, parse_sizes(cfg.split_sizes), seed)]
+        return list(fold_indices(table.split_mols, cfg.split, cfg.folds, seed))
+    return [split_indices(table.split_mols, cfg.split, parse_sizes(cfg.split_sizes), seed)]
 
 
 def record_split(run, cfg: MolConfig, table: MolTable, splits: list) -> None:
     """``split.csv`` by canonical SMILES and the split's one-line description. Folds: each molecule once, named by
     the fold that tests it (fold k's validation molecules are those fold k+1 tests)."""
-    smiles = np.array(canonical_smiles(table), dtype=object)
+    smiles = np.array(parent_smiles(table), dtype=object)
     kind = "Bemis-Murcko scaffold" if cfg.split == "scaffold" else "random"
     if len(splits) == 1:
         train, val, test = splits[0]
@@ -59,7 +59,7 @@ def inspect_split(run, table: MolTable, split, loop: bool) -> None:
     only (several targets have gaps the loss masks)."""
     if not run.inspecting:
         return
-    smiles = canonical_smiles(table)
+    smiles = parent_smiles(table)
     y = table.y[:, 0] if table.y.shape[1] == 1 else None
 
     def rows(idx: np.ndarray) -> tuple:

@@ -30,11 +30,18 @@ def moleculenet(name: str) -> dict | None:
 class MolTable:
     name: str
     smiles: list[str]
-    mols: list  # RDKit Mol objects, standardised
+    mols: list  # RDKit Mol objects: what the features read (standardised when cfg.standardize)
     y: np.ndarray  # (n, tasks) float, NaN where missing
     targets: list[str]
     task: str  # regression | classification
     skipped: int = 0  # rows dropped for unparsable SMILES
+    parents: list | None = None  # the standardised molecules whatever cfg.standardize (None: ``mols`` are)
+
+    @property
+    def split_mols(self) -> list:
+        """What the split groups by scaffold and ``split.csv`` names: the standardised parents, so that a method
+        setting (``standardize``) never moves a molecule between train, validation and test."""
+        return self.mols if self.parents is None else self.parents
 
 
 def quiet_rdkit():
@@ -106,7 +113,8 @@ def read_table(cfg: MolConfig) -> MolTable:
                        f"row {bad[0] + 2} is {(rows[bad[0]][smiles_col] or '').strip()[:100]!r}; "
                        "fix them or set on_invalid=skip")
     keep = [i for i in range(len(rows)) if i not in set(bad)]
-    mols = [standardize(mols[i]) if cfg.standardize else mols[i] for i in keep]
+    parents = [standardize(mols[i]) for i in keep]
+    mols = parents if cfg.standardize else [mols[i] for i in keep]
     y = y[keep]
     task = cfg.task
     if task == "auto":
@@ -114,7 +122,8 @@ def read_table(cfg: MolConfig) -> MolTable:
         task = "classification" if np.isin(observed, (0.0, 1.0)).all() else "regression"
     if task == "classification" and not np.isin(y[~np.isnan(y)], (0.0, 1.0)).all():
         raise ZooError(f"{path}: task=classification needs 0/1 targets in {', '.join(targets)}")
-    return MolTable(name, [rows[i][smiles_col].strip() for i in keep], mols, y, targets, task, skipped=len(bad))
+    return MolTable(name, [rows[i][smiles_col].strip() for i in keep], mols, y, targets, task, skipped=len(bad),
+                    parents=None if cfg.standardize else parents)
 
 
 def standardize(mol):
@@ -132,3 +141,10 @@ def canonical_smiles(table: MolTable) -> list[str]:
     from rdkit import Chem
 
     return [Chem.MolToSmiles(m) for m in table.mols]
+
+
+def parent_smiles(table: MolTable) -> list[str]:
+    """The standardised parents as canonical SMILES: the split's item names, whatever ``standardize``."""
+    from rdkit import Chem
+
+    return [Chem.MolToSmiles(m) for m in table.split_mols]
