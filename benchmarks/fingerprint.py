@@ -11,6 +11,14 @@ Each line is one case: its name and a sha256 over the run's metrics (summary.jso
 metrics.csv and train.csv rows (without timings) and every tensor of model.safetensors. ``--assets`` holds the
 tiny inputs (made on first use and reused, so both sides read the same bytes). It calls the ``zoo`` command
 beside this Python, so it needs no import of the zoo itself. Cases on real data run when ``--zoo-data`` is given.
+
+The board reads the same digests to tell which rows are stale: ``--record`` appends this checkout's digests (its
+tree must be clean) to ``benchmarks/fingerprints.jsonl``, and ``--commit C`` fingerprints commit C instead, in a
+temporary git worktree run as ``PYTHONPATH=WORKTREE python -m zoo``. A row is stale when its recipe's cases at the
+row's commit differ from those at the latest fingerprinted commit (``zoo board``, ``recipe_zoo.board.stale``):
+
+    python benchmarks/fingerprint.py --assets /tmp/fp-assets --zoo-data ../shared/data --record \
+        --recipes tabular/xgb --commit 521b4dfc2
 """
 from __future__ import annotations
 
@@ -196,13 +204,89 @@ def digest(run_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def behaviour(run_dir: Path) -> str:
+    """What the board compares across commits (``--record``): the run's value and status, the values of its weights
+    (each tensor hashed, the hashes sorted: a renamed or reordered parameter is the same behaviour) and its saved
+    test predictions (without their header). Unlike ``digest``, a metric or column added to what a run reports is
+    not a change of behaviour."""
+    import torch
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    parts = [json.dumps([summary["value"], summary["status"]])]
+    weights = run_dir / "model.safetensors"
+    if weights.is_file():
+        from safetensors.torch import load_file
+
+        parts += sorted(hashlib.sha256(v.contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes()).hexdigest()
+                        for v in load_file(str(weights)).values())
+    predictions = run_dir / "predictions.csv"
+    if predictions.is_file():
+        parts += predictions.read_text().splitlines()[1:]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDS = ROOT / "benchmarks" / "fingerprints.jsonl"
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def run_cases(zoo: list[str], env: dict, chosen: list[tuple[str, list[str], str]], scratch: Path) -> list[tuple]:
+    """(case, recipe, ``behaviour`` digest or ``FAILED``, TSV line with the full ``digest``) for each chosen case,
+    run by the ``zoo`` command ``zoo``."""
+    done = []
+    for name, argv, budget in chosen:
+        out = scratch / name
+        t0 = time.time()
+        proc = subprocess.run([*zoo, "run", *argv, "--budget", budget, "--seed", "0", "--out", str(out)],
+                              env=env, capture_output=True, text=True)
+        run_dir = next(out.glob("*/*/*/summary.json"), None)
+        if proc.returncode != 0 or run_dir is None:
+            digest_text = "FAILED"
+            line = f"{name}\tFAILED rc={proc.returncode}\t{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
+        else:
+            summary = json.loads(run_dir.read_text())
+            line = f"{name}\t{digest(run_dir.parent)}\t{summary['value']!r}\t{summary['status']}"
+            digest_text = behaviour(run_dir.parent)
+        print(f"{line}\t({time.time() - t0:.0f}s)", flush=True)
+        done.append((name, argv[0], digest_text, line))
+    return done
+
+
+def hardware(zoo_env: dict) -> str:
+    """The zoo's own hardware string for this machine (what the board's rows name)."""
+    code = "from recipe_zoo.core import envinfo; print(envinfo.hardware())"
+    return subprocess.run([sys.executable, "-c", code], env=zoo_env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def record(commit: str, machine: str, done: list[tuple]) -> dict:
+    """One line of ``benchmarks/fingerprints.jsonl``: a commit's digests on one machine, per recipe and case, with
+    the commit's time (which fingerprint is the latest does not depend on the order they were taken in)."""
+    recipes: dict[str, dict[str, str]] = {}
+    for name, recipe, digest_text, _ in done:
+        recipes.setdefault(recipe, {})[name] = digest_text
+    return {"commit": git("rev-parse", "--short=9", commit), "committed": int(git("log", "-1", "--format=%ct", commit)),
+            "date": time.strftime("%Y-%m-%d"), "hardware": machine, "recipes": recipes}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--assets", type=Path, required=True, help="tiny inputs, made on first use and then reused")
-    p.add_argument("--out", type=Path, required=True, help="TSV: case, digest, value, status")
+    p.add_argument("--out", type=Path, help="TSV: case, digest, value, status")
     p.add_argument("--zoo-data", type=Path, help="the data cache (ZOO_DATA) for the real-data cases")
     p.add_argument("--only", default="", help="run only cases whose name contains this")
+    p.add_argument("--recipes", default="", help="run only the cases of these recipes (comma-separated)")
+    p.add_argument("--record", action="store_true", help=f"append the digests to {RECORDS.relative_to(ROOT)}")
+    p.add_argument("--commit", action="append", default=[],
+                   help="fingerprint this commit (a temporary worktree) instead of the checkout; repeatable")
     args = p.parse_args()
+    if not args.out and not args.record:
+        p.error("give --out, --record or both")
+    if args.record and not args.commit and git("status", "--porcelain", "--untracked-files=no"):
+        p.error("--record fingerprints the checkout's commit: commit or stash the changes first")
     if not (args.assets / "esm2_tiny.pt").is_file():
         make_assets(args.assets)
     timm_weights = args.assets / "vision-resnet-timm.safetensors"
@@ -213,30 +297,44 @@ def main() -> int:
 
         torch.manual_seed(0)
         save_file(timm.create_model("test_resnet").state_dict(), str(timm_weights))
-    zoo = str(Path(sys.executable).with_name("zoo"))
     scratch = Path(tempfile.mkdtemp(prefix="zoo-fingerprint-"))
     env = {**os.environ, "ZOO_RUNS": str(scratch / "runs"), "XDG_CACHE_HOME": str(args.assets / "cache"),
            "TORCH_HOME": str(scratch / "torch"), "ZOO_BOARD_DIR": str(scratch / "board"), "OMP_NUM_THREADS": "2",
            "ZOO_DATA": str(args.zoo_data.resolve()) if args.zoo_data else str(scratch / "data")}
-    lines = []
-    for name, argv, budget in cases(args.assets.resolve(), real=args.zoo_data is not None):
-        if args.only and args.only not in name:
-            continue
-        out = scratch / name
-        t0 = time.time()
-        proc = subprocess.run([zoo, "run", *argv, "--budget", budget, "--seed", "0", "--out", str(out)],
-                              env=env, capture_output=True, text=True)
-        run_dir = next(out.glob("*/*/*/summary.json"), None)
-        if proc.returncode != 0 or run_dir is None:
-            line = f"{name}\tFAILED rc={proc.returncode}\t{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}"
-        else:
-            summary = json.loads(run_dir.read_text())
-            line = f"{name}\t{digest(run_dir.parent)}\t{summary['value']!r}\t{summary['status']}"
-        print(f"{line}\t({time.time() - t0:.0f}s)", flush=True)
-        lines.append(line)
-    args.out.write_text("\n".join(lines) + "\n")
-    shutil.rmtree(scratch, ignore_errors=True)
+    wanted = {r for r in args.recipes.split(",") if r}
+    chosen = [c for c in cases(args.assets.resolve(), real=args.zoo_data is not None)
+              if args.only in c[0] and (not wanted or c[1][0] in wanted)]
+    lines, machine = [], hardware(env) if args.record else ""
+    try:
+        if not args.commit:  # the `zoo` beside this Python: the installed zoo, or this checkout's
+            zoo = [str(Path(sys.executable).with_name("zoo"))] if not args.record else [sys.executable, "-m", "zoo"]
+            code_env = {**env, "PYTHONPATH": str(ROOT)} if args.record else env
+            done = run_cases(zoo, code_env, chosen, scratch / "head")
+            lines += [d[3] for d in done]
+            if args.record:
+                _append(record("HEAD", machine, done))
+        for commit in args.commit:
+            tree = scratch / f"tree-{commit}"
+            git("worktree", "add", "--detach", "--quiet", str(tree), commit)
+            try:
+                code_env = {**env, "PYTHONPATH": str(tree)}
+                print(f"# {commit}", flush=True)
+                done = run_cases([sys.executable, "-m", "zoo"], code_env, chosen, scratch / commit)
+                lines += [f"{commit}\t{d[3]}" for d in done]
+                if args.record:
+                    _append(record(commit, machine, done))
+            finally:
+                git("worktree", "remove", "--force", str(tree))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _append(line: dict) -> None:
+    with open(RECORDS, "a") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

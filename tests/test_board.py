@@ -237,3 +237,66 @@ def test_rows_of_defaults_chosen_on_test_say_so():
     assert "| contrastive/simclr † |" in text and "| tabular/mlp |" in text
     assert "† contrastive/simclr: defaults chosen on test (protocol 1), kept until re-chosen on validation: " \
            "batch_size=128, read off kNN accuracy on the test queries." in text
+
+
+def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monkeypatch):
+    """Fingerprints at the rows' commits and at a later one: the recipe whose cases changed has its old row marked
+    stale (shown, a line says why, never ranked: neither on the board nor in a run's rank line); a recipe whose only
+    difference is a case that failed then (an option it did not have) stays ranked, as do rows at commits never
+    fingerprinted and rows of a dirty tree."""
+    def prints(commit, committed, xgb, mlp):
+        return {"commit": commit, "committed": committed, "hardware": CPU,
+                "recipes": {"tabular/xgb": {"xgb-wine": xgb}, "tabular/mlp": {"mlp-wine": "m1", "mlp-new": mlp}}}
+
+    records = [prints("aaaa11111", 100, "x1", "FAILED"), prints("cccc33333", 300, "x2", "m9")]
+    old_xgb = row("tabular/xgb", 0.95, commit="aaaa11111")
+    rows = [old_xgb, row("tabular/xgb", 0.80, commit="cccc33333"), row("tabular/mlp", 0.90, commit="aaaa11111"),
+            row("tabular/mlp", 0.85, commit="bbbb22222"), row("tabular/xgb", 0.99, commit="aaaa11111-dirty")]
+    assert board.stale(old_xgb, records) == "tabular/xgb behaves differently at cccc33333 (xgb-wine changed)"
+    assert [bool(board.stale(r, records)) for r in rows] == [True, False, False, False, False]
+    assert board.stale(old_xgb, records[:1]) == "" and board.stale(old_xgb, []) == ""  # nothing later to compare
+    text = board_render.render(rows, [], prints=records)
+    table = text.split("## cifar10-subset · accuracy · 5m")[1]
+    ranks = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "tabular" in line]
+    assert ranks == ["1", "2", "3", "4", "stale"], table
+    assert "stale: `zoo bench tabular/xgb --seeds 3 --budget 5m` @ aaaa11111: tabular/xgb behaves differently at " \
+           "cccc33333 (xgb-wine changed) (its fingerprint); not ranked until measured again." in table
+    monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path))
+    board.append_rows(rows)
+    board.append_rows(records, board.fingerprints_file())
+    summary = {"benchmark": "cifar10-subset", "budget": "5m", "metric": "accuracy", "value": 0.97, "recipe": "r"}
+    line = ranking.standing(summary, CPU, True, tmp_path / "index.sqlite")
+    assert line.startswith("2 of 5 ") and "@ aaaa11111-dirty" in line  # the stale 0.95 is out: 4 rows and this run
+
+
+def test_the_behaviour_digest_ignores_names_and_added_metrics_and_sees_a_changed_weight(tmp_path):
+    """What ``benchmarks/fingerprint.py --record`` stores for the stale check: a refactor that renames a parameter,
+    reports one more metric or renames a prediction column is the same behaviour; a changed weight or prediction
+    is not."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fingerprint.py"
+    spec = importlib.util.spec_from_file_location("fingerprint", path)
+    fingerprint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fingerprint)
+    behaviour = fingerprint.behaviour
+
+    def run(name, weights, metrics, header="row,predicted", preds="1,0.5\n2,0.25"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps({"value": 0.5, "status": "ok", "metrics": metrics}))
+        save_file(weights, str(folder / "model.safetensors"))
+        (folder / "predictions.csv").write_text(f"{header}\n{preds}\n")
+        return behaviour(folder)
+
+    w, b = torch.arange(6.0).reshape(2, 3), torch.ones(3)
+    base = run("base", {"w": w, "b": b}, {"test_acc": 0.5})
+    assert run("renamed", {"layer.w": w, "layer.b": b}, {"test_acc": 0.5, "steps": 8}, "row,pred") == base
+    assert run("weight", {"w": w + 1e-6, "b": b}, {"test_acc": 0.5}) != base
+    assert run("prediction", {"w": w, "b": b}, {"test_acc": 0.5}, preds="1,0.5\n2,0.26") != base

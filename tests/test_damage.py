@@ -93,6 +93,8 @@ def test_rewriting_the_board_refuses_to_drop_a_damaged_row(kind):
                       board.checks_file())
     board.append_rows([{"benchmark": "cifar10-subset", "budget": "300steps", "hardware": "h", "recipe": "r",
                         "train_seconds": 10.0, "n": 1}], board.speed_file())
+    board.append_rows([{"commit": "abc123456", "committed": 1, "hardware": "h", "recipes": {"r": {"case": "d1"}}}],
+                      board.fingerprints_file())
     assert zoo_in_process("board", "--write", "--plot").returncode == 0
     damaged = board.board_dir() / "benchmarks" / kind
     with open(damaged, "ab") as f:

@@ -61,6 +61,12 @@ def checks_file() -> Path:
     return board_dir() / "benchmarks" / "verify.jsonl"
 
 
+def fingerprints_file() -> Path:
+    """The recipes' behaviour fingerprints per commit (``benchmarks/fingerprint.py --record``): what tells a stale
+    row."""
+    return board_dir() / "benchmarks" / "fingerprints.jsonl"
+
+
 def speed_file() -> Path:
     """The speed view: one row per measured (reference, machine), never a quality row."""
     return board_dir() / "benchmarks" / "speed.jsonl"
@@ -71,7 +77,7 @@ def all_rows(name: str = "results.jsonl", *, strict: bool = False) -> list[dict]
     return [row for path in _files(name) for row in load_rows(path, strict=strict)]
 
 
-KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl")
+KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl", "fingerprints.jsonl")
 NUMBER = (int, float)
 # What the board reads of each kind of row: a line without it is a damaged row, reported by file and line, not a
 # KeyError in the middle of a render.
@@ -82,6 +88,7 @@ REQUIRED = {
     "verify.jsonl": {"row": str, "passed": bool, "date": str, "n": int, "mean": NUMBER},
     "speed.jsonl": {"benchmark": str, "budget": str, "hardware": str, "recipe": str, "train_seconds": NUMBER,
                     "n": int},
+    "fingerprints.jsonl": {"commit": str, "committed": int, "hardware": str, "recipes": dict},
 }
 _warned: set[str] = set()  # each damaged line is said once per process, however often the board is read
 
@@ -282,6 +289,31 @@ def ranks(rows: list[dict]) -> list[str]:
     while tied < len(order) and interval(order[tied])[0] <= hi and interval(order[tied])[1] >= lo:
         tied += 1
     return [("=1" if tied > 1 else "1") if i < tied else str(i + 1) for i in range(len(order))]
+
+
+def stale(row: dict, prints: list[dict]) -> str:
+    """Why a row no longer measures its recipe ('' when it does, or when no fingerprint says): the recipe's
+    behaviour fingerprint (``benchmarks/fingerprint.py``: its cases' metrics, curves and weights after a few steps)
+    at the row's commit differs from that at the latest commit fingerprinted on the same machine. A pure refactor
+    changes no fingerprint; cases that failed at either commit (options that did not exist yet) are not compared.
+    The cases are short: a change seen only after many steps or under a time budget is not caught."""
+    commit, recipe = str(row.get("commit", "")), row["recipe"]
+    if len(commit) < 7 or not commit.isalnum():  # unknown, or a dirty tree's or a copy's: not one commit's code
+        return ""
+    for then in (p for p in prints if p["commit"][:9] == commit[:9] and recipe in p["recipes"]):
+        now = max((p for p in prints if p["hardware"] == then["hardware"] and recipe in p["recipes"]),
+                  key=lambda p: p["committed"])
+        old, new = then["recipes"][recipe], now["recipes"][recipe]
+        changed = [case for case in sorted(old) if case in new and "FAILED" not in (old[case], new[case])
+                   and old[case] != new[case]]
+        if changed:
+            return f"{recipe} behaves differently at {now['commit']} ({', '.join(changed)} changed)"
+    return ""
+
+
+def live(rows: list[dict], prints: list[dict]) -> list[dict]:
+    """The rows that are not stale: those ranked."""
+    return [r for r in rows if not stale(r, prints)]
 
 
 def group(rows: list[dict]) -> dict[tuple, list[dict]]:

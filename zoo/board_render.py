@@ -12,7 +12,7 @@ from pathlib import Path
 
 from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_rows, board_dir, fixed_work, group, label,
                               machine_free, metric_base, number_text, precision_text, protocol, ranked, ranks,
-                              rendering, row_id, row_name, value_text)
+                              rendering, row_id, row_name, stale, value_text)
 
 
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
@@ -20,13 +20,16 @@ HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `be
         "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
         "best row and the next-best rows whose test interval (or two seed errors) overlaps the best row's, down to "
         "the first that does not: this data does not tell them apart (an unpaired rule: rows scored on the same "
-        "items may differ more surely than it says). *validation* is what selection read.")
+        "items may differ more surely than it says). *validation* is what selection read. A *stale* row was measured by "
+        "a recipe whose behaviour has changed since (its fingerprint, `benchmarks/fingerprint.py`, differs at the "
+        "latest fingerprinted commit): shown, not ranked.")
 METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own feature network (a small classifier "
                            "trained on the benchmark's training split: `diffusion/models.py`'s FeatureNet), "
                            "comparable only with other `fid_zoo` values, never with published Inception FIDs."}
 
 
-def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = ()) -> str:
+def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = (),
+           prints: list[dict] = ()) -> str:
     """Markdown, deterministic for the same rows (no clock, no machine state): the reference tables (fixed work,
     every machine, each with its speed per device), then the time-budget tables (one machine each). Protocol-1
     rows are the archive's (``render_archive``)."""
@@ -56,17 +59,17 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
         if not keys:
             out += [f"## {bench} · reference runs · {EVERY_MACHINE}", "", *_reference_lines(refs), *stub]
         for key in keys:
-            out += _table(key, fixed.pop(key), checks, refs, speed)[:-1] + (stub if missing else []) + [""]
+            out += _table(key, fixed.pop(key), checks, refs, speed, prints)[:-1] + (stub if missing else []) + [""]
             out += _reported_table(reported_by_bench.pop((bench, metric_base(key[3])), []))
     for key, table in fixed.items():  # other work budgets: every machine, one table per work and precision
-        out += _table(key, table, checks, [], speed)
+        out += _table(key, table, checks, [], speed, prints)
     timed = {key: t for key, t in tables.items() if not machine_free(key[4])}
     if timed:
         out += ["# Time budgets: quality in a time on one machine", "",
                 "A time budget buys another amount of work on each machine, so each of these tables is one "
                 "hardware string's: time-to-quality on a named machine.", ""]
     for key, table in timed.items():
-        out += _table(key, table, checks, [], ())
+        out += _table(key, table, checks, [], (), prints)
         out += _reported_table(reported_by_bench.pop((key[1], metric_base(key[3])), []))
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
         out += [f"## {bench} · {metric} (reported elsewhere only)", ""] + _reported_table(elsewhere)
@@ -101,7 +104,7 @@ def _reference_lines(refs) -> list[str]:
         f"; {r.why}" if r.why else "") + "." for r in refs] + ([""] if refs else [])
 
 
-def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
+def _table(key: tuple, table: list[dict], checks, refs, speed, prints=()) -> list[str]:
     proto, bench, split, metric, budget, where = key
     higher = table[0]["higher_is_better"]
     reference, work = budget == REFERENCE, fixed_work(budget)
@@ -122,7 +125,10 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
     else:
         out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
                 "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
-    for rank, r in zip(ranks(table), ranked(table)):
+    why = {row_id(r): w for r in table if (w := stale(r, prints))}
+    fresh, old = [r for r in table if row_id(r) not in why], [r for r in table if row_id(r) in why]
+    order = (list(zip(ranks(fresh), ranked(fresh))) if fresh else []) + [("stale", r) for r in old]
+    for rank, r in order:
         if current:
             ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
                 else "-"
@@ -137,6 +143,8 @@ def _table(key: tuple, table: list[dict], checks, refs, speed) -> list[str]:
                    f"{number_text(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
                    f"`{r.get('command', '')}` |")
     out.append("")
+    out += [f"stale: `{r.get('command', row_name(r))}` @ {r.get('commit', '?')}: {why[row_id(r)]} (its fingerprint); "
+            "not ranked until measured again." for r in old] + ([""] if old else [])
     chosen = {r["recipe"]: note for r in table if (note := chosen_on_test(r["recipe"]))}
     out += [f"† {recipe}: defaults chosen on test (protocol 1), kept until re-chosen on validation: {note}."
             for recipe, note in sorted(chosen.items())] + ([""] if chosen else [])

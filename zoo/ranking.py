@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from recipe_zoo.board import (EVERY_MACHINE, PROTOCOL, all_rows, fixed_work, interval, load_rows, mean_std,
+from recipe_zoo.board import (EVERY_MACHINE, PROTOCOL, all_rows, fixed_work, interval, live, load_rows, mean_std,
                               precision_text, protocol, ranked, row_name, table_key, value_text)
 from recipe_zoo.core.errors import ZooError
 
@@ -63,7 +63,8 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
     # do not split by it.
     precision = None if bench.startswith("own:") else (summary.get("extra") or {}).get("precision")
     try:
-        rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else load_rows()
+        rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else \
+            live(load_rows(), all_rows("fingerprints.jsonl"))  # stale rows are shown, never ranked against
     except OSError as exc:  # a damaged line is skipped; a file that cannot be read at all leaves the run unranked
         return f"not ranked: the board could not be read ({exc.filename}: {exc.strerror or exc})"
     except ZooError as exc:
