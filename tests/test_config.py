@@ -90,8 +90,9 @@ NOT_KEY = {  # field: why it does not change what is measured
     "log_target": "training on log1p of the target is part of the method; the metric is on the original scale",
     "target_modules": "which layers LoRA adapts is part of the method",
     "class_weights": "a training loss weighting; the metric is unweighted",
-    "max_len": "how long sequences are handled (an error, or cropped with too_long=crop); no item is dropped",
-    "too_long": "how long sequences are handled; no item is dropped",
+    "max_len": "how long sequences are handled (an error, or cropped with too_long=crop); no item is dropped, and "
+               "the split hashes the whole sequences (test_protein.py crops and compares)",
+    "too_long": "how long sequences are handled; no item is dropped, nor moved between splits",
     "hd95": "reports one more test metric (the Hausdorff distance) beside Dice; the ranked metric is unchanged",
     "offset": "the numbering of the mutation strings; a wrong one is refused (the wild-type letter is checked)",
 }

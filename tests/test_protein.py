@@ -546,6 +546,22 @@ def _scan_csv(path, seqs, y, names):
     return path
 
 
+def test_cropping_never_moves_an_item_between_splits(tmp_path):
+    """max_len with too_long=crop is a method setting (not a key field): the split hashes each whole sequence, so
+    cropping keeps every item on its side, and variants that differ only past the crop stay apart (hashing the
+    cropped sequences would have made them copies, one side for all)."""
+    seqs, y, _ = variants()
+    seqs = [s + "ACDEFGHIKLMNPQRSTVWY"[i % 20] * (1 + i % 5) for i, s in enumerate(seqs)]  # tails past the crop
+    path = write_fasta(tmp_path / "a.fasta", seqs, [f"{v:.4f}" for v in y])
+    whole = loading.load_data(ProteinConfig(data=str(path)), _run(tmp_path / "r"))
+    short = min(map(len, seqs)) - 1
+    cropped = loading.load_data(ProteinConfig(data=str(path), max_len=short, too_long="crop"), _run(tmp_path / "s"))
+    assert max(map(len, cropped.seqs)) == short and cropped.seqs != whole.seqs
+    assert all(np.array_equal(a, b) for a, b in zip(cropped.split, whole.split))
+    by_cropped = psplit.hash_split([s[:short] for s in seqs], (0.8, 0.1, 0.1))
+    assert not all(np.array_equal(a, b) for a, b in zip(by_cropped, whole.split))
+
+
 def test_hash_split_is_disjoint_by_sequence_and_the_same_for_any_seed_or_order(tmp_path):
     seqs, y, _ = variants()
     assert len(set(seqs)) < len(seqs)  # the random draws repeat a few mutants: copies must share a side

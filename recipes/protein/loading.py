@@ -42,10 +42,11 @@ def load_fasta(cfg: ProteinConfig, path: Path) -> ProteinData:
         except IndexError:
             raise ZooError(f"{w}: header has no field {cfg.label_field} for the label "
                            "(labels go in the header, '|'-separated; set label_field=)") from None
-        seqs.append(check_sequence(seq, w, cfg))
+        seqs.append(check_sequence(seq, w, cfg, crop=False))
         where.append(w)
     y, task, classes = parse_labels(labels, where, cfg.task)
-    return ProteinData(str(path), y, task, seqs=seqs, classes=classes, ids=ids)
+    return ProteinData(str(path), y, task, seqs=[s[:cfg.max_len] for s in seqs], classes=classes, ids=ids,
+                       uncropped=seqs)
 
 
 def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_target: str = "target") -> ProteinData:
@@ -55,9 +56,9 @@ def load_csv(cfg: ProteinConfig, path: Path | io.StringIO, name: str, default_ta
     if not rows:
         raise ZooError(f"{name}: no rows")
     where = [f"{name} row {i + 2}" for i in range(len(rows))]
-    seqs = [check_sequence(r[cfg.sequence] or "", w, cfg) for r, w in zip(rows, where)]
+    seqs = [check_sequence(r[cfg.sequence] or "", w, cfg, crop=False) for r, w in zip(rows, where)]
     y, task, classes = parse_labels([(r[target] or "").strip() for r in rows], where, cfg.task)
-    data = ProteinData(name, y, task, seqs=seqs, classes=classes)
+    data = ProteinData(name, y, task, seqs=[s[:cfg.max_len] for s in seqs], classes=classes, uncropped=seqs)
     if cfg.mutant in columns:  # H24C or H24C:A50G: the positions split=positions and protein/position-mean use
         data.positions = [mutation_positions(r[cfg.mutant] or "", w) for r, w in zip(rows, where)]
         data.ids = [r[cfg.mutant] or "" for r in rows]

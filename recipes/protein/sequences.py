@@ -27,14 +27,16 @@ class ProteinData:
     split: tuple | None = None  # fixed (train, validation, test) indices, when the data defines them
     split_text: str = ""  # what the split is, for the run's summary
     keys: list | None = None  # each item's split key: its sequence (an NPZ row: its embedding's bytes)
+    uncropped: list[str] | None = None  # the sequences before too_long=crop: what the split hashes
     positions: list[tuple[int, ...]] | None = None  # the mutated positions of each item, where the data says them
     skipped: int = 0
     ids: list[str] | None = None  # each item's name for predictions.csv: its FASTA header, or its CSV mutant
     reference: str | None = None  # the consensus the positions were read against (variant sequences, no mutant column)
 
 
-def check_sequence(seq: str, where: str, cfg: ProteinConfig) -> str:
-    """Upper-cased, letters checked against the alphabet, length against max_len (or cropped)."""
+def check_sequence(seq: str, where: str, cfg: ProteinConfig, crop: bool = True) -> str:
+    """Upper-cased, letters checked against the alphabet, length against max_len (cropped, or with ``crop=False``
+    left whole for the caller to crop)."""
     seq = re.sub(r"\s+", "", seq).upper()
     if not seq:
         raise ZooError(f"{where}: empty sequence")
@@ -46,7 +48,7 @@ def check_sequence(seq: str, where: str, cfg: ProteinConfig) -> str:
         if cfg.too_long == "error":
             raise ZooError(f"{where}: {len(seq)} residues, longer than max_len={cfg.max_len} (ESM-2 was trained "
                            "on 1,022); set too_long=crop to keep the first max_len residues")
-        seq = seq[:cfg.max_len]
+        seq = seq[:cfg.max_len] if crop else seq
     return seq
 
 

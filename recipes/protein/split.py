@@ -23,8 +23,11 @@ def parse_sizes(text: str) -> tuple[float, float, float]:
 
 
 def item_keys(data: ProteinData) -> list:
-    """Each item's split key: its sequence, or (an NPZ of embeddings) its embedding's bytes."""
-    return list(data.seqs) if data.seqs is not None else [splits.content_key(row) for row in data.emb]
+    """Each item's split key: its whole sequence (before too_long=crop, so that max_len never moves an item between
+    splits), or (an NPZ of embeddings) its embedding's bytes."""
+    if data.seqs is None:
+        return [splits.content_key(row) for row in data.emb]
+    return list(data.uncropped if data.uncropped is not None else data.seqs)
 
 
 def grouped_split(groups: list[list], sizes: tuple[float, float, float]):
