@@ -262,3 +262,22 @@ def test_swinunetr_and_3d_round_trip(recipe, args, tmp_path):
     run_dir = _train(tmp_path, *args, recipe=recipe, budget="2steps")
     result = roundtrip(run_dir)
     assert len(result.rows) == 2 and result.files[0].name.endswith(".png" if "patch=64,64" in args else ".nii.gz")
+
+
+def test_dice_is_scored_at_the_labels_resolution_whatever_the_plan_spacing(cells, tmp_path):
+    """spacing=2,2 trains and predicts on a grid of half the labels' resolution: the test's Dice is still that of
+    the saved masks (on the images' own grid) against the label files, row by row and on average, so the plan's
+    spacing (a method setting) never changes which pixels are scored."""
+    root, _ = cells
+    run_dir = _train(tmp_path, f"data={root}", "patch=16,16", "spacing=2,2", "tta=false")
+    assert json.loads((run_dir / "plan.json").read_text())["plan"]["spacing"] == [2.0, 2.0]
+    rows = _rows(run_dir / "predictions.csv")
+    by_hand = []
+    for row in rows:
+        mask = _png(run_dir / "predictions" / row["mask"]) == 255
+        truth = _png(root / "masks" / Path(row["file"]).name) == 255
+        assert mask.shape == truth.shape == (48, 48)
+        by_hand.append(2 * np.sum(mask & truth) / (np.sum(mask) + np.sum(truth)))
+        assert float(row["dice"]) == pytest.approx(by_hand[-1], abs=1e-6)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["test_dice"] == pytest.approx(np.mean(by_hand), abs=1e-6)

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipe_zoo.recipes.medical.data import RawCase
+from recipe_zoo.recipes.medical.masks import in_geometry
 from recipe_zoo.recipes.medical.preprocess import Case
 
 
@@ -68,13 +70,21 @@ class CaseScores:
 
 def score_cases(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,
                 overlap: float, mirror_axes: tuple[int, ...] = (), hd95: bool = False,
-                each=None) -> dict[str, np.ndarray]:
+                each=None, natives: list[RawCase] | None = None) -> dict[str, np.ndarray]:
     """Per case and class, (n_cases, K): ``dice`` and ``iou`` (NaN for a class absent from the truth), and
-    ``hd95`` (foreground classes only) when asked. ``each(i, probs)`` sees every case's probabilities."""
+    ``hd95`` (foreground classes only) when asked. ``each(i, probs)`` sees every case's probabilities.
+    ``natives``: the same cases as read; each prediction is then brought back to its case's own grid and scored
+    against the label as read, at the case's spacing: the test's scores do not move with the plan's ``spacing``
+    (without it, on the plan's grid, as validation is read during training)."""
     scores = CaseScores(len(classes), hd95)
     for i, case in enumerate(cases):
         probs = predict(model, case, plan, overlap, mirror_axes, device).cpu()
-        scores.add(probs.argmax(0), case.label[0], plan["spacing"])
+        if natives is None:
+            scores.add(probs.argmax(0), case.label[0], plan["spacing"])
+        else:
+            raw = natives[i]
+            scores.add(in_geometry(probs, raw.label.shape[1:]).argmax(0), torch.from_numpy(raw.label[0]),
+                       raw.spacing)
         if each is not None:
             each(i, probs)
     return scores.result()

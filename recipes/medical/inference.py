@@ -117,7 +117,7 @@ def predict_test(cfg, opts, run, net: Network) -> artifact.Predictions:
                             progress=lambda n: run.progress(done + n, total, "test cases"))
         with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
             scores = score_cases(model, [preprocess(c, plan, fp) for c in fold.test], window, classes, device,
-                                 overlap=overlap, mirror_axes=mirror, hd95=cfg.hd95, each=writer)
+                                 overlap=overlap, mirror_axes=mirror, hd95=cfg.hd95, each=writer, natives=fold.test)
         per_fold.append({f"test_{m}": v for m, v in summarize(scores, classes).items()})
         pooled.append(scores["dice"])
         rows += writer.rows(scores["dice"], classes, k if len(folds) > 1 else None)

@@ -230,7 +230,7 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     masks = MaskWriter(run.dir / "predictions", data.values or list(range(len(data.classes))), fold.test)
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
         val_scores = score(val_cases)
-        test_scores = score([preprocess(c, plan, fp) for c in fold.test], each=masks)  # once, at the end
+        test_scores = score([preprocess(c, plan, fp) for c in fold.test], each=masks, natives=fold.test)  # once
     views = ", mirrored views" if cfg.tta and plan["flip_axes"] else ""
     for part, scores in (("validation", val_scores), ("test", test_scores)):
         run.log(f"{tag}{part} (whole cases, sliding windows{views}): "
