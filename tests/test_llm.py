@@ -734,3 +734,41 @@ def test_bad_input_table(recipe, case, tmp_path, capfd, request):
         args, needles, budget = _lora_bad_case(case, tmp_path, model)
         args = [f"model={model}", "seq_len=32", "micro_batch=2", "eval_bytes=200", *args]
     bad_input(capfd, [recipe, *args], tmp_path / "runs", *needles, budget=budget)
+
+
+def test_gpt_fine_tunes_from_a_run_with_its_tokenizer_and_shape(tmp_path, capfd):
+    """weights=RUN: the source's tokenizer and shape are kept (never refitted on the new text, never sized again);
+    before the first step, on the source's own data, the source's weights give its validation bits per byte to
+    1e-6; the card names the source (folder, sha256 of card and weights); the benchmark key says fine-tuned, so it
+    is never ranked as from scratch. A contradicting shape, another recipe's run, a missing folder: one line."""
+    import hashlib
+
+    from conftest import train_in_process
+
+    data, other = tmp_path / "corpus.txt", tmp_path / "other.txt"
+    data.write_text(TEXT * 3)
+    other.write_text(TEXT.upper() * 3)
+    tiny = [*GPT_RUN, "precision=fp32", "samples=0"]
+    source = train_in_process(tmp_path / "pre", "llm/gpt", f"data={data}", *tiny, budget="6steps")
+    before = json.loads((source / "summary.json").read_text())["metrics"]
+    tuned = train_in_process(tmp_path / "same", "llm/gpt", f"data={data}", f"weights={source}",
+                             "micro_batch=4", "batch_tokens=256", "eval_bytes=1500", "compile=false",
+                             "precision=fp32", "samples=0", budget="2steps")
+    after = json.loads((tuned / "summary.json").read_text())
+    assert after["metrics"]["val_bpb_start"] == pytest.approx(before["val_bpb"], abs=1e-6)
+    assert after["metrics"]["depth"] == 1 and after["benchmark"].endswith(":fine-tuned")
+    card = json.loads((tuned / "model.json").read_text())
+    assert card["shape"] == json.loads((source / "model.json").read_text())["shape"]
+    digest = hashlib.sha256((source / "model.json").read_bytes() + (source / "model.safetensors").read_bytes())
+    assert card["source"] == {"folder": str(source), "run_id": source.name, "recipe": "llm/gpt",
+                              "sha256": digest.hexdigest()}
+    moved = train_in_process(tmp_path / "other", "llm/gpt", f"data={other}", f"weights={source}", "micro_batch=4",
+                             "batch_tokens=256", "eval_bytes=1500", "compile=false", "samples=0", budget="2steps")
+    assert (moved / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()  # not refitted
+    bad_input(capfd, ["llm/gpt", f"data={data}", f"weights={source}", "depth=2"], tmp_path / "bad",
+              "depth=2: the source run", "was trained with depth=1", "keeps its tokenizer and shape")
+    bad_input(capfd, ["llm/gpt", f"data={data}", f"weights={tmp_path / 'nowhere'}"], tmp_path / "bad",
+              "nowhere: no such run folder")
+    vision = train_in_process(tmp_path / "vis", "vision/resnet", "data=digits", "width=8", budget="2steps")
+    bad_input(capfd, ["llm/gpt", f"data={data}", f"weights={vision}"], tmp_path / "bad",
+              "a vision/resnet run; this recipe fine-tunes from llm/gpt runs")

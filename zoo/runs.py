@@ -206,12 +206,14 @@ def input_files(cfg) -> dict[str, dict]:
 
 def key_suffix(cfg) -> str:
     """``:field=value`` for each of the config's ``KEY_FIELDS`` (what changes the split, target, metric or
-    evaluation) that is off its default: a run measured another way is another benchmark, never ranked with it."""
+    evaluation) that is off its default: a run measured another way is another benchmark, never ranked with it.
+    ``:fine-tuned`` for a run started from trained weights (``weights=``)."""
     if not dataclasses.is_dataclass(cfg):
         return ""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    return "".join(f":{name}={getattr(cfg, name)}" for name in getattr(type(cfg), "KEY_FIELDS", ())
-                   if getattr(cfg, name) != defaults[name])
+    suffix = "".join(f":{name}={getattr(cfg, name)}" for name in getattr(type(cfg), "KEY_FIELDS", ())
+                     if getattr(cfg, name) != defaults[name])
+    return suffix + (":fine-tuned" if getattr(cfg, "weights", "") else "")  # never ranked as trained from scratch
 
 
 class PartRun:

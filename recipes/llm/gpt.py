@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, devices, distributed, optim, schedule
+from recipe_zoo.core import artifact, devices, distributed, finetune, optim, schedule
 from recipe_zoo.core.api import Count, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.errors import ZooError
@@ -78,6 +78,7 @@ class GPTConfig(LoopSettings):
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 3.0  # an LM's loss never rises 3x over its first step's
     compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
     fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
+    weights: str = ""  # fine-tune from a finished llm/gpt run (its folder): its tokenizer, shape and weights
 
 
 # =============================================================================================
@@ -158,9 +159,10 @@ def build_optimizer(cfg: GPTConfig, model: models.GPT) -> optim.MuonAdamW:
 # The trained model: saved for use, and applied to prompts and text (zoo predict)
 # =============================================================================================
 
-def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, precision: str, rows: list[dict]) -> None:
-    """The weights the test was scored with (its shape in the file and the card), the card and the test windows'
-    rows; the tokenizer is already saved."""
+def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, precision: str, rows: list[dict],
+               source: dict | None = None) -> None:
+    """The weights the test was scored with (its shape in the file and the card), the card (with the run it was
+    fine-tuned from) and the test windows' rows; the tokenizer is already saved."""
     export_safetensors(model, run.dir / "model.safetensors", metadata={"recipe": run.spec.name,
                                                                        "shape": json.dumps(dataclasses.asdict(shape))})
     artifact.write_card(run.dir, recipe=run.spec.name, task="tokens", weights=["model.safetensors"],
@@ -169,7 +171,8 @@ def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, pr
                         evaluation={"metric": "test_bpb", "windows": cfg.seq_len, "batch": cfg.micro_batch,
                                     "eval_bytes": cfg.eval_bytes, "precision": precision},
                         shape=dataclasses.asdict(shape),
-                        sampling={"sample_tokens": cfg.sample_tokens, "temperature": cfg.temperature})
+                        sampling={"sample_tokens": cfg.sample_tokens, "temperature": cfg.temperature},
+                        **({"source": source} if source else {}))
     artifact.write_predictions(run.dir, rows)
 
 
@@ -237,6 +240,37 @@ def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
         log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
 
 
+# =============================================================================================
+# Fine-tuning from a run: what it inherits
+# =============================================================================================
+
+# What a fine-tune keeps of its source: the tokenizer (its file, hence the vocabulary) and every field of the shape.
+# The batch, the schedule and the LRs are this run's (lower LRs are the user's to give: the source's defaults
+# pretrain). The data may differ: the tokenizer is not refitted on it, so bits per byte stay comparable with the
+# source's tokens.
+SHAPE_FIELDS = ("aspect", "head_dim", "kv_heads", "mlp", "softcap", "seq_len", "vocab_size")
+
+
+def from_source(cfg: GPTConfig, source: finetune.Source, log) -> GPTConfig:
+    """``cfg`` with the source run's tokenizer and shape; a setting that contradicts them is one line."""
+    theirs = {name: source.config[name] for name in SHAPE_FIELDS if name in source.config}
+    theirs.update(tokenizer=str(source.path(source.card["preprocess"]["tokenizer"])),
+                  depth=source.card["shape"]["depth"])
+    if source.config.get("tokenizer") == "bytes":
+        theirs.pop("vocab_size", None)  # unread by a byte tokenizer
+    cfg = finetune.inherit(cfg, source, theirs, "tokenizer and shape")
+    log(f"fine-tuning from {source.folder}: its tokenizer and shape (depth {cfg.depth}, width "
+        f"{source.card['shape']['width']}, context {cfg.seq_len})")
+    return cfg
+
+
+def load_source(model: models.GPT, source: finetune.Source) -> None:
+    if dataclasses.asdict(model.shape) != source.card["shape"]:
+        raise ZooError(f"weights={source.folder}: its card's shape {source.card['shape']} is not the shape rebuilt "
+                       f"from its config {dataclasses.asdict(model.shape)}")
+    model.load_state_dict(artifact.load_tensors(source.path("model.safetensors")))
+
+
 # precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25 model 17 (AVX-512
 # BF16), 2 threads, seeds 0-2 paired: bf16 1.58x the tokens/s at 30 s and 1.41x at 90 s, but validation BPB
 # 2.138 -> 2.171 at 90 s (worse on every seed; 2.228 -> 2.221 at 30 s): bf16's rounding costs more than the extra
@@ -250,6 +284,9 @@ def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device, tf32=cfg.tf32)
+    source = finetune.read_source(cfg.weights, ("llm/gpt",)) if cfg.weights else None
+    if source is not None:
+        cfg = from_source(cfg, source, run.log)
     corpus = shards.text_data(cfg, run)  # in memory, or token shards read as they are used (stream=true)
     scored, test_text, tok, train_tokens = corpus.val_text, corpus.test_text, corpus.tok, corpus.train
     run.record_split(corpus.keys)
@@ -270,7 +307,10 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
 
     world = distributed.world_size()
     cfg, shape = sized(cfg, vocab, len(train_tokens), device, world, run)
-    model = models.GPT(shape).to(device)
+    model = models.GPT(shape)
+    if source is not None:
+        load_source(model, source)
+    model.to(device)
     run.log(f"GPT depth {shape.depth}: width {shape.width}, {shape.heads} heads ({shape.kv_heads} kv) of "
             f"{shape.head_dim}, context {shape.seq_len}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
             f"params ({model.scaling_params() / 1e6:.2f}M excluding the embedding)")
@@ -293,6 +333,13 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
         return {"val_bpb": scoring.bits_per_byte(model, val_tokens, cfg.seq_len, cfg.micro_batch, device,
                                                  bytes_per_target=per_target)}
 
+    start = {}
+    if source is not None:  # the source's weights on this run's validation, before the first step
+        model.eval()
+        with torch.no_grad(), autocast(device, precision):
+            start = {"val_bpb_start": evaluate(model)["val_bpb"]}
+        model.train()
+        run.log(f"val_bpb before fine-tuning (the source's weights): {start['val_bpb_start']:.6f}")
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=update, settings=settings)
     test_tokens = tokenization.encode_docs(tok, [test_text])
@@ -302,10 +349,11 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
             f"{test['test_bpb_ci_high']:.4f}) on the first {cfg.eval_bytes:,} test bytes; val_bpb "
             f"{result.metrics['val_bpb']:.4f}")
     save_model(run, cfg, result.eval_model, shape, precision,
-               inference.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text))
+               inference.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text),
+               finetune.provenance(source) if source is not None else None)
     with autocast(device, precision):
         write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
-    return {**result.stats(), **result.metrics, **test, **throughput(result, model, cfg, device, world,
+    return {**result.stats(), **start, **result.metrics, **test, **throughput(result, model, cfg, device, world,
                                                                      len(train_tokens), run, precision),
             "depth": shape.depth, "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len,
             "micro_batch": cfg.micro_batch}

@@ -1,0 +1,68 @@
+"""A fine-tune's source: a finished zoo run named by ``weights=RUN_DIR``, read through its card and checked before
+anything trains.
+
+What a recipe must inherit from its source (the tokenizer, the shape) is taken from the card; a setting the user
+gave that contradicts it is refused in one line naming both values, never silently overridden. What the run
+records of its source (``provenance``): the source's folder, run id, recipe and a sha256 of its card and weights, so
+a row can name what it started from and the board never ranks it as trained from scratch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipe_zoo.core import artifact
+from recipe_zoo.core.errors import ZooError
+
+
+@dataclass(frozen=True)
+class Source:
+    folder: Path
+    card: dict
+    config: dict  # the source run's resolved config (config.json)
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+
+def read_source(weights: str, recipes: tuple[str, ...]) -> Source:
+    """The run folder ``weights`` names (or the folder of its ``model.safetensors``), trained by one of
+    ``recipes``: one line naming the folder otherwise."""
+    folder = Path(weights).expanduser()
+    if folder.is_file() and folder.name == "model.safetensors":
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ZooError(f"weights={weights}: no such run folder (give the folder of a finished "
+                       f"{' or '.join(recipes)} run)")
+    card = artifact.read_card(folder)
+    if card.get("recipe") not in recipes:
+        raise ZooError(f"weights={weights}: a {card.get('recipe')} run; this recipe fine-tunes from "
+                       f"{' or '.join(recipes)} runs")
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    return Source(folder.resolve(), card, config.get("config", config))
+
+
+def inherit(cfg, source: Source, fields: dict[str, object], what: str):
+    """``cfg`` with each of ``fields`` (name: the source's value) taken from the source. A field the user set off
+    its default to another value than the source's is refused: ``what`` names what must match."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name, theirs in fields.items():
+        mine = getattr(cfg, name)
+        if mine != defaults[name] and mine != theirs:
+            raise ZooError(f"{name}={mine}: the source run {source.folder} was trained with {name}={theirs}, and a "
+                           f"fine-tune keeps its {what}; leave {name} unset (or give {name}={theirs})")
+    return dataclasses.replace(cfg, **fields)
+
+
+def provenance(source: Source) -> dict:
+    """What a fine-tuned run records of its source (in its card): folder, run id, recipe, and a sha256 over the
+    source's card and weight files (the bytes it started from)."""
+    h = hashlib.sha256(source.path(artifact.CARD).read_bytes())
+    for name in source.card.get("weights", []):
+        h.update(source.path(name).read_bytes())
+    return {"folder": str(source.folder), "run_id": source.folder.name, "recipe": source.card.get("recipe"),
+            "sha256": h.hexdigest()}
