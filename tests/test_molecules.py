@@ -400,3 +400,36 @@ def test_standardize_never_moves_a_molecule_between_splits(tmp_path):
     raw = read_table(cfg(data=str(path), standardize=False))
     assert scaffolds(raw.mols) != scaffolds(raw.split_mols)  # grouping the inputs as read would move the split
     assert any("." in Chem.MolToSmiles(m) for m in raw.mols) and not any("." in s for s in seen[0][1]["fold0"])
+
+
+def test_dmpnn_fine_tunes_from_a_run_keeping_its_encoder_and_featuriser(tmp_path, logp_csv, capfd):
+    """weights=RUN: the source's encoder, featuriser and descriptor statistics are kept; on the source's own data
+    its weights, scored before the first step, give its validation RMSE to 1e-6; on two targets the output layer
+    is new (logged) and the targets' scaling this run's; the card names the source. A contradicting encoder width or
+    another recipe's run: one line."""
+    from conftest import train_in_process
+
+    small = ["target=y", "hidden=16", "ffn_hidden=16", "batch_size=32"]
+    source = train_in_process(tmp_path / "pre", "molecules/dmpnn", f"data={logp_csv}", *small, budget="8steps")
+    val = json.loads((source / "summary.json").read_text())["metrics"]["val_rmse"]
+    tuned = train_in_process(tmp_path / "same", "molecules/dmpnn", f"data={logp_csv}", "target=y", "batch_size=32",
+                             f"weights={source}", budget="4steps")
+    summary = json.loads((tuned / "summary.json").read_text())
+    assert summary["metrics"]["val_rmse_start"] == pytest.approx(val, abs=1e-6)
+    assert summary["benchmark"].endswith(":fine-tuned")
+    assert json.loads((tuned / "model.json").read_text())["source"]["run_id"] == source.name
+    two = tmp_path / "two.csv"
+    with open(logp_csv) as f, open(two, "w", newline="") as g:
+        rows = list(csv.reader(f))
+        csv.writer(g).writerows([rows[0] + ["z"]] + [r + [str(2 * float(r[1]) + 1)] for r in rows[1:]])
+    moved = train_in_process(tmp_path / "two", "molecules/dmpnn", f"data={two}", "target=y,z", "batch_size=32",
+                             f"weights={source}", budget="4steps")
+    log = (moved / "log.txt").read_text()
+    assert "a new output layer for 2 target(s) (the source predicts 1)" in log and "fine-tuning from" in log
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={source}", "hidden=32"],
+              tmp_path / "bad", "hidden=32: the source run", "was trained with hidden=16",
+              "keeps its encoder and featuriser")
+    fp = train_in_process(tmp_path / "fp", "molecules/fp-xgb", f"data={logp_csv}", "target=y", "n_estimators=20",
+                          "bits=64", budget="8steps")
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={fp}"], tmp_path / "bad",
+              "a molecules/fp-xgb run; this recipe fine-tunes from molecules/dmpnn runs")

@@ -44,6 +44,7 @@ class DMPNNConfig(MolConfig, LoopSettings):
     warmup: Unit = 0.04  # LR warmup fraction (from 0.1 x peak)
     lr_final: NonNegative = 0.1  # LR multiplier at the end (cosine)
     eval_every: Unit = 0.02  # validation this often; the best validation checkpoint is kept
+    weights: str = ""  # fine-tune from a finished molecules/dmpnn run (its folder): its encoder and featuriser
 
 
 @dataclass

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, distributed, optim, schedule
+from recipe_zoo.core import artifact, distributed, finetune, optim, schedule
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.budget import Budget
@@ -71,10 +71,12 @@ def network(cfg: DMPNNConfig, atom_dim: int, bond_dim: int, extra_dim: int, task
 
 
 def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, train_idx: np.ndarray,
-                      val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str) -> tuple:
+                      val_idx: np.ndarray, budget: Budget, device, member_seed: int, label: str,
+                      start: Start | None = None) -> tuple:
     """One model trained on ``train_idx``, its best validation state kept: returns (predict, stats, model, scaler),
     where ``predict(rows)`` gives the restored model's predictions on the original scale and ``scaler`` holds the
-    training rows' target and descriptor statistics."""
+    training rows' target and descriptor statistics. ``start``: a source run's weights and descriptor statistics
+    (a fine-tune), its validation scored before the first step (``val_METRIC_start``)."""
     task = table.task
     y = table.y.copy()
     if task == "regression":
@@ -83,12 +85,15 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     scaler = {"target_mean": y_mean, "target_std": y_std} if task == "regression" else {}
     extra = None
     if desc is not None:
-        d_mean, d_std = standardizer(desc, train_idx)
+        d_mean, d_std = standardizer(desc, train_idx) if start is None else start.descriptors
         extra = scale_descriptors(desc, d_mean, d_std)
         scaler.update(descriptor_mean=d_mean, descriptor_std=d_std)
     torch.manual_seed(member_seed)
     model = network(cfg, graphs.x.size(1), graphs.edge_attr.size(1), 0 if extra is None else extra.size(1),
-                    y.shape[1]).to(device)
+                    y.shape[1])
+    if start is not None:
+        start.load(model, run.log if label == "" else lambda line: None)
+    model.to(device)
     targets = torch.from_numpy(y).float()
     # Batches of molecule indices (the shared batcher keeps resume exact), each collated into one graph.
     batches = TensorBatches((torch.as_tensor(train_idx),), cfg.batch_size, seed=member_seed,
@@ -110,6 +115,12 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
         b, target = batch
         return masked_loss(m(b.to(device)), target.to(device), task)
 
+    begun = {}
+    if start is not None:  # the source's weights on this split's validation: also a candidate for the best state
+        model.eval()
+        with torch.no_grad():
+            begun = {f"{k}_start": v for k, v in evaluate(model).items() if k == f"val_{metric}"}
+        model.train()
     settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=label == ""), device=device,
                  evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
@@ -117,8 +128,53 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
+    stats.update(begun)
     return lambda rows: unscale(models.predict(model, graphs, rows, extra, device, task), task, scaler), stats, model, \
         scaler
+
+
+# =============================================================================================
+# Fine-tuning from a run: the encoder and featuriser kept, the targets' scaling (and a new head) this run's
+# =============================================================================================
+
+# What must match the source: the encoder's shape and the featuriser (standardisation, descriptors). Inherited by
+# default: the descriptors' statistics (input-side state, so the encoder sees its inputs scaled as it learnt them).
+# Refitted: the targets' mean and std (another assay has another scale), and the output layer when the targets'
+# count differs (a new layer, logged).
+ENCODER_FIELDS = ("depth", "hidden", "readout", "ffn_hidden", "ffn_layers", "descriptors", "standardize")
+
+
+class Start:
+    """A source run's first model and its first split's descriptor statistics, checked against this zoo."""
+
+    def __init__(self, source: finetune.Source, log):
+        from types import SimpleNamespace
+
+        inference.check_featuriser(SimpleNamespace(card=source.card, dir=source.folder, log=log))
+        self.source, self.name = source, source.card["weights"][0]
+        self.state = artifact.load_tensors(source.path(self.name))
+        saved = artifact.load_tensors(source.path(SCALERS))
+        self.descriptors = ((saved["split0.descriptor_mean"].numpy(), saved["split0.descriptor_std"].numpy())
+                            if "split0.descriptor_mean" in saved else None)
+        count = len(source.card["weights"])
+        log(f"fine-tuning from {source.folder}: {self.name}" + (f" (the first of its {count} models)" if count > 1
+                                                                  else "") + ", its descriptor statistics")
+
+    def load(self, model: nn.Module, log) -> None:
+        own = model.state_dict()
+        out = [k for k in self.state if k.startswith("head.") and self.state[k].shape != own[k].shape]
+        model.load_state_dict({k: v for k, v in self.state.items() if k not in out}, strict=not out)
+        if out:
+            log(f"a new output layer for {own[out[0]].shape[0]} target(s) (the source predicts "
+                f"{self.state[out[0]].shape[0]}): {', '.join(out)} initialised afresh")
+
+
+def from_source(cfg: DMPNNConfig, run) -> tuple[DMPNNConfig, Start | None]:
+    if not cfg.weights:
+        return cfg, None
+    source = finetune.read_source(cfg.weights, ("molecules/dmpnn",))
+    theirs = {name: source.config[name] for name in ENCODER_FIELDS if name in source.config}
+    return finetune.inherit(cfg, source, theirs, "encoder and featuriser"), Start(source, run.log)
 
 
 # =============================================================================================
@@ -133,7 +189,7 @@ def weights_name(k: int, member: int, splits: int, ensemble: int) -> str:
 
 
 def save_dmpnn(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, nets: list, scalers: list,
-               predicted: list) -> None:
+               predicted: list, start: Start | None = None) -> None:
     """After scoring: each model's restored best validation weights, each split's scalers (float64 targets,
     float32 descriptors, as computed), the card and the test molecules' predictions. A SimpleRun (tests,
     notebooks) has no run directory of its own and keeps nothing."""
@@ -152,7 +208,8 @@ def save_dmpnn(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, net
                                extra_dim=0 if desc is None else desc.shape[1])
     artifact.write_card(run.dir, recipe=run.spec.name, task=table.task, weights=names, selected=selected,
                         preprocess=pre, files=[SCALERS], evaluation={"folds": len(nets), "ensemble": cfg.ensemble,
-                                                                     "batch_size": 256})
+                                                                     "batch_size": 256},
+                        **({"source": finetune.provenance(start.source)} if start is not None else {}))
     artifact.write_predictions(run.dir, inference.split_rows(table, pre["smiles"], predicted, pre))
 
 
@@ -215,6 +272,7 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
         predict=predict_dmpnn, predict_options=inference.MolPredictOptions)
 def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
+    cfg, start = from_source(cfg, run)
     table = load_for(cfg, run)
     graphs = feature_cache.cached("graphs", table, featurize, run.log)  # in chunks: a rerun reuses those done
     desc = feature_cache.cached("descriptors", table, rdkit_descriptors, run.log) if cfg.descriptors else None
@@ -223,7 +281,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     splits = splits_for(cfg, table, run)
     inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
-    predicted, total_seconds, total_steps, last, nets, scalers = [], 0.0, 0, {}, [], []
+    predicted, total_seconds, total_steps, last, nets, scalers, begun = [], 0.0, 0, {}, [], [], {}
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
         members = []
         nets.append([])
@@ -231,16 +289,17 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
             label = "" if k == 0 and member == 0 else f"fold {k} model {member}"
             predict, stats, net, scaler = train_dmpnn_split(cfg, run, table, graphs, desc, train_idx, val_idx,
                                                             per_model, device, member_seed=run.seed * 1000 + member,
-                                                            label=label)
+                                                            label=label, start=start)
             members.append(predict)
             nets[k].append(net)
             total_seconds, total_steps = total_seconds + stats["train_seconds"], total_steps + stats.get("steps", 0)
             last = stats
+            begun = begun or {k: v for k, v in stats.items() if k.endswith("_start")}  # the first model's
         scalers.append(scaler)  # the split's training rows: the same for each of its members
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
         predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
                           test_idx, np.mean([p(test_idx) for p in members], axis=0)))
     metrics = finish(run, table, predicted)
-    save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted)
-    return {**metrics, "train_seconds": total_seconds, "steps": total_steps, "params_M": last["params_M"],
+    save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted, start)
+    return {**metrics, **begun, "train_seconds": total_seconds, "steps": total_steps, "params_M": last["params_M"],
             "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}
