@@ -8,6 +8,7 @@ a row can name what it started from and the board never ranks it as trained from
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import json
@@ -66,3 +67,27 @@ def provenance(source: Source) -> dict:
         h.update(source.path(name).read_bytes())
     return {"folder": str(source.folder), "run_id": source.folder.name, "recipe": source.card.get("recipe"),
             "sha256": h.hexdigest()}
+
+
+def seen_items(source: Source) -> set[str]:
+    """The items the source trained or selected on and was not itself tested on: every item of its ``split.csv``
+    outside its test split (after k folds, all of them: each was trained on in some fold). An item in both (a
+    table that repeats a molecule in rows the split put on both sides) was already in the source's own score."""
+    path = source.path("split.csv")
+    if not path.is_file():
+        return set()
+    with open(path, newline="") as f:
+        rows = [(row["item"], row["split"]) for row in csv.DictReader(f)]
+    return {item for item, part in rows if part != "test"} - {item for item, part in rows if part == "test"}
+
+
+def check_unseen(source: Source, test_items, what: str) -> None:
+    """One line when any of this run's test items was in the source's training or validation data: a fine-tune
+    is scored on items its source never saw (the items compared as both runs' ``split.csv`` names them)."""
+    seen = seen_items(source)
+    items = list(dict.fromkeys(test_items))
+    leaked = [item for item in items if item in seen]
+    if leaked:
+        raise ZooError(f"weights={source.folder}: {len(leaked)} of this run's {len(items)} test {what} were in the "
+                       f"source run's training or validation data (first: {leaked[0]!r}); a fine-tune must be scored "
+                       f"on {what} its source never saw: pretrain without them, or fine-tune on other data")

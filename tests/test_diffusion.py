@@ -355,3 +355,27 @@ def test_bad_input_table(case, tmp_path, capfd):
     args, needles, budget = _diffusion_bad_case(case, tmp_path)
     conftest.bad_input(capfd, ["diffusion/ddpm", *args, "image_size=8", "levels=2", *TINY], tmp_path / "runs",
                        *needles, budget=budget)
+
+
+def test_a_diffusion_run_fine_tunes_from_another_with_its_unet(tmp_path, capfd):
+    """weights=RUN: the source's EMA U-Net and objective are kept; sampled before the first step with the same
+    seed on the source's data it scores the source's validation fid_zoo to 1e-6; the card names the source. Another
+    objective (ddpm from a flow run), another image size, another recipe's run: one line."""
+    import json
+
+    from conftest import train_in_process
+
+    tiny = [*TINY, "grid=0", "precision=fp32"]
+    source = train_in_process(tmp_path / "pre", "diffusion/flow", *tiny, budget="4steps")
+    before = json.loads((source / "summary.json").read_text())["metrics"]
+    tuned = train_in_process(tmp_path / "same", "diffusion/flow", *tiny, f"weights={source}", budget="2steps")
+    after = json.loads((tuned / "summary.json").read_text())
+    assert after["metrics"]["val_fid_zoo_start"] == pytest.approx(before["val_fid_zoo"], abs=1e-6)
+    assert after["benchmark"].endswith(":fine-tuned")
+    assert json.loads((tuned / "model.json").read_text())["source"]["recipe"] == "diffusion/flow"
+    conftest.bad_input(capfd, ["diffusion/ddpm", *tiny, f"weights={source}"], tmp_path / "bad",
+                       "method=ddpm: the source run", "was trained with method=flow; fine-tune it with diffusion/flow")
+    conftest.bad_input(capfd, ["diffusion/flow", *tiny, "image_size=16", "levels=2", f"weights={source}"],
+                       tmp_path / "bad", "levels=2: the source run", "was trained with levels=3")
+    conftest.bad_input(capfd, ["diffusion/flow", *tiny, "image_size=16", f"weights={source}"], tmp_path / "bad",
+                       "trained on 8 px images with 1 channel(s), and this data is 16 px with 1")

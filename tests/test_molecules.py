@@ -405,8 +405,9 @@ def test_standardize_never_moves_a_molecule_between_splits(tmp_path):
 def test_dmpnn_fine_tunes_from_a_run_keeping_its_encoder_and_featuriser(tmp_path, logp_csv, capfd):
     """weights=RUN: the source's encoder, featuriser and descriptor statistics are kept; on the source's own data
     its weights, scored before the first step, give its validation RMSE to 1e-6; on two targets the output layer
-    is new (logged) and the targets' scaling this run's; the card names the source. A contradicting encoder width or
-    another recipe's run: one line."""
+    is new (logged) and the targets' scaling this run's; the card names the source. A contradicting encoder width,
+    test molecules the source trained on (another seed's split of the same table) or another recipe's run: one
+    line."""
     from conftest import train_in_process
 
     small = ["target=y", "hidden=16", "ffn_hidden=16", "batch_size=32"]
@@ -429,6 +430,8 @@ def test_dmpnn_fine_tunes_from_a_run_keeping_its_encoder_and_featuriser(tmp_path
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={source}", "hidden=32"],
               tmp_path / "bad", "hidden=32: the source run", "was trained with hidden=16",
               "keeps its encoder and featuriser")
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={source}", "--seed", "5"],
+              tmp_path / "bad", "test molecules were in the source run's training or validation data (first: ")
     fp = train_in_process(tmp_path / "fp", "molecules/fp-xgb", f"data={logp_csv}", "target=y", "n_estimators=20",
                           "bits=64", budget="8steps")
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={fp}"], tmp_path / "bad",

@@ -281,3 +281,23 @@ def test_dice_is_scored_at_the_labels_resolution_whatever_the_plan_spacing(cells
         assert float(row["dice"]) == pytest.approx(by_hand[-1], abs=1e-6)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"]["test_dice"] == pytest.approx(np.mean(by_hand), abs=1e-6)
+
+
+def test_a_medical_run_fine_tunes_from_another_with_its_plan(cells, tmp_path, capfd):
+    """weights=RUN: the source's network, plan and normalisation statistics are kept (never planned again); on the
+    source's own cases, before the first step, its weights score its validation Dice to 1e-6; the card names the
+    source. Test cases the source trained on (a 2-fold run on the same slices), another network kind: one line."""
+    from conftest import bad_input
+
+    root, source = cells
+    before = json.loads((source / "summary.json").read_text())["metrics"]["val_dice"]
+    tuned = _train(tmp_path / "same", f"data={root}", "flip_axes=0,1", f"weights={source}", budget="2steps")
+    after = json.loads((tuned / "summary.json").read_text())
+    assert after["metrics"]["val_dice_start"] == pytest.approx(before, abs=1e-6)
+    assert after["benchmark"].endswith(":fine-tuned")
+    assert json.loads((tuned / "plan.json").read_text())["plan"] == json.loads((source / "plan.json").read_text())["plan"]
+    assert json.loads((tuned / "model.json").read_text())["source"]["run_id"] == source.name
+    bad_input(capfd, ["medical/unet", f"data={root}", *TINY, "folds=2", f"weights={source}"], tmp_path / "bad",
+              "test cases were in the source run's training or validation data")
+    bad_input(capfd, ["medical/swinunetr", f"data={root}", *TINY, f"weights={source}"], tmp_path / "bad",
+              "model=swinunetr: the source run", "is a unet; fine-tune it with medical/unet")

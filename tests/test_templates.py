@@ -60,6 +60,9 @@ def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor,
     header = text.split('"""', 1)[0]
     for module in templates.imported_modules(text):
         assert module in header, module  # the header names every module the copy imports
+    fine_tunes = "weights" in spec.config.__dataclass_fields__
+    assert ("`zoo run mytask.py weights=RUN_DIR` starts from a finished" in " ".join(header.replace("#", "").split())
+            ) == fine_tunes  # how to point it at a checkpoint, where the recipe takes one
     if vendor:
         copies = [moved, *moved.with_name("mytask_parts").glob("*.py")]
         assert len(copies) == len(written)

@@ -103,7 +103,10 @@ def render_template(spec, new_name: str, commit: str, vendor_package: str | None
               + (_wrap(f"The recipe modules it uses were copied into {vendor_package}/ beside it; only the core "
                        "(recipe_zoo.core) still comes from the zoo.") if vendor_package else
                  _wrap("`zoo new ... --vendor` would copy the recipe modules into a folder beside it as well.")
-                 if any(m.startswith(RECIPES + ".") for m in imported_modules(body)) else ""))
+                 if any(m.startswith(RECIPES + ".") for m in imported_modules(body)) else "")
+              + (_wrap(f"To fine-tune: `zoo run {new_name_to_file(new_name)} weights=RUN_DIR` starts from a finished "
+                       f"{spec.name} run (its card says what is kept; see the README's fine-tuning section).")
+                 if "weights" in getattr(spec.config, "__dataclass_fields__", {}) else ""))
     return header + body
 
 

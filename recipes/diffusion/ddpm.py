@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, distributed, optim, schedule
+from recipe_zoo.core import artifact, distributed, finetune, optim, schedule
 from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
@@ -93,6 +93,7 @@ class DiffusionConfig(LoopSettings):
     grid: NonNegativeInt = 64  # images in samples.png (0 = none)
     inception_weights: str = ""  # torch-fidelity's pt_inception-2015-12-05 file: adds the standard `fid`
     ema_decay: Fraction = 0.999  # EMA weights are used for sampling and evaluation (decay warmed up)
+    weights: str = ""  # fine-tune from a finished diffusion run (its folder): its U-Net, objective and image size
     clip_grad: NonNegative = 1.0
     eval_every: Unit = 0.0  # fraction of the budget between validation FID evaluations (0 = only at the end)
 
@@ -217,6 +218,43 @@ def export_pretrained(cfg: DiffusionConfig, run, out: Path) -> list[Path]:
 
 
 # =============================================================================================
+# Fine-tuning from a run: the network and what it predicts are the source's
+# =============================================================================================
+
+RECIPES = ("diffusion/ddpm", "diffusion/flow", "diffusion/ddpm-cfg", "diffusion/flow-cfg")
+# What must match the source: the U-Net's shape and what it was trained to predict (a flow's velocity is not a
+# DDPM's v), and whether it takes class labels. The data must have the source's image size and channels (and, for a
+# conditional source, its number of classes). The optimizer, schedule, EMA and sampler are this run's.
+SOURCE_FIELDS = ("levels", "layers_per_block", "attention", "prediction", "noise_schedule", "timesteps")
+RECIPE_FIELDS = ("method", "conditional")  # what each of the four recipes is: never taken over from the source
+
+
+def from_source(cfg: DiffusionConfig, source: finetune.Source, log) -> DiffusionConfig:
+    for name in RECIPE_FIELDS:
+        if name in source.config and getattr(cfg, name) != source.config[name]:
+            raise ZooError(f"{name}={getattr(cfg, name)}: the source run {source.folder} was trained with "
+                           f"{name}={source.config[name]}; fine-tune it with {source.card['recipe']}")
+    theirs = {name: source.config[name] for name in SOURCE_FIELDS if name in source.config}
+    theirs["width"] = source.card["unet"]["block_out_channels"][0]
+    cfg = finetune.inherit(cfg, source, theirs, "U-Net and objective")
+    log(f"fine-tuning from {source.folder}: its U-Net (width {cfg.width}) and {cfg.method} objective")
+    return cfg
+
+
+def source_model(source: finetune.Source, channels: int, size: int, num_classes: int, device) -> nn.Module:
+    """The source's EMA U-Net, when this data fits it (one line naming what differs otherwise)."""
+    pre, classes = source.card["preprocess"], source.card.get("classes")
+    if (pre["image_size"], pre["channels"]) != (size, channels):
+        raise ZooError(f"weights={source.folder}: trained on {pre['image_size']} px images with {pre['channels']} "
+                       f"channel(s), and this data is {size} px with {channels}: set image_size={pre['image_size']} "
+                       "(or fine-tune from a run on images like these)")
+    if classes is not None and len(classes) != num_classes:
+        raise ZooError(f"weights={source.folder}: a class-conditional U-Net of {len(classes)} classes, and this data "
+                       f"has {num_classes}")
+    return load_unet(source.card, source.path("model.safetensors"), device).train()
+
+
+# =============================================================================================
 # Training
 # =============================================================================================
 
@@ -243,6 +281,9 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device, tf32=cfg.tf32)
     sampler, steps = resolve_sampler(cfg)  # a wrong sampler fails before the data loads
+    source = finetune.read_source(cfg.weights, RECIPES) if cfg.weights else None
+    if source is not None:
+        cfg = from_source(cfg, source, run.log)
     check_config(cfg)
     # a bad weights file fails before the data loads and the fid_zoo classifier trains
     inception = InceptionFeatures(cfg.inception_weights, device) if cfg.inception_weights else None
@@ -259,7 +300,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
                 num_classes=num_classes)
     width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log)[0])
-    model = build_unet(cfg, width, channels, size, num_classes).to(device)
+    model = (build_unet(cfg, width, channels, size, num_classes).to(device) if source is None else
+             source_model(source, channels, size, num_classes, device))
     run.log(f"{data.name}: {data.sizes()} images {tuple(data.train_x.shape[1:])}, "
             f"{num_classes} classes; U-Net widths {model.config.block_out_channels}, "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params; {cfg.method}"
@@ -299,6 +341,13 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
                             transform=functools.partial(random_flip, flip=flip))
     optimizer = build_optimizer(cfg, model)
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
+    start = {}
+    if source is not None:  # the source's U-Net sampled and scored on validation before the first step
+        with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
+            start = {f"{k}_start": v for k, v in evaluate(model.eval()).items()}
+        model.train()
+        generated.clear()  # the test reads the trained model's images, never these
+        run.log("before fine-tuning (the source's U-Net): " + ", ".join(f"{k} {v:.4f}" for k, v in start.items()))
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
                  settings=LoopSettings.of(cfg))
@@ -318,10 +367,11 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
                         preprocess={"image_size": size, "channels": channels, "range": "[-1, 1]: uint8 / 127.5 - 1"},
                         evaluation={"method": cfg.method, "sampler": sampler, "steps": steps, "eta": cfg.eta,
                                     "guidance": cfg.guidance if cfg.conditional else None,
-                                    "null_class": null if cfg.conditional else None, "seed": run.seed})
+                                    "null_class": null if cfg.conditional else None, "seed": run.seed},
+                        **({"source": finetune.provenance(source)} if source is not None else {}))
     nfe = network_evaluations(sampler, steps)
     run.report("sampling", f"{sampler}, {steps} steps, {nfe} network evaluations per image"
                + (f", guidance {cfg.guidance}" if cfg.conditional else ""))
     run.report("fid_samples", f"{cfg.n_samples} generated vs {n_real} real (validation while training, test at "
                               "the end)")
-    return {**result.stats(), **result.metrics, **test, **floors, "fid_zoo_net_accuracy": net_acc, "sample_nfe": nfe}
+    return {**result.stats(), **start, **result.metrics, **test, **floors, "fid_zoo_net_accuracy": net_acc, "sample_nfe": nfe}

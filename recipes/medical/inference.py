@@ -30,7 +30,8 @@ def weights_name(fold: int) -> str:
     return "model.safetensors" if fold == 0 else f"model-fold{fold}.safetensors"
 
 
-def save_card(run, cfg, data: SegData, models: list[dict], rows: list[dict], device: torch.device) -> None:
+def save_card(run, cfg, data: SegData, models: list[dict], rows: list[dict], device: torch.device,
+              source: dict | None = None) -> None:
     """``model.json`` and ``predictions.csv`` (the test cases' masks are in ``predictions/``). ``models``: per fold
     ``{"weights", "plan", "fingerprint"}``; the card's preprocess and evaluation fields are fold 0's plan."""
     plan, fp = models[0]["plan"], models[0]["fingerprint"]
@@ -50,7 +51,8 @@ def save_card(run, cfg, data: SegData, models: list[dict], rows: list[dict], dev
                     "tta": cfg.tta, "mirror_axes": plan["flip_axes"] if cfg.tta else [],
                     "precision": resolve_precision(device, cfg.precision),
                     "ensemble": "mean softmax of the fold models" if len(models) > 1 else "one model"},
-        models=[{"fold": k, **m} for k, m in enumerate(models)], files=["plan.json"], dataset=data.name)
+        models=[{"fold": k, **m} for k, m in enumerate(models)], files=["plan.json"], dataset=data.name,
+        **({"source": source} if source else {}))
     artifact.write_predictions(run.dir, rows)
 
 

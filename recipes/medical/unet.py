@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from recipe_zoo.core import distributed, optim, schedule
+from recipe_zoo.core import artifact, distributed, finetune, optim, schedule
 from recipe_zoo.core.artifact import Predictions, PredictOptions
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.checkpoint import export_safetensors
@@ -90,6 +90,7 @@ class MedicalConfig(LoopSettings):
     eval_every: Unit = 0.25  # fraction of the budget between (quick, no-TTA) evaluations
     compute_efficiency: Unit = 0.0  # planner's expected fraction of peak FLOP/s; 0 = the device profile's (conv)
     min_steps: Count = 600  # planner: shrink batch, then patch, until the budget buys at least this many steps
+    weights: str = ""  # fine-tune from a finished medical run (its folder): its network, plan and normalisation
 
 
 def network(cfg: MedicalConfig) -> Network:
@@ -176,16 +177,35 @@ def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dim
     return tuple(sorted(set(axes)))
 
 
+def check_source(cfg: MedicalConfig, data: SegData, folds: list[Fold], source: finetune.Source, log) -> None:
+    """A fine-tune keeps its source's network, plan (patch, spacing, width, levels) and fingerprint (the
+    normalisation statistics): the same network kind, channels and classes are required, and no test case of this
+    run may be one the source trained or selected on (the cases as both runs' split.csv name them)."""
+    card = source.card
+    if cfg.model != source.config.get("model", cfg.model):
+        raise ZooError(f"model={cfg.model}: the source run {source.folder} is a {source.config['model']}; fine-tune "
+                       f"it with {card['recipe']}")
+    channels = data.cases[0].image.shape[0]
+    if (card["preprocess"]["channels"], len(card["classes"])) != (channels, len(data.classes)):
+        raise ZooError(f"weights={source.folder}: trained on {card['preprocess']['channels']} channel(s) and classes "
+                       f"{card['classes']}; this data has {channels} channel(s) and classes {data.classes}")
+    finetune.check_unseen(source, (c.key for fold in folds for c in fold.test), "cases")
+    log(f"fine-tuning from {source.folder}: its network, plan and normalisation statistics (fold 0's model)")
+
+
 def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, tag: str, device: torch.device,
-               measure) -> tuple[dict, dict, dict, tuple[dict, MaskWriter]]:
+               measure, source: finetune.Source | None = None) -> tuple[dict, dict, dict, tuple[dict, MaskWriter]]:
     """One fold: the plan from its training cases, training that evaluates on its validation cases, then its
     validation and (only now) its test cases scored with the model training ends with. Returns the validation
     and test scores per case (``score_cases``), the training stats, and what inference needs (the weights' file,
     plan and fingerprint) with the test cases' masks (written to ``predictions/``)."""
     in_channels, spatial_dims = fold.train[0].image.shape[0], fold.train[0].image.ndim - 1
-    fp = fingerprint(data, fold.train)
-    # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
-    plan = distributed.broadcast_object(make_plan(fp, plan_settings(cfg), device, run.budget, measure))
+    if source is None:
+        fp = fingerprint(data, fold.train)
+        # Planned once, by rank 0: a timing-dependent choice must not differ between ranks.
+        plan = distributed.broadcast_object(make_plan(fp, plan_settings(cfg), device, run.budget, measure))
+    else:  # a fine-tune: the source's plan and fingerprint (its normalisation statistics), never planned again
+        fp, plan = (dict(source.card["models"][0][k]) for k in ("fingerprint", "plan"))
     plan["flip_axes"] = list(resolve_flip_axes(cfg, data, plan, spatial_dims))
     run.log(f"{tag}{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} test cases, "
             f"{in_channels} channel(s), classes {data.classes}, voxel fractions {fp['class_fraction']}")
@@ -202,7 +222,10 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     if index:  # each fold's network starts from its own seed (a resumed fold 0 leaves the others unchanged)
         torch.manual_seed(run.seed * 1000 + index)
     net = network(cfg)
-    model = build_model(net, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"]).to(device)
+    model = build_model(net, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"])
+    if source is not None:
+        model.load_state_dict(artifact.load_tensors(source.path(source.card["weights"][0])))
+    model.to(device)
     layout = net.layout(plan["dims"])
     model = model.to(memory_format=layout)
     weights = class_weights(cfg.class_weights, fp, len(data.classes))
@@ -221,12 +244,20 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
         scores = evaluate(m, val_cases, plan, data.classes, device, overlap=min(cfg.overlap, 0.25))
         return {f"val_{k}": v for k, v in scores.items()}
 
+    mirror = tuple(plan["flip_axes"]) if cfg.tta else ()
+    start = {}
+    if source is not None:  # the source's weights on validation before the first step, scored as the run ends
+        with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
+            scores = score_cases(model.eval(), val_cases, plan, data.classes, device, overlap=cfg.overlap,
+                                 mirror_axes=mirror)
+        model.train()
+        start = {"val_dice_start": summarize(scores, data.classes)["dice"]}
+        run.log(f"{tag}validation dice before fine-tuning (the source's weights): {start['val_dice_start']:.6f}")
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=quick_eval,
                  update_hparams=update, settings=LoopSettings.of(cfg))
     final_model = result.eval_model.eval()
     score = functools.partial(score_cases, final_model, plan=plan, classes=data.classes, device=device,
-                              overlap=cfg.overlap, mirror_axes=tuple(plan["flip_axes"]) if cfg.tta else (),
-                              hd95=cfg.hd95)
+                              overlap=cfg.overlap, mirror_axes=mirror, hd95=cfg.hd95)
     masks = MaskWriter(run.dir / "predictions", data.values or list(range(len(data.classes))), fold.test)
     with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
         val_scores = score(val_cases)
@@ -238,7 +269,7 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     export_safetensors(final_model, run.dir / inference.weights_name(index),
                        metadata={"recipe": run.spec.name, "plan": json.dumps(plan), "fold": str(index)})
     saved = {"weights": inference.weights_name(index), "plan": plan, "fingerprint": fp}
-    return val_scores, test_scores, result.stats(), (saved, masks)
+    return val_scores, test_scores, {**result.stats(), **start}, (saved, masks)
 
 
 def record_split(run, data: SegData, folds: list[Fold]) -> None:
@@ -273,6 +304,9 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     if run.inspecting:  # the doctor sees fold 0's training and validation cases, never a test case
         train_view, val_view = inspect_view(folds[0].train, folds[0].val)
         run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
+    source = finetune.read_source(cfg.weights, ("medical/unet", "medical/swinunetr")) if cfg.weights else None
+    if source is not None:
+        check_source(cfg, data, folds, source, run.log)
     measure = network_cost(network(cfg), data.cases[0].image.shape[0], len(data.classes))
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
     per_fold, pooled, stats, models, rows = [], [], [], [], []
@@ -280,7 +314,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         part = run if len(folds) == 1 else run.part(budget, main=k == 0)
         tag = f"fold {k}: " if len(folds) > 1 else ""
         val_scores, test_scores, fold_stats, (saved, masks) = train_fold(cfg, part, data, fold, k, tag, device,
-                                                                         measure)
+                                                                         measure, source)
         models.append(saved)
         rows += masks.rows(test_scores["dice"], data.classes, k if len(folds) > 1 else None)
         val, test = summarize(val_scores, data.classes), summarize(test_scores, data.classes)
@@ -290,7 +324,8 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     metrics = summarize_folds(per_fold, run.log)
     dice = np.concatenate(pooled)  # every case tested once: the interval is over all test cases
     low, high = bootstrap(functools.partial(mean_dice, dice), len(dice))
-    inference.save_card(run, cfg, data, models, rows, device)
+    inference.save_card(run, cfg, data, models, rows, device,
+                        finetune.provenance(source) if source is not None else None)
     totals = {k: sum(s[k] for s in stats) for k in ("train_seconds", "steps", "epochs")}
     return {**stats[0], **totals, "peak_mem_mb": max(s["peak_mem_mb"] for s in stats), **metrics,
             "test_dice_ci_low": low, "test_dice_ci_high": high}

@@ -28,7 +28,7 @@ from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.features import Graphs, featurize, rdkit_descriptors
 from recipe_zoo.recipes.molecules.run_data import inspect_split, load_for, splits_for
 from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, finish, primary_metric
-from recipe_zoo.recipes.molecules.table import MolTable
+from recipe_zoo.recipes.molecules.table import MolTable, parent_smiles
 
 # =============================================================================================
 # Loss and scaling: missing targets masked, targets and descriptors standardised on the training rows
@@ -279,6 +279,9 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     if cfg.ensemble < 1:
         raise ZooError(f"ensemble={cfg.ensemble}: must be at least 1")
     splits = splits_for(cfg, table, run)
+    if start is not None:
+        names = parent_smiles(table)
+        finetune.check_unseen(start.source, (names[i] for _, _, test in splits for i in test), "molecules")
     inspect_split(run, table, splits[0], loop=True)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
     predicted, total_seconds, total_steps, last, nets, scalers, begun = [], 0.0, 0, {}, [], [], {}
