@@ -233,15 +233,17 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def run_cases(zoo: list[str], env: dict, chosen: list[tuple[str, list[str], str]], scratch: Path) -> list[tuple]:
+def run_cases(zoo: list[str], env: dict, chosen: list[tuple[str, list[str], str]], scratch: Path,
+              cwd: Path | None = None) -> list[tuple]:
     """(case, recipe, ``behaviour`` digest or ``FAILED``, TSV line with the full ``digest``) for each chosen case,
-    run by the ``zoo`` command ``zoo``."""
+    run by the ``zoo`` command ``zoo`` from ``cwd`` (``python -m zoo`` puts its folder first on the path, ahead of
+    PYTHONPATH: it must be the checkout meant)."""
     done = []
     for name, argv, budget in chosen:
         out = scratch / name
         t0 = time.time()
         proc = subprocess.run([*zoo, "run", *argv, "--budget", budget, "--seed", "0", "--out", str(out)],
-                              env=env, capture_output=True, text=True)
+                              env=env, capture_output=True, text=True, cwd=cwd)
         run_dir = next(out.glob("*/*/*/summary.json"), None)
         if proc.returncode != 0 or run_dir is None:
             digest_text = "FAILED"
@@ -309,7 +311,7 @@ def main() -> int:
         if not args.commit:  # the `zoo` beside this Python: the installed zoo, or this checkout's
             zoo = [str(Path(sys.executable).with_name("zoo"))] if not args.record else [sys.executable, "-m", "zoo"]
             code_env = {**env, "PYTHONPATH": str(ROOT)} if args.record else env
-            done = run_cases(zoo, code_env, chosen, scratch / "head")
+            done = run_cases(zoo, code_env, chosen, scratch / "head", cwd=ROOT if args.record else None)
             lines += [d[3] for d in done]
             if args.record:
                 _append(record("HEAD", machine, done))
@@ -319,7 +321,7 @@ def main() -> int:
             try:
                 code_env = {**env, "PYTHONPATH": str(tree)}
                 print(f"# {commit}", flush=True)
-                done = run_cases([sys.executable, "-m", "zoo"], code_env, chosen, scratch / commit)
+                done = run_cases([sys.executable, "-m", "zoo"], code_env, chosen, scratch / commit, cwd=tree)
                 lines += [f"{commit}\t{d[3]}" for d in done]
                 if args.record:
                     _append(record(commit, machine, done))
