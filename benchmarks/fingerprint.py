@@ -205,10 +205,10 @@ def digest(run_dir: Path) -> str:
 
 
 def behaviour(run_dir: Path) -> str:
-    """What the board compares across commits (``--record``): the run's value and status, the values of its weights
-    (each tensor hashed, the hashes sorted: a renamed or reordered parameter is the same behaviour) and its saved
-    test predictions (without their header). Unlike ``digest``, a metric or column added to what a run reports is
-    not a change of behaviour."""
+    """What the board compares across commits (``--record``): the run's value and status and the values of its
+    weights (each tensor hashed, the hashes sorted: a renamed or reordered parameter is the same behaviour). Unlike
+    ``digest``, what a run reports beside them (a metric added to the summary, a column added to its CSVs) is not
+    a change of behaviour."""
     import torch
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -219,9 +219,6 @@ def behaviour(run_dir: Path) -> str:
 
         parts += sorted(hashlib.sha256(v.contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes()).hexdigest()
                         for v in load_file(str(weights)).values())
-    predictions = run_dir / "predictions.csv"
-    if predictions.is_file():
-        parts += predictions.read_text().splitlines()[1:]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -271,32 +271,31 @@ def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monk
 
 def test_the_behaviour_digest_ignores_names_and_added_metrics_and_sees_a_changed_weight(tmp_path):
     """What ``benchmarks/fingerprint.py --record`` stores for the stale check: a refactor that renames a parameter,
-    reports one more metric or renames a prediction column is the same behaviour; a changed weight or prediction
+    reports one more metric or writes its predictions another way is the same behaviour; a changed weight or value
     is not."""
+    import importlib.util
     import json
+    from pathlib import Path
 
     import torch
     from safetensors.torch import save_file
-
-    import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "fingerprint.py"
     spec = importlib.util.spec_from_file_location("fingerprint", path)
     fingerprint = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fingerprint)
-    behaviour = fingerprint.behaviour
 
-    def run(name, weights, metrics, header="row,predicted", preds="1,0.5\n2,0.25"):
+    def run(name, weights, metrics, value=0.5, preds="row,predicted\n1,0.5\n"):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "summary.json").write_text(json.dumps({"value": 0.5, "status": "ok", "metrics": metrics}))
+        (folder / "summary.json").write_text(json.dumps({"value": value, "status": "ok", "metrics": metrics}))
         save_file(weights, str(folder / "model.safetensors"))
-        (folder / "predictions.csv").write_text(f"{header}\n{preds}\n")
-        return behaviour(folder)
+        (folder / "predictions.csv").write_text(preds)
+        return fingerprint.behaviour(folder)
 
     w, b = torch.arange(6.0).reshape(2, 3), torch.ones(3)
     base = run("base", {"w": w, "b": b}, {"test_acc": 0.5})
-    assert run("renamed", {"layer.w": w, "layer.b": b}, {"test_acc": 0.5, "steps": 8}, "row,pred") == base
+    assert run("renamed", {"layer.w": w, "layer.b": b}, {"test_acc": 0.5, "steps": 8},
+               preds="row,predicted,prob\n1,0.5,0.9\n") == base
     assert run("weight", {"w": w + 1e-6, "b": b}, {"test_acc": 0.5}) != base
-    assert run("prediction", {"w": w, "b": b}, {"test_acc": 0.5}, preds="1,0.5\n2,0.26") != base
+    assert run("value", {"w": w, "b": b}, {"test_acc": 0.5}, value=0.5000001) != base
