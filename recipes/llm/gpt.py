@@ -240,14 +240,10 @@ def shard(model: models.GPT, fsdp: bool, world: int, log) -> None:
         log("fsdp=true in a single process: nothing to shard (launch with --nproc N)")
 
 
-# =============================================================================================
-# Fine-tuning from a run: what it inherits
-# =============================================================================================
-
-# What a fine-tune keeps of its source: the tokenizer (its file, hence the vocabulary) and every field of the shape.
-# The batch, the schedule and the LRs are this run's (lower LRs are the user's to give: the source's defaults
-# pretrain). The data may differ: the tokenizer is not refitted on it, so bits per byte stay comparable with the
-# source's tokens.
+# Fine-tuning from a run (weights=) keeps the source's tokenizer (its file, hence the vocabulary) and every field of
+# the shape. The batch, the schedule and the LRs are this run's (lower LRs are the user's to give: the source's
+# defaults pretrain). The data may differ: the tokenizer is not refitted on it, so bits per byte stay comparable
+# with the source's tokens.
 SHAPE_FIELDS = ("aspect", "head_dim", "kv_heads", "mlp", "softcap", "seq_len", "vocab_size")
 
 
