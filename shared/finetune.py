@@ -59,6 +59,21 @@ def inherit(cfg, source: Source, fields: dict[str, object], what: str):
     return dataclasses.replace(cfg, **fields)
 
 
+def score_start(model, evaluate, device, precision: str) -> dict[str, float]:
+    """``evaluate(model)`` before the first step, as the loop evaluates: in eval mode, without gradients, under the
+    run's autocast; the model's training mode restored. What a fine-tune reports as ``val_..._start``."""
+    import torch
+
+    from recipe_zoo.core.precision import autocast
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast(device, precision):
+        scores = evaluate(model)
+    model.train(was_training)
+    return scores
+
+
 def provenance(source: Source) -> dict:
     """What a fine-tuned run records of its source (in its card): folder, run id, recipe, and a sha256 over the
     source's card and weight files (the bytes it started from)."""

@@ -20,9 +20,9 @@ HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `be
         "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
         "best row and the next-best rows whose test interval (or two seed errors) overlaps the best row's, down to "
         "the first that does not: this data does not tell them apart (an unpaired rule: rows scored on the same "
-        "items may differ more surely than it says). *validation* is what selection read. A *stale* row was measured by "
-        "a recipe whose behaviour has changed since (its fingerprint, `benchmarks/fingerprint.py`, differs at the "
-        "latest fingerprinted commit): shown, not ranked.")
+        "items may differ more surely than it says). *validation* is what selection read. A *stale* row was "
+        "measured by a recipe whose behaviour has changed since (its fingerprint, `benchmarks/fingerprint.py`, "
+        "differs at the latest fingerprinted commit): shown, not ranked.")
 METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own feature network (a small classifier "
                            "trained on the benchmark's training split: `diffusion/models.py`'s FeatureNet), "
                            "comparable only with other `fid_zoo` values, never with published Inception FIDs."}

@@ -6,11 +6,12 @@ Work is counted in units no machine changes: optimizer steps at a fixed global b
 caps them for the tree recipes). What a device would choose and is pinned here: model shape (llm depth, diffusion
 width, medical width, levels, patch and batch), global and micro batch, precision, TF32 (``tf32=false``: full fp32
 matmuls on GPUs, and on CPUs whose oneDNN would otherwise use its reduced fp32 math) and ``compile``. Under a
-budget of work nothing reads the clock: evaluation cadence follows steps, the protein head grid is whole, no time share cuts the trees. What still differs between machines is floating-point
-order and, in some recipes, where random numbers are drawn: vision's augmentations come from a CPU generator
-seeded by the batch's position on every device, but diffusion's noise, contrastive's kornia views and dropout draw
-on the device's own generator, so a GPU seed is another draw of the same distribution (like another seed). Hence
-rows are means over 3 seeds and ``zoo verify`` checks a row on another machine with 3 seeds on both sides.
+budget of work nothing reads the clock: evaluation cadence follows steps, the protein head grid is whole, no time
+share cuts the trees. What still differs between machines is floating-point order and, in some recipes, where
+random numbers are drawn: vision's augmentations come from a CPU generator seeded by the batch's position on every
+device, but diffusion's noise, contrastive's kornia views and dropout draw on the device's own generator, so a GPU
+seed is another draw of the same distribution (like another seed). Hence rows are means over 3 seeds and
+``zoo verify`` checks a row on another machine with 3 seeds on both sides.
 
 The work was chosen near what 5 minutes buys on 2 CPU cores (a minute for the 1-minute and 30-second benchmarks,
 about a minute for digits), so that a newcomer reproduces a row in minutes: ``zoo run RECIPE --reference [BENCH]``

@@ -343,9 +343,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     lr_schedule = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup)
     start = {}
     if source is not None:  # the source's U-Net sampled and scored on validation before the first step
-        with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
-            start = {f"{k}_start": v for k, v in evaluate(model.eval()).items()}
-        model.train()
+        scores = finetune.score_start(model, evaluate, device, resolve_precision(device, cfg.precision))
+        start = {f"{k}_start": v for k, v in scores.items()}
         generated.clear()  # the test reads the trained model's images, never these
         run.log("before fine-tuning (the source's U-Net): " + ", ".join(f"{k} {v:.4f}" for k, v in start.items()))
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
@@ -374,4 +373,5 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
                + (f", guidance {cfg.guidance}" if cfg.conditional else ""))
     run.report("fid_samples", f"{cfg.n_samples} generated vs {n_real} real (validation while training, test at "
                               "the end)")
-    return {**result.stats(), **start, **result.metrics, **test, **floors, "fid_zoo_net_accuracy": net_acc, "sample_nfe": nfe}
+    return {**result.stats(), **start, **result.metrics, **test, **floors, "fid_zoo_net_accuracy": net_acc,
+            "sample_nfe": nfe}

@@ -331,10 +331,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
 
     start = {}
     if source is not None:  # the source's weights on this run's validation, before the first step
-        model.eval()
-        with torch.no_grad(), autocast(device, precision):
-            start = {"val_bpb_start": evaluate(model)["val_bpb"]}
-        model.train()
+        start = {"val_bpb_start": finetune.score_start(model, evaluate, device, precision)["val_bpb"]}
         run.log(f"val_bpb before fine-tuning (the source's weights): {start['val_bpb_start']:.6f}")
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=update, settings=settings)

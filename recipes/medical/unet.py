@@ -247,11 +247,12 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     mirror = tuple(plan["flip_axes"]) if cfg.tta else ()
     start = {}
     if source is not None:  # the source's weights on validation before the first step, scored as the run ends
-        with torch.no_grad(), autocast(device, resolve_precision(device, cfg.precision)):
-            scores = score_cases(model.eval(), val_cases, plan, data.classes, device, overlap=cfg.overlap,
-                                 mirror_axes=mirror)
-        model.train()
-        start = {"val_dice_start": summarize(scores, data.classes)["dice"]}
+        def as_at_the_end(m: nn.Module) -> dict[str, float]:
+            scores = score_cases(m, val_cases, plan, data.classes, device, overlap=cfg.overlap, mirror_axes=mirror)
+            return summarize(scores, data.classes)
+
+        start = {"val_dice_start": finetune.score_start(model, as_at_the_end, device,
+                                                        resolve_precision(device, cfg.precision))["dice"]}
         run.log(f"{tag}validation dice before fine-tuning (the source's weights): {start['val_dice_start']:.6f}")
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=quick_eval,
                  update_hparams=update, settings=LoopSettings.of(cfg))

@@ -22,7 +22,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.metrics import score_tasks
-from recipe_zoo.core.precision import choose_device
+from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.recipes.molecules import feature_cache, inference, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.features import Graphs, featurize, rdkit_descriptors
@@ -117,10 +117,8 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
 
     begun = {}
     if start is not None:  # the source's weights on this split's validation: also a candidate for the best state
-        model.eval()
-        with torch.no_grad():
-            begun = {f"{k}_start": v for k, v in evaluate(model).items() if k == f"val_{metric}"}
-        model.train()
+        scores = finetune.score_start(model, evaluate, device, resolve_precision(device, cfg.precision))
+        begun = {f"{k}_start": v for k, v in scores.items() if k == f"val_{metric}"}
     settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=label == ""), device=device,
                  evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
@@ -297,7 +295,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
             nets[k].append(net)
             total_seconds, total_steps = total_seconds + stats["train_seconds"], total_steps + stats.get("steps", 0)
             last = stats
-            begun = begun or {k: v for k, v in stats.items() if k.endswith("_start")}  # the first model's
+            begun = begun or {name: v for name, v in stats.items() if name.endswith("_start")}  # the first model's
         scalers.append(scaler)  # the split's training rows: the same for each of its members
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
         predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
