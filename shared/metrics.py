@@ -40,12 +40,13 @@ def macro_f1(preds: torch.Tensor, targets: torch.Tensor, num_classes: int | None
 
 
 def bootstrap(statistic: Callable[[np.ndarray], float], n_items: int, *, rounds: int = 1000, seed: int = 0,
-              level: float = 0.95) -> tuple[float, float]:
+              level: float = 0.95, draw: Callable | None = None) -> tuple[float, float]:
     """The percentile interval of a test metric over its items resampled with replacement: the noise of the test
-    set itself (``statistic(indices)`` computes the metric on those items). A fixed seed: the same interval for
-    the same predictions."""
+    set itself (``statistic(indices)`` computes the metric on those items; ``draw(rng, n)`` resamples, by default
+    item by item). A fixed seed: the same interval for the same predictions."""
     rng = np.random.default_rng(seed)
-    values = np.array([statistic(rng.integers(0, n_items, n_items)) for _ in range(rounds)], dtype=np.float64)
+    draw = draw or (lambda g, n: g.integers(0, n, n))
+    values = np.array([statistic(draw(rng, n_items)) for _ in range(rounds)], dtype=np.float64)
     values = values[np.isfinite(values)]
     if len(values) == 0:
         return float("nan"), float("nan")

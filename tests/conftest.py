@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -185,10 +186,28 @@ def zoo_in_process(*args) -> subprocess.CompletedProcess:
 
 
 def run_ok(*args, budget: str):
-    """``zoo run ARGS --budget BUDGET`` that must succeed: (its summary block, the process)."""
+    """``zoo run ARGS --budget BUDGET`` that must succeed: (its summary block, the process). Where the run kept its
+    per-item test scores, they give its test metric again."""
     r = zoo("run", *args, "--budget", budget)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return summary_block(r.stdout), r
+    summary = summary_block(r.stdout)
+    check_items(Path(summary["run_dir"]))
+    return summary, r
+
+
+def check_items(run_dir: Path) -> None:
+    """The run's ``test_items.json`` (what a paired rank compares) computes its test metric on all its items: that
+    of the run itself (to float32's precision, where a recipe counts in it), or with folds (each fold's metric,
+    then their mean) within the folds' spread."""
+    import numpy as np
+
+    from recipe_zoo.core import items
+
+    scores, summary = items.load(run_dir), json.loads((run_dir / "summary.json").read_text())
+    if scores is None:
+        return
+    value, spread = scores.statistic(np.arange(len(scores))), summary["metrics"].get(summary["metric"] + "_std")
+    assert value == pytest.approx(summary["value"], rel=1e-6, abs=3 * spread if spread else 0), run_dir
 
 
 def run_bad(*args, budget: str) -> str:

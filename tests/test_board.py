@@ -2,10 +2,12 @@
 import multiprocessing
 import shutil
 
+import numpy as np
 import pytest
 
 from conftest import summary_block, zoo, zoo_in_process
-from recipe_zoo import board, board_render, ranking
+from recipe_zoo import board, board_render, paired, ranking
+from recipe_zoo.core import items
 from recipe_zoo.core.datasets import own_data_key
 
 CPU = "AMD EPYC (2 threads)"
@@ -95,6 +97,11 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
     assert "validation" in r["split"]
     assert r["dirty"] is dirty and r["commit"] == commit + ("-dirty" if dirty else "")  # --allow-dirty records it
     assert r["mean"] == pytest.approx(sum(r["values"]) / 2)
+    (line,) = board.load_rows(board.items_file())  # each seed's per-item test hits, named by the row
+    assert r["items"] == line["id"] and len(line["seeds"]) == 2 and line["seeds"][0]["split"]
+    for seed, value in zip(line["seeds"], r["values"]):
+        scores = items.ItemScores.from_json(seed)
+        assert scores.kind == "mean" and scores.statistic(np.arange(len(scores))) == pytest.approx(value, rel=1e-6)
     text = (board.board_dir() / "leaderboard.md").read_text()
     assert "## digits · test_accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
     # a later run on the same benchmark, budget and hardware gets a rank line against the row
@@ -223,6 +230,61 @@ def test_ranks_never_invert_the_means():
     assert [r["recipe"] for r in board.ranked(rows)] == ["best", "close", "apart", "wide"]
     assert board.ranks(rows) == ["=1", "=1", "3", "4"]
     assert "Rank =1 means the best row and the next-best rows" in board_render.render(rows, [])
+
+
+def scored(recipe: str, hits: list, split="t", **kw) -> tuple[dict, dict]:
+    """A row of accuracy whose seeds kept their per-item hits (``items.jsonl``'s line beside it)."""
+    from recipe_zoo.core import items
+
+    seeds = [items.mean_of(h) for h in hits]
+    line = {"id": f"{recipe}-items", "seeds": [{"split": split if isinstance(split, str) else split[k],
+                                                **x.to_json()} for k, x in enumerate(seeds)]}
+    values = [float(np.mean(h)) for h in hits]
+    spans = [x.interval() for x in seeds]
+    return row(recipe, float(np.mean(values)), float(np.std(values, ddof=1)), n=len(hits), items=line["id"],
+               ci_low=float(np.mean([lo for lo, _ in spans])), ci_high=float(np.mean([hi for _, hi in spans])),
+               **kw), line
+
+
+def test_paired_ranks_split_a_consistent_difference_and_keep_noise_tied():
+    """Three rows scored on the same 400 test items: "worse" misses 12 items the best row gets right, on every
+    seed; "noisy" misses 12 others and gets 10 of the best row's misses right. Side by side their intervals all
+    overlap (the unpaired rule ties all three); paired, the consistent difference is told apart and the noise is
+    not, and ranks stay monotone in the mean."""
+    rng = np.random.default_rng(0)
+    base = rng.random(400) < 0.8
+    right, wrong = np.flatnonzero(base), np.flatnonzero(~base)
+    best, worse, noisy = [], [], []
+    for seed in range(3):
+        hits = base.copy()
+        hits[rng.choice(400, 6, replace=False)] ^= True  # each seed's own few
+        best.append(hits)
+        worse.append(np.where(np.isin(np.arange(400), right[:12]), False, hits))
+        moved = hits.copy()
+        moved[right[12:24]], moved[wrong[:10]] = False, True
+        noisy.append(moved)
+    (a, la), (b, lb), (c, lc) = scored("best", best), scored("noisy", noisy), scored("worse", worse)
+    known = {line["id"]: line for line in (la, lb, lc)}
+    rows = [c, b, a]
+    assert [r["recipe"] for r in board.ranked(rows)] == ["best", "noisy", "worse"]
+    unpaired = [{k: v for k, v in r.items() if k != "items"} for r in rows]
+    assert board.ranks(unpaired) == ["=1", "=1", "=1"]  # every interval overlaps the best row's
+    assert board.ranks(rows, known) == ["=1", "=1", "3"]
+    lo, hi = paired.difference(c, a, known)
+    assert -0.07 < lo < hi < 0 and paired.difference(b, a, known)[0] < 0 < paired.difference(b, a, known)[1]
+    text = board_render.render(rows + [row("old", 0.5, ci_low=0.45, ci_high=0.55)], [], items=[la, lb, lc])
+    assert f"| 3 | worse | {board.value_text(c)} | {c['ci_low']:.4f}..{c['ci_high']:.4f} | {lo:+.4g}..{hi:+.4g} |" \
+        in text
+    assert "| 1 | best |" not in text and "| 4 | old |" in text and "| unpaired |" in text  # no scores: unpaired
+    assert "the same draw for both" in text  # the board says what =1 means
+    # scored on other items (another split) or another number of items: not paired, the unpaired rule decides
+    other, lo_ = scored("other", worse, split="u")
+    assert paired.difference(other, a, {**known, lo_["id"]: lo_}) is None
+    # a split per seed (molecules' scaffolds): seed k of both rows on the same items, paired seed by seed
+    (a2, la2), (c2, lc2) = scored("best", best, split=["s0", "s1", "s2"]), scored("worse", worse, split=["s0", "s1", "s2"])
+    a2["items"], c2["items"] = "a2", "c2"
+    la2["id"], lc2["id"] = "a2", "c2"
+    assert paired.difference(c2, a2, {"a2": la2, "c2": lc2})[1] < 0
 
 
 def test_a_fid_zoo_table_says_what_fid_zoo_is():

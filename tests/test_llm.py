@@ -6,12 +6,13 @@ import json
 import math
 import random
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
+from conftest import bad_input, check_items, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
 from recipe_zoo import registry
 from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import (gpt, models, prompt_response, scoring, sizing, text_splits, token_windows,
@@ -59,9 +60,15 @@ def test_bits_per_byte_of_a_uniform_model_is_log2_vocab_per_byte():
     # the interval resamples the windows: it brackets the value, and is a point when every window scores alike
     rng = np.random.default_rng(0)
     nats, n_bytes = rng.uniform(50, 150, 40), rng.uniform(60, 90, 40)
-    low, high = scoring.bpb_interval(nats, n_bytes)
+    low, high = scoring.bpb_items(nats, n_bytes).interval()
     assert low < nats.sum() / (math.log(2) * n_bytes.sum()) < high
-    assert scoring.bpb_interval(np.full(9, 2.0), np.full(9, 1.0)) == pytest.approx((2 / math.log(2),) * 2)
+    assert scoring.bpb_items(np.full(9, 2.0), np.full(9, 1.0)).interval() == pytest.approx((2 / math.log(2),) * 2)
+    # neighbouring windows that go together (a hard scene, an easy one): resampled in blocks, the interval is
+    # wider than one that takes each window as independent of the next (examples of JSONL are)
+    nats = np.repeat(rng.uniform(50, 150, 25), 8) + rng.uniform(0, 5, 200)
+    blocks, alone = scoring.bpb_items(nats, np.full(200, 70.0)), scoring.bpb_items(nats, np.full(200, 70.0), False)
+    assert blocks.block == 6 and alone.block == 1
+    assert np.diff(blocks.interval()) > 1.5 * np.diff(alone.interval())
 
 
 def test_token_windows_cover_each_epoch_once_and_resume_exactly():
@@ -264,6 +271,7 @@ def test_zoo_run_gpt_end_to_end_and_the_test_is_read_only_at_the_end(tmp_path):
                                                                "5% validation, last 10% test (train 15,198 / ")
     assert s["tokens_seen"].startswith("1,536 (") and "(Chinchilla: 20)" in s["tokens_per_param"]
     assert float(s["tokens_per_s"].replace(",", "")) > 0
+    check_items(Path(s["run_dir"]))  # each test window's nats and bytes give the test_bpb
     run_dir = next((tmp_path / "a" / "llm" / "gpt").iterdir())
     assert (run_dir / "tokenizer.json").is_file() and (run_dir / "model.safetensors").is_file()
     samples = (run_dir / "samples.txt").read_text()
@@ -372,6 +380,7 @@ def test_lora_fine_tunes_text_and_saves_adapter_and_merged_model(tiny_llama, tmp
     assert block["metric"] == "test_bpb" and float(block["value"]) == pytest.approx(metrics["test_bpb"], abs=1e-4)
     assert float(block["val_bpb_before"]) == pytest.approx(metrics["val_bpb_before"], abs=1e-4)
     assert [part for _, part in split_csv(run_dir)] == ["train", "validation", "test"]
+    check_items(run_dir)
     assert (run_dir / "adapter" / "adapter_config.json").is_file()
     assert (run_dir / "merged" / "config.json").is_file()
     from transformers import AutoModelForCausalLM
@@ -400,6 +409,7 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     block = summary_block(r.stdout)
     assert math.isfinite(float(block["value"])) and block["split"].startswith("examples by a hash of their content")
     assert block["benchmark"].endswith(":val_fraction=0.2")
+    check_items(Path(block["run_dir"]))  # examples, resampled one by one
 
 
 def test_lora_bytes_per_token_partition_the_text(tiny_llama):

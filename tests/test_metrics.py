@@ -120,7 +120,7 @@ def test_spearman_is_the_same_for_predictions_a_few_ulps_apart(dtype):
     import numpy as np
     from scipy import stats
 
-    from recipe_zoo.recipes.protein.scoring import metric_statistic
+    from recipe_zoo.recipes.protein.scoring import item_scores
 
     rng = np.random.default_rng(0)
     base = rng.normal(size=60)
@@ -132,7 +132,7 @@ def test_spearman_is_the_same_for_predictions_a_few_ulps_apart(dtype):
     assert metrics.spearman(y, nudged) == metrics.spearman(y, pred)
     assert metrics.spearman(y, pred) == pytest.approx(stats.spearmanr(y, pred)[0], rel=1e-12)  # exact ties: scipy's
     idx = rng.integers(0, len(y), len(y))
-    assert metric_statistic(y, nudged, "regression")(idx) == metric_statistic(y, pred, "regression")(idx)
+    assert item_scores(y, nudged, "regression").statistic(idx) == item_scores(y, pred, "regression").statistic(idx)
 
 
 def test_values_closer_than_the_tolerance_share_a_rank_and_a_dense_run_is_cut():

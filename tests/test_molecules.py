@@ -2,17 +2,18 @@
 end to end on a small synthetic table (targets computed by RDKit, so they are learnable)."""
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, run_doctor, summary_block, write_file, zoo, zoo_in_process
+from conftest import bad_input, check_items, run_doctor, summary_block, write_file, zoo, zoo_in_process
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules import dmpnn, models
 from recipe_zoo.recipes.molecules.features import bond_dim, featurize, rdkit_descriptors
 from recipe_zoo.recipes.molecules.run_data import splits_for
-from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, item_statistic
+from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, item_scores
 from recipe_zoo.recipes.molecules.splits import fold_indices, parse_sizes, scaffolds, split_indices
 from recipe_zoo.recipes.molecules.table import read_table, standardize
 from recipe_zoo.recipes.molecules.config import DMPNNConfig, FPXGBConfig, MolConfig
@@ -149,6 +150,7 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
                          .read_text())["metrics"]
     y = np.loadtxt(logp_csv, delimiter=",", skiprows=1, usecols=1)
     assert metrics["test_rmse"] < 0.4 * y.std() and metrics["test_r2"] > 0.8  # far better than the mean
+    check_items(Path(s["run_dir"]))
     r = zoo("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "6steps", "hidden=16",
             "ffn_hidden=16", "split=scaffold", "folds=3", "ensemble=2")
     assert r.returncode == 0, r.stderr + r.stdout
@@ -157,6 +159,7 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
     metrics = json.loads((tmp_path / "runs" / "molecules" / "dmpnn" / sorted(
         p.name for p in (tmp_path / "runs" / "molecules" / "dmpnn").iterdir())[-1] / "summary.json").read_text())
     assert "test_rmse_std" in metrics["metrics"]
+    check_items(Path(s["run_dir"]))  # three folds' test molecules pooled
 
 
 @pytest.mark.slow
@@ -166,11 +169,13 @@ def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
     r = zoo("run", "molecules/dmpnn", f"data={data}", "target=y", "--budget", "5steps", "hidden=16", "ffn_hidden=16")
     assert r.returncode == 0, r.stderr + r.stdout
     assert summary_block(r.stdout)["metric"] == "test_roc_auc"
+    check_items(Path(summary_block(r.stdout)["run_dir"]))
     r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y", "n_estimators=50", "bits=256")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["metric"] == "test_roc_auc" and 0.0 <= float(s["value"]) <= 1.0
     assert s["features"].endswith("(256 Morgan r2 counts + RDKit descriptors)")
+    check_items(Path(s["run_dir"]))
 
 
 def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
@@ -287,14 +292,14 @@ def test_multi_task_interval_resamples_molecules():
     y = rng.integers(0, 2, (200, 2)).astype(float)
     y[rng.random((200, 2)) < 0.2] = np.nan
     pred = np.nan_to_num(y, nan=0.5) * 0.3 + rng.random((200, 2)) * 0.7  # informative, far from perfect
-    stat = item_statistic(y, pred, "classification")
+    stat = item_scores(y, pred, "classification").statistic
     everything = np.arange(200)
     assert stat(everything) == pytest.approx(score_tasks(y, pred, "binary", ("roc_auc",))["roc_auc"])
     from recipe_zoo.core.metrics import bootstrap
 
     low, high = bootstrap(stat, 200)
     assert low < stat(everything) < high and 0.02 < high - low < 0.3
-    reg = item_statistic(np.where(np.isnan(y), np.nan, y * 3), pred, "regression")
+    reg = item_scores(np.where(np.isnan(y), np.nan, y * 3), pred, "regression").statistic
     idx = rng.integers(0, 200, 200)
     assert reg(idx) == pytest.approx(score_tasks(np.where(np.isnan(y), np.nan, y * 3)[idx], pred[idx], "regression",
                                                  ("rmse",))["rmse"])

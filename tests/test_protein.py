@@ -641,11 +641,11 @@ def test_bootstrap_statistic_is_the_metric():
     idx = rng.integers(0, 200, 200)
     from recipe_zoo.core.metrics import spearman
 
-    assert scoring.metric_statistic(y, pred, "regression")(idx) == pytest.approx(spearman(y[idx], pred[idx]))
-    assert scoring.metric_statistic(y, np.zeros(200), "regression")(idx) == 0.0
+    assert scoring.item_scores(y, pred, "regression").statistic(idx) == pytest.approx(spearman(y[idx], pred[idx]))
+    assert scoring.item_scores(y, np.zeros(200), "regression").statistic(idx) == 0.0
     scores = rng.normal(size=(200, 3))
     labels = rng.integers(0, 3, 200)
-    assert scoring.metric_statistic(labels, scores, "classification")(idx) == pytest.approx(
+    assert scoring.item_scores(labels, scores, "classification").statistic(idx) == pytest.approx(
         (scores[idx].argmax(1) == labels[idx]).mean())
 
 

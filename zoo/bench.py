@@ -6,7 +6,7 @@ import statistics
 import time
 from pathlib import Path
 
-from recipe_zoo import board, board_render, config, execution, runs
+from recipe_zoo import board, board_render, config, execution, paired, runs
 from recipe_zoo.core.errors import ZooError
 
 
@@ -23,6 +23,10 @@ def bench_one(spec, *, seeds: int, budget_text: str | None, overrides: list[str]
         return None
     row = make_row(spec.name, outcomes, budget=budget, overrides=overrides, command=command)
     if append and not speed_only:
+        line = paired.items_line([o.run_dir for o in outcomes])  # the seeds' per-item test scores, first: a row
+        if line is not None:  # never names scores that are not there
+            row["items"] = line["id"]
+            board.append_rows([line], board.items_file())
         board.append_rows([row])
     if append and board.fixed_work(row["budget"]):
         board.append_rows([speed_row(row, outcomes)], board.speed_file())

@@ -61,6 +61,11 @@ def checks_file() -> Path:
     return board_dir() / "benchmarks" / "verify.jsonl"
 
 
+def items_file() -> Path:
+    """Each row's per-item test scores (``paired``): what a paired rank compares."""
+    return board_dir() / "benchmarks" / "items.jsonl"
+
+
 def fingerprints_file() -> Path:
     """The recipes' behaviour fingerprints per commit (``benchmarks/fingerprint.py --record``): what tells a stale
     row."""
@@ -77,7 +82,7 @@ def all_rows(name: str = "results.jsonl", *, strict: bool = False) -> list[dict]
     return [row for path in _files(name) for row in load_rows(path, strict=strict)]
 
 
-KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl", "fingerprints.jsonl")
+KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl", "fingerprints.jsonl", "items.jsonl")
 NUMBER = (int, float)
 # What the board reads of each kind of row: a line without it is a damaged row, reported by file and line, not a
 # KeyError in the middle of a render.
@@ -89,6 +94,7 @@ REQUIRED = {
     "speed.jsonl": {"benchmark": str, "budget": str, "hardware": str, "recipe": str, "train_seconds": NUMBER,
                     "n": int},
     "fingerprints.jsonl": {"commit": str, "committed": int, "hardware": str, "recipes": dict},
+    "items.jsonl": {"id": str, "seeds": list},
 }
 _warned: set[str] = set()  # each damaged line is said once per process, however often the board is read
 
@@ -279,16 +285,29 @@ def ranked(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: -r["mean"] if higher else r["mean"])
 
 
-def ranks(rows: list[dict]) -> list[str]:
-    """The rank of each row of ``ranked(rows)``: ``=1`` for the best row and each next-best row whose interval
-    overlaps the best row's (not told apart by this data), stopping at the first that does not, so ranks never
-    invert the means; then the rest 2, 3, ... by mean (a wide interval further down does not lift a row to =1)."""
+def ranks(rows: list[dict], known: dict[str, dict] | None = None) -> list[str]:
+    """The rank of each row of ``ranked(rows)``: ``=1`` for the best row and each next-best row not told apart from
+    it (``together``), stopping at the first that is, so ranks never invert the means; then the rest 2, 3, ... by
+    mean (a wide interval further down does not lift a row to =1). ``known``: the rows' item scores by id (the
+    board's, by default)."""
     order = ranked(rows)
-    lo, hi = interval(order[0])
     tied = 1
-    while tied < len(order) and interval(order[tied])[0] <= hi and interval(order[tied])[1] >= lo:
+    while tied < len(order) and together(order[0], order[tied], known):
         tied += 1
     return [("=1" if tied > 1 else "1") if i < tied else str(i + 1) for i in range(len(order))]
+
+
+def together(best: dict, row: dict, known: dict[str, dict] | None = None) -> bool:
+    """``row`` is not told apart from ``best``: the 95% interval of their paired difference (``paired``: seeds and
+    the shared test items resampled together) includes zero; for rows that cannot be paired (no per-item scores,
+    other items), their intervals overlap."""
+    from recipe_zoo import paired
+
+    difference = paired.difference(best, row, known)
+    if difference is not None:
+        return difference[0] <= 0 <= difference[1]
+    lo, hi = interval(best)
+    return interval(row)[0] <= hi and interval(row)[1] >= lo
 
 
 def stale(row: dict, prints: list[dict]) -> str:

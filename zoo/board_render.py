@@ -18,9 +18,12 @@ from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_row
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
         "by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
         "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
-        "best row and the next-best rows whose test interval (or two seed errors) overlaps the best row's, down to "
-        "the first that does not: this data does not tell them apart (an unpaired rule: rows scored on the same "
-        "items may differ more surely than it says). *validation* is what selection read. A *stale* row was "
+        "best row and the next-best rows that this data does not tell apart from it, down to the first it does: "
+        "the 95% interval of a row's difference from the best (*vs best, paired 95%*: a bootstrap that resamples "
+        "both rows' seeds and, the same draw for both, the test items they were scored on, in blocks where "
+        "neighbours go together) includes zero. Rows without per-item scores (measured before they were kept), or "
+        "not scored on the same items, show *unpaired* and fall back to an unpaired rule: their test intervals (or "
+        "two seed errors) overlap. *validation* is what selection read. A *stale* row was "
         "measured by a recipe whose behaviour has changed since (its fingerprint, `benchmarks/fingerprint.py`, "
         "differs at the latest fingerprinted commit): shown, not ranked.")
 METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own feature network (a small classifier "
@@ -29,7 +32,7 @@ METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own 
 
 
 def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = (),
-           prints: list[dict] = ()) -> str:
+           prints: list[dict] = (), items: list[dict] = ()) -> str:
     """Markdown, deterministic for the same rows (no clock, no machine state): the reference tables (fixed work,
     every machine, each with its speed per device), then the time-budget tables (one machine each). Protocol-1
     rows are the archive's (``render_archive``)."""
@@ -39,6 +42,7 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
            "Tables of results measured before the train / validation / test protocol are kept apart, in "
            "[the archive](leaderboard-protocol1.md).", ""]
     tables = group([r for r in rows if protocol(r) >= PROTOCOL])
+    known = {line["id"]: line for line in items}  # each row's per-item test scores (paired ranks)
     reported_by_bench = defaultdict(list)
     for r in reported:
         reported_by_bench[(r["benchmark"], metric_base(r["metric"]))].append(r)
@@ -59,17 +63,17 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
         if not keys:
             out += [f"## {bench} · reference runs · {EVERY_MACHINE}", "", *_reference_lines(refs), *stub]
         for key in keys:
-            out += _table(key, fixed.pop(key), checks, refs, speed, prints)[:-1] + (stub if missing else []) + [""]
+            out += _table(key, fixed.pop(key), checks, refs, speed, prints, known)[:-1] + (stub if missing else []) + [""]
             out += _reported_table(reported_by_bench.pop((bench, metric_base(key[3])), []))
     for key, table in fixed.items():  # other work budgets: every machine, one table per work and precision
-        out += _table(key, table, checks, [], speed, prints)
+        out += _table(key, table, checks, [], speed, prints, known)
     timed = {key: t for key, t in tables.items() if not machine_free(key[4])}
     if timed:
         out += ["# Time budgets: quality in a time on one machine", "",
                 "A time budget buys another amount of work on each machine, so each of these tables is one "
                 "hardware string's: time-to-quality on a named machine.", ""]
     for key, table in timed.items():
-        out += _table(key, table, checks, [], (), prints)
+        out += _table(key, table, checks, [], (), prints, known)
         out += _reported_table(reported_by_bench.pop((key[1], metric_base(key[3])), []))
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
         out += [f"## {bench} · {metric} (reported elsewhere only)", ""] + _reported_table(elsewhere)
@@ -104,7 +108,7 @@ def _reference_lines(refs) -> list[str]:
         f"; {r.why}" if r.why else "") + "." for r in refs] + ([""] if refs else [])
 
 
-def _table(key: tuple, table: list[dict], checks, refs, speed, prints=()) -> list[str]:
+def _table(key: tuple, table: list[dict], checks, refs, speed, prints=(), known=None) -> list[str]:
     proto, bench, split, metric, budget, where = key
     higher = table[0]["higher_is_better"]
     reference, work = budget == REFERENCE, fixed_work(budget)
@@ -119,15 +123,16 @@ def _table(key: tuple, table: list[dict], checks, refs, speed, prints=()) -> lis
     out += _reference_lines(refs)
     current = proto >= PROTOCOL
     if current:
-        out += ["| rank | recipe | " + ("work | " if reference else "") + "value | test 95% | validation | n | "
-                "hardware | train s | params (M) | peak mem (MB) | commit | date | verified | command |",
-                "|---:|---|" + ("---|" if reference else "") + "---|---|---|---:|---|---:|---:|---:|---|---|---|---|"]
+        out += ["| rank | recipe | " + ("work | " if reference else "") + "value | test 95% | vs best, paired 95% | "
+                "validation | n | hardware | train s | params (M) | peak mem (MB) | commit | date | verified | command |",
+                "|---:|---|" + ("---|" if reference else "") + "---|---|---|---|---:|---|---:|---:|---:|---|---|---|---|"]
     else:
         out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
                 "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
     why = {row_id(r): w for r in table if (w := stale(r, prints))}
     fresh, old = [r for r in table if row_id(r) not in why], [r for r in table if row_id(r) in why]
-    order = (list(zip(ranks(fresh), ranked(fresh))) if fresh else []) + [("stale", r) for r in old]
+    known = {} if known is None else known
+    order = (list(zip(ranks(fresh, known), ranked(fresh))) if fresh else []) + [("stale", r) for r in old]
     for rank, r in order:
         if current:
             ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
@@ -135,6 +140,7 @@ def _table(key: tuple, table: list[dict], checks, refs, speed, prints=()) -> lis
             work_cell = f" {r['budget']}, {precision_text(r.get('precision'))} |" if reference else ""
             mark = " †" if chosen_on_test(r["recipe"]) else ""
             cells = (f"| {rank} | {row_name(r)}{mark} |{work_cell} {value_text(r)} | {ci} | "
+                     f"{versus_best(r, order[0][1], known) if rank != 'stale' else '-'} | "
                      f"{number_text(r.get('val_mean'))} | {r['n']} | {r['hardware']} |")
             tail = f" {verified(r, checks)} |"
         else:
@@ -151,6 +157,17 @@ def _table(key: tuple, table: list[dict], checks, refs, speed, prints=()) -> lis
     if reference or work:
         out += _speed_table(key, speed)
     return out
+
+
+def versus_best(row: dict, best: dict, known: dict) -> str:
+    """The row's metric minus the best row's, the 95% interval of the paired bootstrap (``paired``): ``unpaired``
+    where the two cannot be paired (a row without per-item scores, other test items)."""
+    from recipe_zoo import paired
+
+    if row is best:
+        return "-"
+    difference = paired.difference(row, best, known)
+    return "unpaired" if difference is None else f"{difference[0]:+.4g}..{difference[1]:+.4g}"
 
 
 @functools.lru_cache(maxsize=None)

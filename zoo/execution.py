@@ -208,6 +208,7 @@ class Trained:
 
 def _train(run: Run, spec, cfg, seed: int, run_dir: Path) -> Trained:
     """The recipe trained under the handle; every way it can end becomes a status and an exit code."""
+    from recipe_zoo.core import distributed, items
     from recipe_zoo.core.training_errors import Diverged, Interrupted, OutOfMemory
     from recipe_zoo.core.precision import seed_everything
     from recipe_zoo.core.rss import RssGrowth
@@ -215,11 +216,13 @@ def _train(run: Run, spec, cfg, seed: int, run_dir: Path) -> Trained:
     metrics, status, code, input_error = {}, "crash", EXIT_CRASH, None
     rss = RssGrowth()  # what the run adds to this process's memory: its data, model, batches
     try:
-        with rss:
+        with rss, items.collecting() as scored:
             metrics, cfg = memory.train_backing_off(spec, cfg, run, reseed=lambda: seed_everything(seed))
         status, code = "ok", EXIT_OK
         if not math.isfinite(metrics.get(run.metric, float("nan"))):
             raise RuntimeError(f"recipe returned no finite {run.metric!r}")
+        if scored and distributed.is_main():  # the test's per-item scores: what a paired rank compares
+            items.save(run_dir, scored[-1])
     except ZooError as exc:
         run.log(f"error: {exc}")
         status, code, input_error = "crash", exc.exit_code, exc

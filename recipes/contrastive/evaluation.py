@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import metrics
+from recipe_zoo.core import items, metrics
 from recipe_zoo.recipes.image_splits import ImageSplits
 from recipe_zoo.recipes.contrastive.data import item_name
 
@@ -67,8 +67,7 @@ def score_features(bank: torch.Tensor, queries: torch.Tensor, splits: ImageSplit
     out = {f"{part}_knn_accuracy": metrics.accuracy(scores, y),
            f"{part}_knn_macro_f1": metrics.macro_f1(scores, y, num_classes)}
     if part == "test":
-        correct = (scores.argmax(1) == y).numpy()
-        low, high = metrics.bootstrap(lambda idx: correct[idx].mean(), len(correct))
+        low, high = items.test_interval(items.mean_of((scores.argmax(1) == y).numpy()))
         proba = linear_probe(bank, splits.train_y, queries, cfg.probe_c)
         out |= {"test_knn_accuracy_ci_low": low, "test_knn_accuracy_ci_high": high,
                 "test_linear_accuracy": metrics.accuracy(proba, y),

@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from recipe_zoo.core import artifact, metrics, optim, schedule
+from recipe_zoo.core import artifact, items, metrics, optim, schedule
 from recipe_zoo.core.api import Count, Fraction, NonNegative, Positive, Share, Unit, recipe
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.errors import ZooError
@@ -161,7 +161,7 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
             return inference.window_rows(nats, n_bytes, cfg.seq_len, len(tokens) - 1, "".join(docs))
     with torch.no_grad(), autocast(device, precision):
         nats, n_bytes = score(model)
-        scores = scoring.bpb_metrics(nats, n_bytes, prefix)
+        scores = scoring.bpb_metrics(nats, n_bytes, prefix, windows=not jsonl)
         if opts.before:
             if not hasattr(model, "disable_adapter"):
                 raise ZooError(f"before=true: needs the base model {cfg.model} (only the merged copy is here)")
@@ -324,7 +324,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         with tested.disable_adapter():
             base_nats, base_bytes = task.score(tested, "test")
     test_bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
-    low, high = scoring.bpb_interval(nats, n_bytes)
+    low, high = items.test_interval(scoring.bpb_items(nats, n_bytes, windows=not cfg.data.endswith(".jsonl")))
     test_before = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
     save_adapter(tested, tokenizer, cfg.merge, run.dir)
     save_card(run, cfg, precision, start, task.rows(nats, n_bytes))

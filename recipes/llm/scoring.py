@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from recipe_zoo.core import metrics
+from recipe_zoo.core import items, metrics
 
 
 def window_sums(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int, device,
@@ -63,17 +63,20 @@ def bits_per_byte(logits_fn, tokens: torch.Tensor, seq_len: int, batch_size: int
     return metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
 
 
-def bpb_interval(nats: np.ndarray, n_bytes: np.ndarray, rounds: int = 1000) -> tuple[float, float]:
-    """95% bootstrap interval of bits per byte over the scored items (windows, or examples) resampled with
-    replacement: sum of their nats / (ln 2 x sum of their bytes)."""
+def bpb_items(nats: np.ndarray, n_bytes: np.ndarray, windows: bool = True) -> items.ItemScores:
+    """Bits per byte item by item: each scored item's nats and bytes (the metric: the sum of their nats / ln 2 x
+    the sum of their bytes). Windows of one text are neighbours whose losses go together (a scene, a speech), so
+    they are resampled in contiguous blocks (``items.cube_root_block``); examples (JSONL) one by one."""
     nats, n_bytes = np.asarray(nats, dtype=np.float64), np.asarray(n_bytes, dtype=np.float64)
-    return metrics.bootstrap(lambda idx: nats[idx].sum() / (math.log(2) * n_bytes[idx].sum()), len(nats),
-                             rounds=rounds)
+    return items.ItemScores("bpb", {"nats": nats, "bytes": n_bytes},
+                            block=items.cube_root_block(len(nats)) if windows else 1)
 
 
 
-def bpb_metrics(nats: np.ndarray, n_bytes: np.ndarray, prefix: str = "") -> dict[str, float]:
-    """Bits per byte of the scored items and its 95% bootstrap interval over them, as the recipes report it."""
-    low, high = bpb_interval(nats, n_bytes)
+def bpb_metrics(nats: np.ndarray, n_bytes: np.ndarray, prefix: str = "", windows: bool = True) -> dict[str, float]:
+    """Bits per byte of the scored items and its 95% bootstrap interval over them (``bpb_items``), as the recipes
+    report it; the test's scores go to the run."""
+    scores = bpb_items(nats, n_bytes, windows)
+    low, high = items.test_interval(scores) if prefix == "test_" else scores.interval()
     return {f"{prefix}bpb": metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum())),
             f"{prefix}bpb_ci_low": low, f"{prefix}bpb_ci_high": high}

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipe_zoo.core import items
 from recipe_zoo.recipes.medical.data import RawCase
 from recipe_zoo.recipes.medical.masks import in_geometry
 from recipe_zoo.recipes.medical.preprocess import Case
@@ -104,11 +105,10 @@ def summarize(scores: dict[str, np.ndarray], classes: list[str]) -> dict[str, fl
     return out
 
 
-def mean_dice(dice: np.ndarray, items: np.ndarray) -> float:
-    """``dice`` of the cases ``items`` (a bootstrap draw): the mean over foreground classes of their means."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmean(np.nanmean(dice[items], 0)[1:]))
+def dice_items(dice: np.ndarray) -> items.ItemScores:
+    """Each test case's Dice per class (NaN where a class is absent): the metric is the mean over foreground classes
+    of their means over the cases."""
+    return items.ItemScores("dice", {"dice": np.asarray(dice, np.float64)})
 
 
 def evaluate(model: nn.Module, cases: list[Case], plan: dict, classes: list[str], device: torch.device, *,

@@ -4,19 +4,18 @@ or the run's own test cases scored again. Scoring is ``evaluation.py``'s, the ma
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from recipe_zoo.core import artifact
+from recipe_zoo.core import artifact, items
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
 from recipe_zoo.recipes.medical.data import (IMAGE_DIRS, IMAGE_SUFFIXES, MASK_DIRS, RawCase, SegData, _relative, _stem,
                                              check_label, load_data, map_labels, read_image)
-from recipe_zoo.recipes.medical.evaluation import CaseScores, mean_dice, predict, score_cases, summarize
+from recipe_zoo.recipes.medical.evaluation import CaseScores, dice_items, predict, score_cases, summarize
 from recipe_zoo.recipes.medical.masks import MaskWriter, in_geometry
 from recipe_zoo.recipes.medical.models import Network, build_model
 from recipe_zoo.recipes.medical.preprocess import preprocess
@@ -99,7 +98,7 @@ def _window(plan: dict, opts, tta: bool) -> tuple[dict, tuple[int, ...]]:
 def predict_test(cfg, opts, run, net: Network) -> artifact.Predictions:
     """The run's own split rebuilt from its config; each fold's test cases through that fold's model (``net``),
     scored as the run scored them (its plan's grid, sliding windows, mirrored views): the run's test metrics again."""
-    from recipe_zoo.core.metrics import bootstrap, summarize_folds
+    from recipe_zoo.core.metrics import summarize_folds
 
     card, device = run.card, choose_device(run.device)
     classes, values = card["classes"], card["preprocess"]["label_values"]
@@ -127,7 +126,7 @@ def predict_test(cfg, opts, run, net: Network) -> artifact.Predictions:
         files += writer.files
     metrics = summarize_folds(per_fold, lambda line: None)
     dice = np.concatenate(pooled)
-    low, high = bootstrap(functools.partial(mean_dice, dice), len(dice))
+    low, high = items.test_interval(dice_items(dice))
     return artifact.Predictions(rows=rows, metrics={**metrics, "test_dice_ci_low": low, "test_dice_ci_high": high},
                                 files=files, arrays={"masks": masks})
 

@@ -22,18 +22,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from recipe_zoo.core import artifact, distributed, finetune, optim, schedule
+from recipe_zoo.core import artifact, distributed, finetune, items, optim, schedule
 from recipe_zoo.core.artifact import Predictions, PredictOptions
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.loop import LoopSettings, fit
-from recipe_zoo.core.metrics import bootstrap, summarize_folds
+from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
 from recipe_zoo.recipes.medical import inference
 from recipe_zoo.recipes.medical.data import SegData, load_data, parse_ints
-from recipe_zoo.recipes.medical.evaluation import evaluate, mean_dice, score_cases, summarize
+from recipe_zoo.recipes.medical.evaluation import dice_items, evaluate, score_cases, summarize
 from recipe_zoo.recipes.medical.masks import MaskWriter
 from recipe_zoo.recipes.medical.models import Network, build_loss, build_model, class_weights
 from recipe_zoo.recipes.medical.patches import Augmentation, PatchBatches, augmentation
@@ -324,7 +324,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         stats.append(fold_stats)
     metrics = summarize_folds(per_fold, run.log)
     dice = np.concatenate(pooled)  # every case tested once: the interval is over all test cases
-    low, high = bootstrap(functools.partial(mean_dice, dice), len(dice))
+    low, high = items.test_interval(dice_items(dice))
     inference.save_card(run, cfg, data, models, rows, device,
                         finetune.provenance(source) if source is not None else None)
     totals = {k: sum(s[k] for s in stats) for k in ("train_seconds", "steps", "epochs")}

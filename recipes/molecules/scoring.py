@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.core.metrics import bootstrap, score_tasks, summarize_folds
+from recipe_zoo.core import items
+from recipe_zoo.core.metrics import score_tasks, summarize_folds
 from recipe_zoo.recipes.molecules.table import MolTable
 
 
@@ -40,21 +41,15 @@ def finish(run, table: MolTable, predicted: list) -> dict[str, float]:
                        "use another split or more data")
     y = np.concatenate([table.y[test] for _, _, test, _ in predicted])
     pred = np.concatenate([test_pred for *_, test_pred in predicted])
-    low, high = bootstrap(item_statistic(y, pred, table.task), len(y))
+    low, high = items.test_interval(item_scores(y, pred, table.task))
     metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
     return metrics
 
 
-def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
-    """The primary metric on a resample of molecules (``statistic(indices)`` for ``metrics.bootstrap``): RMSE per
-    target from masked squared errors (vectorised), then the mean over targets; ROC-AUC by ``score_tasks``."""
-    metric = primary_metric(task)[0]
+def item_scores(y: np.ndarray, pred: np.ndarray, task: str) -> items.ItemScores:
+    """The primary metric per molecule: masked squared errors (RMSE per target, then the mean over targets), or
+    targets and predictions for ROC-AUC by ``score_tasks``."""
     if task == "regression":
-        present = ~np.isnan(y)
-        squared = np.where(present, (np.asarray(pred, np.float64) - np.nan_to_num(y)) ** 2, 0.0)
-
-        def rmse(idx: np.ndarray) -> float:
-            n, total = present[idx].sum(axis=0), squared[idx].sum(axis=0)
-            return float(np.mean(np.sqrt(total[n > 0] / n[n > 0]))) if (n > 0).any() else float("nan")
-        return rmse
-    return lambda idx: score_tasks(y[idx], pred[idx], SCORE_TASK[task], (metric,)).get(metric, float("nan"))
+        return items.rms_of(y, pred)
+    return items.ItemScores("task", {"y": np.asarray(y, np.float64), "pred": np.asarray(pred, np.float64)},
+                            params={"task": SCORE_TASK[task], "metric": primary_metric(task)[0]})

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core import artifact, datasets
+from recipe_zoo.core import artifact, datasets, items
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
-from recipe_zoo.core.metrics import bootstrap, score
+from recipe_zoo.core.metrics import score
 from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.core.progress import Progress
 from recipe_zoo.recipes.protein.config import ESMFields, ProteinConfig, replaced
@@ -30,7 +30,7 @@ from recipe_zoo.recipes.protein.inference import data_file
 from recipe_zoo.recipes.protein.loading import dataset_info
 from recipe_zoo.recipes.protein.mutations import mutant_sequence, parse_mutations, read_wild_type
 from recipe_zoo.recipes.protein.readers import FASTA_SUFFIXES, need_columns, read_csv_rows, read_fasta
-from recipe_zoo.recipes.protein.scoring import SCORING, metric_statistic
+from recipe_zoo.recipes.protein.scoring import SCORING, item_scores
 from recipe_zoo.recipes.protein.sequences import check_sequence, parse_labels
 
 
@@ -117,7 +117,7 @@ def variant_scores(model, alphabet, wt: str, variants: list, device, precision: 
 
 def zeroshot_metrics(y: np.ndarray, scores: np.ndarray) -> dict[str, float]:
     metrics = {f"test_{k}": v for k, v in score(y, scores, *SCORING["regression"]).items()}
-    low, high = bootstrap(metric_statistic(y, scores, "regression"), len(y))
+    low, high = items.test_interval(item_scores(y, scores, "regression"))
     metrics["test_spearman_ci_low"], metrics["test_spearman_ci_high"] = low, high
     return metrics
 

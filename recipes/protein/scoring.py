@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from recipe_zoo.core.metrics import bootstrap, rank_correlation, score, tie_tolerance, tied_ranks
+from recipe_zoo.core import items
+from recipe_zoo.core.metrics import score
 from recipe_zoo.recipes.protein.sequences import ProteinData
 
 
@@ -18,20 +19,13 @@ def primary_metric(task: str) -> tuple[str, bool]:
     return ("spearman", True) if task == "regression" else ("accuracy", True)
 
 
-def metric_statistic(y: np.ndarray, pred: np.ndarray, task: str):
-    """The primary metric on a resample of the items (``indices``), for the bootstrap: Spearman (ranked as
-    ``metrics.spearman`` ranks, values equal up to floating-point noise tied, with the whole test set's
-    tolerance in every resample; 0 for a constant prediction) or accuracy."""
+def item_scores(y: np.ndarray, pred: np.ndarray, task: str) -> items.ItemScores:
+    """The primary metric per item: targets and predictions for Spearman (ranked as ``metrics.spearman`` ranks,
+    values equal up to floating-point noise tied, with the whole test set's tolerance in every resample; 0 for a
+    constant prediction), or hits for accuracy."""
     if task != "regression":
-        correct = (np.asarray(pred).argmax(axis=1) == y).astype(np.float64)
-        return lambda idx: float(correct[idx].mean())
-    pred, y = np.asarray(pred).reshape(-1), np.asarray(y)
-    tol_pred, tol_y = tie_tolerance(pred), tie_tolerance(y)
-
-    def rho(idx: np.ndarray) -> float:
-        return rank_correlation(tied_ranks(y[idx], tol_y), tied_ranks(pred[idx], tol_pred))
-
-    return rho
+        return items.mean_of(np.asarray(pred).argmax(axis=1) == y)
+    return items.spearman_of(y, pred)
 
 
 def final_metrics(data: ProteinData, val_value: float, test_pred: np.ndarray) -> dict[str, float]:
@@ -41,7 +35,7 @@ def final_metrics(data: ProteinData, val_value: float, test_pred: np.ndarray) ->
     metric = primary_metric(data.task)[0]
     out = {f"test_{k}": v for k, v in score(data.y[test], test_pred, *SCORING[data.task]).items()}
     out[f"val_{metric}"] = val_value
-    low, high = bootstrap(metric_statistic(data.y[test], test_pred, data.task), len(test))
+    low, high = items.test_interval(item_scores(data.y[test], test_pred, data.task))
     out[f"test_{metric}_ci_low"], out[f"test_{metric}_ci_high"] = low, high
     return out
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from recipe_zoo.core.metrics import bootstrap, summarize_folds
+from recipe_zoo.core import items
+from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.recipes.tabular import features
 from recipe_zoo.recipes.tabular.config import TabularConfig
 from recipe_zoo.recipes.tabular.data import Table, load_table, primary_metric, scores
@@ -96,18 +97,15 @@ def score_splits(log, table: Table, fitted: list) -> tuple[dict, list]:
         pooled_pred.append(test_pred)
     metrics = summarize_folds(results, log)
     metric = primary_metric(table.task)[0]
-    low, high = bootstrap(item_statistic(np.concatenate(pooled_y), np.concatenate(pooled_pred), table.task),
-                          sum(len(y) for y in pooled_y))
+    low, high = items.test_interval(item_scores(np.concatenate(pooled_y), np.concatenate(pooled_pred), table.task))
     metrics[f"test_{metric}_ci_low"], metrics[f"test_{metric}_ci_high"] = low, high
     return metrics, pooled_pred
 
 
-def item_statistic(y: np.ndarray, pred: np.ndarray, task: str):
-    """The primary metric on a resample of rows (``statistic(indices)`` for ``metrics.bootstrap``), vectorised:
-    RMSE from squared errors, accuracy from per-row hits (labels as ``metrics.score`` takes them)."""
+def item_scores(y: np.ndarray, pred: np.ndarray, task: str) -> items.ItemScores:
+    """The primary metric per row: squared errors (RMSE), or hits (accuracy; labels as ``metrics.score`` takes
+    them)."""
     if task == "regression":
-        squared = (np.asarray(pred, np.float64) - y) ** 2
-        return lambda idx: float(np.sqrt(squared[idx].mean()))
+        return items.rms_of(y, pred)
     labels = (pred > 0.5).astype(np.int64) if task == "binary" else np.asarray(pred).argmax(axis=1)
-    hits = (labels == y).astype(np.float64)
-    return lambda idx: float(hits[idx].mean())
+    return items.mean_of(labels == y)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import metrics, streams
+from recipe_zoo.core import items, metrics, streams
 from recipe_zoo.core.precision import autocast, resolve_precision
 from recipe_zoo.recipes.image_splits import ImageSplits
 from recipe_zoo.recipes.vision.data import prediction_rows, test_names
@@ -50,8 +50,7 @@ def scores(logits: torch.Tensor, y: torch.Tensor, num_classes: int, prefix: str 
            f"{prefix}macro_f1": metrics.macro_f1(logits, y, num_classes),
            f"{prefix}loss": F.cross_entropy(logits.float(), y).item()}
     if prefix == "test_":
-        correct = (logits.argmax(1) == y).cpu().numpy()
-        low, high = metrics.bootstrap(lambda idx: correct[idx].mean(), len(correct))
+        low, high = items.test_interval(items.mean_of((logits.argmax(1) == y).cpu().numpy()))
         out |= {"test_accuracy_ci_low": low, "test_accuracy_ci_high": high}
     return out
 

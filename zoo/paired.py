@@ -1,0 +1,127 @@
+"""Paired ranks: two rows of one table are scored on the same test items, so whether they differ is asked of the
+difference between them, item for item, not of their intervals side by side. A hierarchical bootstrap resamples
+both levels of noise together: each row's seeds (its training noise) and the test items (the test set's noise,
+the same draw for both rows, in blocks where neighbours go together). Two rows whose 95% interval of the difference
+excludes zero are told apart, however much their intervals overlap.
+
+A row keeps its seeds' per-item scores in ``benchmarks/items.jsonl`` (``zoo bench``: one line per row, named by
+the row's ``items``); a row without them (measured before they were kept), or two rows not scored on the same items
+(another split, another window length), are compared by the unpaired rule (``board.interval``)."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from recipe_zoo.core import items
+
+ROUNDS = 1000
+LEVEL = 0.95
+
+
+def split_digest(run_dir: Path) -> str:
+    """The run's test items (its ``split.csv``), as a digest: two runs with the same one scored the same items."""
+    import csv
+
+    path = run_dir / "split.csv"
+    if not path.exists():
+        return ""
+    with open(path, newline="") as f:
+        keys = sorted(r["item"] for r in csv.DictReader(f) if r.get("split") == "test")
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16] if keys else ""
+
+
+def items_line(run_dirs: list[Path]) -> dict | None:
+    """One row's line of ``items.jsonl``: each seed's test items (digest) and per-item scores; None when a seed
+    kept none (a recipe without them, a metric that is not a mean of items: FID)."""
+    seeds = []
+    for run_dir in run_dirs:
+        scores = items.load(run_dir)
+        if scores is None:
+            return None
+        seeds.append({"split": split_digest(run_dir), **scores.to_json()})
+    line = {"seeds": seeds}
+    return {"id": hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()[:16], **line}
+
+
+def lines() -> dict[str, dict]:
+    """Every row's item scores on the board, by id (read again only when a file changed)."""
+    from recipe_zoo import board
+
+    files = board._files("items.jsonl")
+    return _lines(tuple((str(p), *((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else ())) for p in files))
+
+
+@functools.lru_cache(maxsize=4)
+def _lines(state: tuple) -> dict[str, dict]:
+    from recipe_zoo import board
+
+    return {line["id"]: line for line in board.all_rows("items.jsonl")}
+
+
+_SEEDS: dict[str, tuple] = {}  # id -> its seeds' (test digest, scores): an id is a hash of its line, never reused
+
+
+def difference(a: dict, b: dict, known: dict[str, dict] | None = None) -> tuple[float, float] | None:
+    """The 95% interval of row ``a``'s metric minus row ``b``'s, paired; None when they cannot be paired.
+    ``known``: the item lines by id (the board's, by default)."""
+    known = lines() if known is None else known
+    if a.get("items") not in known or b.get("items") not in known:
+        return None
+    for ident in (a["items"], b["items"]):
+        if ident not in _SEEDS:
+            _SEEDS[ident] = tuple((s["split"], items.ItemScores.from_json(s)) for s in known[ident]["seeds"])
+    return _difference(a["items"], b["items"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _difference(a_id: str, b_id: str) -> tuple[float, float] | None:
+    a, b = _SEEDS[a_id], _SEEDS[b_id]
+    scores = [x for _, x in a + b]
+    if len({(x.kind, x.block) for x in scores}) != 1 or "" in {s for s, _ in a + b}:
+        return None
+    if len({s for s, _ in a + b}) == 1 and len({len(x) for x in scores}) == 1:
+        return _interval(shared_items(a, b))
+    if len(a) == len(b) and all(sa == sb and len(xa) == len(xb) for (sa, xa), (sb, xb) in zip(a, b)):
+        return _interval(paired_seeds(a, b))
+    return None  # other items (another split, another window length): nothing to pair
+
+
+def shared_items(a, b) -> np.ndarray:
+    """Every seed of both rows scored the same items: each round draws the items once for both rows and each row's
+    seeds with replacement, and takes the difference of the rows' means over their drawn seeds."""
+    rng = np.random.default_rng(0)
+    first = a[0][1]
+    out = np.empty(ROUNDS)
+    for r in range(ROUNDS):
+        idx = items.draw(rng, len(first), first.block)
+        va = np.array([x.statistic(idx) for _, x in a])
+        vb = np.array([x.statistic(idx) for _, x in b])
+        out[r] = va[rng.integers(0, len(a), len(a))].mean() - vb[rng.integers(0, len(b), len(b))].mean()
+    return out
+
+
+def paired_seeds(a, b) -> np.ndarray:
+    """Each seed has its own split (molecules' scaffold splits): seed k of both rows scored the same items, so each
+    round draws seeds with replacement for both rows alike and, within each, the items once for both."""
+    rng = np.random.default_rng(0)
+    out = np.empty(ROUNDS)
+    for r in range(ROUNDS):
+        total = 0.0
+        for k in rng.integers(0, len(a), len(a)):
+            xa, xb = a[k][1], b[k][1]
+            idx = items.draw(rng, len(xa), xa.block)
+            total += xa.statistic(idx) - xb.statistic(idx)
+        out[r] = total / len(a)
+    return out
+
+
+def _interval(values: np.ndarray) -> tuple[float, float] | None:
+    values = values[np.isfinite(values)]
+    if len(values) < ROUNDS // 2:
+        return None
+    tail = 100 * (1 - LEVEL) / 2
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
