@@ -95,6 +95,7 @@ def test_rewriting_the_board_refuses_to_drop_a_damaged_row(kind):
                         "train_seconds": 10.0, "n": 1}], board.speed_file())
     board.append_rows([{"commit": "abc123456", "committed": 1, "hardware": "h", "recipes": {"r": {"case": "d1"}}}],
                       board.fingerprints_file())
+    board.append_rows([{"id": "0123456789abcdef", "seeds": []}], board.items_file())
     assert zoo_in_process("board", "--write", "--plot").returncode == 0
     damaged = board.board_dir() / "benchmarks" / kind
     with open(damaged, "ab") as f:
@@ -401,4 +402,6 @@ def test_two_benches_at_once_on_one_board_keep_every_row(tmp_path):
     assert rows[:2] == GOOD and sorted(r["overrides"]["width"] for r in rows[2:]) == ["4", "8"]
     speed = whole_rows(board.speed_file())  # the 3-step budget is work: each bench adds its speed row too
     assert len(speed) == 2
-    assert (board.board_dir() / "leaderboard.md").read_text() == board_render.render(rows, [], [], speed)
+    items = whole_rows(board.items_file())  # each row's per-item test scores: both rows' kept
+    assert sorted(line["id"] for line in items) == sorted(r["items"] for r in rows[2:])
+    assert (board.board_dir() / "leaderboard.md").read_text() == board_render.render(rows, [], [], speed, [], items)
