@@ -28,6 +28,16 @@ def test_digits_split_is_fixed_and_validation_is_carved_from_train():
     assert keys["validation"] <= set(wider.keys["validation"]) and torch.equal(wider.test_y, a.test_y)
 
 
+def test_digits_read_from_scikit_learns_file_are_its_load_digits():
+    """The file read without importing scikit-learn holds what ``load_digits`` gives, pixel for pixel."""
+    from sklearn.datasets import load_digits
+
+    x, y, classes = images.digits_arrays()
+    digits = load_digits()
+    assert torch.equal(x, torch.from_numpy(digits.images * (255.0 / 16.0)).round().to(torch.uint8).unsqueeze(1))
+    assert torch.equal(y, torch.from_numpy(digits.target).long()) and classes == [str(c) for c in digits.target_names]
+
+
 def test_hash_parts_do_not_depend_on_the_order_of_the_items():
     keys = [f"c{i % 3}/{i}.png" for i in range(200)]
     parts = image_splits.hash_parts(keys, 0.1, 0.2)
