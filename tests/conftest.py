@@ -17,10 +17,12 @@ GPU_TESTS = os.environ.get("ZOO_TEST_GPU") == "1"
 if not GPU_TESTS:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
-# Under pytest-xdist (`make test` runs one worker per core) each worker and the runs it starts use one thread: two
-# workers of two threads each on two cores spend their time waiting on each other's threads, not computing.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["OMP_NUM_THREADS"] = "1"
+# Each test process and the runs it starts use one thread. Under pytest-xdist (`make test` runs one worker per
+# core) two workers of two threads each on two cores spend their time waiting on each other's threads, not
+# computing. And a run in this process (`zoo_in_process`) must compute as a `zoo` process does, bit for bit: the
+# OpenMP pool's size at torch's import picks some kernels (torch.set_num_threads(1) later does not undo it), so it
+# is set here, before anything imports torch, with or without xdist.
+os.environ["OMP_NUM_THREADS"] = "1"
 
 # No deadline anywhere (a verdict must not depend on this machine's speed); under CI (`CI` set: .ci/run sets it) the
 # examples are derandomised too, so a CI failure is the same failure on every rerun.

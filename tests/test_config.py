@@ -277,3 +277,97 @@ def test_show_lists_data_model_and_optimizer_fields_before_the_loop_fields(capsy
     keys = [line.split()[1] if line.startswith("*") else line.split()[0]
             for line in capsys.readouterr().out.splitlines() if re.match(r"^[* ] \w+ +=", line)]
     assert keys[0] == "data" and keys.index("lr") < keys.index("accum_steps") and keys[-1] == "sync_batchnorm"
+
+
+# ---------------------------------------------------------------------------------------------
+# Every setting toggled: the split and the scored items move only with a key field
+# ---------------------------------------------------------------------------------------------
+
+class _SplitRecorded(Exception):
+    """Raised by ``_SplitRun.record_split``: the recipe has read its data and split it; nothing trains."""
+
+
+def _split_of(spec, cfg, tmp_path) -> dict | None:
+    """The split a run of ``cfg`` would record (split.csv's parts, each in order: the test part is the scored
+    items), from ``train`` stopped at ``record_split``; None when the recipe stops before it (a refused setting)."""
+    from recipe_zoo.core.api import SimpleRun
+    from recipe_zoo.core.budget import parse_budget
+
+    class _SplitRun(SimpleRun):
+        def record_split(self, parts):
+            raise _SplitRecorded({name: [str(k) for k in keys] for name, keys in parts.items()})
+
+    run = _SplitRun(budget=parse_budget("2steps"), dir=tmp_path, spec=spec, log=lambda line: None)
+    try:
+        spec.train(cfg, run)
+    except _SplitRecorded as done:
+        return done.args[0]
+    except Exception:  # noqa: BLE001 - a combination the recipe refuses, or needs more than tiny data: no split
+        return None
+    return None
+
+
+def _other_values(hint, value) -> list:
+    """Values to toggle a field to: the other choices of a Literal, the other bool, a number halved and doubled."""
+    kind = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+    if typing.get_origin(kind) is Literal:
+        return [c for c in typing.get_args(kind) if c != value]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, (int, float)) and value == value:
+        return [type(value)(value * 2 if value else 1), type(value)(value // 2 if isinstance(value, int) else value / 2)]
+    return []
+
+
+INPUTS = {"data", "target", "weights", "esm_weights", "model", "tokenizer", "inception_weights", "wt", "mutant",
+          "eval_data"}  # what names the data or the starting weights: another measurement by definition
+
+
+@pytest.mark.slow
+def test_no_setting_but_a_key_field_moves_the_split_or_the_scored_items(tmp_path):
+    """Each recipe on tiny data: every config field that is not a key field (nor one naming the data or weights)
+    set to each other value it can take, and the split the run would record compared: the same items in every
+    part, in the same order (the test part is what is scored, and paired ranks pair items by position)."""
+    import conftest
+    from recipe_zoo import registry
+
+    from recipe_zoo.core.precision import torch_state_kept
+
+    with torch_state_kept():  # the recipes set their speed switches as they start
+        moved, checked, keyed = _toggle_every_field(registry, conftest, tmp_path)
+    assert not moved, "these settings move the split or the scored items without being key fields: " + \
+        ", ".join(moved)
+    assert len(checked) >= 12 and sum(checked.values()) > 300, checked  # the recipes reached their split
+    assert len(keyed) >= 10, keyed  # and a key field (a held-out share, a split seed) does move it: the check sees
+
+
+def _toggle_every_field(registry, conftest, tmp_path) -> tuple[list, dict, set]:
+    """(settings that moved the split without being key fields, toggles compared per recipe, recipes where a key
+    field moved it)."""
+    moved, checked, keyed = [], {}, set()
+    for name, spec in sorted(registry.load_all().items()):
+        folder = tmp_path / name.replace("/", "-")
+        folder.mkdir()
+        args = conftest.small_run_args(name, folder)
+        base_cfg = config.build(spec.config, spec.defaults, None, args, name)
+        base = _split_of(spec, base_cfg, tmp_path)
+        if base is None:
+            continue
+        key = set(getattr(spec.config, "KEY_FIELDS", ()))
+        checked[name] = 0
+        hints = typing.get_type_hints(spec.config, include_extras=True)
+        for field in dataclasses.fields(spec.config):
+            if field.name in INPUTS:
+                continue
+            for other in _other_values(hints[field.name], getattr(base_cfg, field.name)):
+                try:
+                    cfg = config.build(spec.config, spec.defaults, None, args + [f"{field.name}={other}"], name)
+                except ZooError:
+                    continue  # out of the field's range
+                got = _split_of(spec, cfg, tmp_path)
+                checked[name] += got is not None and field.name not in key
+                if got is not None and got != base and field.name in key:
+                    keyed.add(name)
+                elif got is not None and got != base:
+                    moved.append(f"{name} {field.name}={other}")
+    return moved, checked, keyed

@@ -104,7 +104,9 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     extra, steps, kill_at, fit = KILL_CASES[recipe]
     args = [recipe, *kill_case_args(recipe, tmp_path), *extra, "log_every=0", "checkpoint_every=0",
             "--budget", steps, "--seed", "3"]
-    ref = zoo("run", *args, "--out", tmp_path / "ref")
+    # the uninterrupted run and the resume in this process (the killed run is a process of its own): the same
+    # code on the same thread, without the seconds a process spends importing
+    ref = zoo_in_process("run", *args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-2000:]
     out = tmp_path / "runs"
     proc = start(args, out)
@@ -113,7 +115,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     assert proc.wait(timeout=60) == -signal.SIGKILL
     run_dir = the_run_dir(out, recipe)
     assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["running"]
-    resumed = zoo("run", "--resume", run_dir, "--out", out)
+    resumed = zoo_in_process("run", "--resume", run_dir, "--out", out)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout
     if fit:  # the part it was killed in goes on from its own checkpoint, not from its first step
@@ -131,7 +133,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
 def test_ctrl_c_and_sigterm_checkpoint_exit_130_143_and_resume_exactly(tmp_path):
     args = ["tabular/mlp", *small_run_args("tabular/mlp", tmp_path), "eval_every=0.25", "log_every=0",
             "--budget", "60steps", "--seed", "4"]
-    ref = zoo("run", *args, "--out", tmp_path / "ref")
+    ref = zoo_in_process("run", *args, "--out", tmp_path / "ref")  # as in the SIGKILL cases: here, no imports
     assert ref.returncode == 0, ref.stderr[-2000:]
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         out = tmp_path / sig.name
@@ -142,7 +144,7 @@ def test_ctrl_c_and_sigterm_checkpoint_exit_130_143_and_resume_exactly(tmp_path)
         assert proc.wait(timeout=60) == code, rest
         assert summary_block(rest)["status"] == "interrupted" and "Resume with: zoo run --resume" in rest
         assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["interrupted"]
-        resumed = zoo("run", "--resume", the_run_dir(out, "tabular/mlp"), "--out", out)
+        resumed = zoo_in_process("run", "--resume", the_run_dir(out, "tabular/mlp"), "--out", out)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
         assert_same_run(the_run_dir(tmp_path / "ref", "tabular/mlp"), the_run_dir(out, "tabular/mlp"))

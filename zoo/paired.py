@@ -23,14 +23,15 @@ LEVEL = 0.95
 
 
 def split_digest(run_dir: Path) -> str:
-    """The run's test items (its ``split.csv``), as a digest: two runs with the same one scored the same items."""
+    """The run's test items in the order its ``split.csv`` lists them, as a digest: two runs with the same one
+    scored the same items (the order too: item scores are paired by position)."""
     import csv
 
     path = run_dir / "split.csv"
     if not path.exists():
         return ""
     with open(path, newline="") as f:
-        keys = sorted(r["item"] for r in csv.DictReader(f) if r.get("split") == "test")
+        keys = [r["item"] for r in csv.DictReader(f) if r.get("split") == "test"]
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16] if keys else ""
 
 
