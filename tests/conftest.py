@@ -188,9 +188,13 @@ def zoo_in_process(*args) -> subprocess.CompletedProcess:
 
 
 def run_ok(*args, budget: str):
-    """``zoo run ARGS --budget BUDGET`` that must succeed: (its summary block, the process). Where the run kept its
+    """``zoo run ARGS --budget BUDGET`` that must succeed, in this process (as ``zoo`` computes: one OpenMP thread
+    from the start; its speed switches restored after): (its summary block, the output). Where the run kept its
     per-item test scores, they give its test metric again."""
-    r = zoo("run", *args, "--budget", budget)
+    from recipe_zoo.core.precision import torch_state_kept
+
+    with torch_state_kept():
+        r = zoo_in_process("run", *args, "--budget", budget)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = summary_block(r.stdout)
     check_items(Path(summary["run_dir"]))
