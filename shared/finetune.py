@@ -47,10 +47,11 @@ def read_source(weights: str, recipes: tuple[str, ...]) -> Source:
     return Source(folder.resolve(), card, config.get("config", config))
 
 
-def inherit(cfg, source: Source, fields: dict[str, object], what: str):
+def inherit(cfg, source: Source, fields: dict[str, object], what: str, variant: dict | None = None):
     """``cfg`` with each of ``fields`` (name: the source's value) taken from the source. A field the user set off
-    its default to another value than the source's is refused: ``what`` names what must match."""
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    its default (the recipe variant's, ``variant``, where it has one) to another value than the source's is
+    refused: ``what`` names what must match."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)} | dict(variant or {})
     for name, theirs in fields.items():
         mine = getattr(cfg, name)
         if mine != defaults[name] and mine != theirs:

@@ -133,6 +133,36 @@ def test_simclr_on_digits_exports_a_backbone_vision_loads(tmp_path):
     backbones._load_own_weights(model, summary["run_dir"], "zoo-resnet")  # as vision/resnet weights=RUN_DIR loads it
 
 
+def test_simclr_fine_tunes_from_a_contrastive_or_a_vision_run(tmp_path):
+    """weights=RUN_DIR: the backbone (model and width from the source's card), its whitening and input statistics
+    kept, the projector new; before the first step the source's backbone scores the source's own validation kNN
+    to 1e-6; the run names its source and is keyed as a fine-tune. A contradicting width, another domain's run and
+    a missing folder are one line each."""
+    import json
+    from pathlib import Path
+
+    source, _ = run_ok("contrastive/simclr", "width=8", "proj_hidden=64", "--out", tmp_path / "src")
+    src = Path(source["run_dir"])
+    tuned, _ = run_ok("contrastive/simclr", f"weights={src}", "proj_hidden=64", "--out", tmp_path / "ft",
+                      budget="4steps")
+    metrics = json.loads((Path(tuned["run_dir"]) / "summary.json").read_text())["metrics"]
+    source_val = json.loads((src / "summary.json").read_text())["metrics"]["val_knn_accuracy"]
+    assert metrics["val_knn_accuracy_start"] == pytest.approx(source_val, abs=1e-6)
+    card = json.loads((Path(tuned["run_dir"]) / "model.json").read_text())
+    assert card["architecture"]["width"] == 8 and card["source"]["run_id"] == src.name  # width from the source
+    assert card["preprocess"]["mean"] == json.loads((src / "model.json").read_text())["preprocess"]["mean"]
+    assert tuned["benchmark"].endswith(":fine-tuned")
+    vision, _ = run_ok("vision/resnet", "model=zoo-resnet", "width=8", "eval_every=0", "--out", tmp_path / "vis",
+                       budget="4steps")
+    from_vision, _ = run_ok("contrastive/byol", f"weights={vision['run_dir']}", "proj_hidden=64", "batch_size=16",
+                            "--out", tmp_path / "fv", budget="3steps")
+    assert json.loads((Path(from_vision["run_dir"]) / "model.json").read_text())["source"]["recipe"] == "vision/resnet"
+    assert "width=16: the source run" in run_bad("contrastive/simclr", f"weights={src}", "width=16")
+    tab, _ = conftest.run_ok("tabular/mlp", "data=wine", "hidden=16", "--out", tmp_path / "tab", budget="3steps")
+    assert "a tabular/mlp run; this recipe fine-tunes from" in run_bad("contrastive/simclr", f"weights={tab['run_dir']}")
+    assert "no such run folder" in run_bad("contrastive/simclr", f"weights={tmp_path / 'nope'}")
+
+
 def _write_images(folder, n, size=12, corrupt=False):
     folder.mkdir(parents=True)
     g = torch.Generator().manual_seed(len(str(folder)))

@@ -19,8 +19,8 @@ from recipe_zoo.recipes import backbones, image_files
 
 def build_backbone(cfg, channels: int, size: int) -> tuple[nn.Module, int]:
     """The image backbones without their classifier: (module mapping images to features, feature width).
-    ``cfg``: the recipe's config (its ``model`` and ``width``)."""
-    model, head = backbones.build_model(cfg.model, cfg.width, "", channels, 1, size)
+    ``cfg``: the recipe's config (its ``model`` and ``width``; ``weights``, a run or file to start from, if any)."""
+    model, head = backbones.build_model(cfg.model, cfg.width, getattr(cfg, "weights", ""), channels, 1, size)
     if cfg.model in backbones.OWN_MODELS:
         setattr(model, head, nn.Identity())
         if isinstance(model, backbones.ZooNet):

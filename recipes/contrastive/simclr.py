@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, distributed, optim, schedule
+from recipe_zoo.core import artifact, distributed, finetune, optim, schedule
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.checkpoint import export_safetensors
 from recipe_zoo.core.distributed import unwrap
@@ -65,6 +65,9 @@ class ContrastiveConfig(LoopSettings):
     # seed: +0.017/+0.018/+0.049 at 1 min, +0.019/+0.019 at 5 min (seeds 1-2; seed 0 ran beside another job).
     model: str = "zoo-net"  # backbone: zoo-net, zoo-resnet, or a timm name (3x3 stem, no max-pool under 64 px)
     width: Count = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
+    # a fine-tune keeps the source's backbone (model and width from its card), whitening and input statistics; the
+    # projector (and BYOL's predictor) start afresh
+    weights: str = ""  # a vision or contrastive run folder to start from; '' = from scratch
     proj_hidden: NonNegativeInt = 0  # projection MLP hidden width; 0 = 2048 (SimCLR) / 4096 (BYOL)
     proj_dim: NonNegativeInt = 0  # projection output width; 0 = 128 (SimCLR) / 256 (BYOL)
     temperature: Positive = 0.2  # NT-Xent temperature (SimCLR)
@@ -223,6 +226,27 @@ def embed(cfg: ContrastiveConfig, opts: EmbedOptions, run) -> artifact.Predictio
 # Training
 # =============================================================================================
 
+SOURCES = ("vision/resnet", "vision/finetune", "contrastive/simclr", "contrastive/byol")
+
+
+def start_from(cfg: ContrastiveConfig, variant: dict) -> tuple[ContrastiveConfig, finetune.Source | None]:
+    """A fine-tune's source run (``weights=``) and the config with the source's backbone (model, width) taken
+    from its card; a model or width set off the variant's defaults (``variant``) to another value is refused."""
+    if not cfg.weights:
+        return cfg, None
+    source = finetune.read_source(cfg.weights, SOURCES)
+    arch = source.card.get("architecture", {})
+    return finetune.inherit(cfg, source, {"model": arch["model"], "width": arch["width"]}, "backbone", variant), source
+
+
+def source_stats(source: finetune.Source, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The source's input statistics (its card's), for images of as many channels."""
+    pre = source.card["preprocess"]
+    if pre["channels"] != channels:
+        raise ZooError(f"weights={source.folder}: trained on {pre['channels']}-channel images, these have {channels}")
+    return torch.tensor(pre["mean"]).flatten(), torch.tensor(pre["std"]).flatten()
+
+
 def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, dim: int, run) -> None:
     """What the run pretrains on and how it is scored, in the log and the summary."""
     splits, channels, size = data.eval, data.pretrain_x.shape[1], data.pretrain_x.shape[-1]
@@ -247,6 +271,7 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     method = cfg.method
     cfg = dataclasses.replace(cfg, **{k: v for k, v in METHOD_DEFAULTS[method].items() if not getattr(cfg, k)})
     check_config(cfg)
+    cfg, source = start_from(cfg, getattr(run.spec, "defaults", {}))
     device = choose_device(run.device)
     speed_switches(device, tf32=cfg.tf32)
     data = load_data(cfg, run)
@@ -258,21 +283,24 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     run.record_split({**splits.keys, **({"pretrain": data.pretrain_keys} if cfg.eval_data else {})})
     run.report("split", splits.how + (f"; pretraining on {len(data.pretrain_x)} unlabelled images of {cfg.data}"
                                       if cfg.eval_data else "; pretraining on the train part, without labels"))
+    if source is not None:  # scored on images the source never trained on
+        finetune.check_unseen(source, splits.keys["test"], "images")
     # labels are for evaluation only; leakage: the validation queries found among the pretraining images
-    run.inspect(train=(data.pretrain_x,), val=(splits.val_x,), task="unlabelled")
+    run.inspect(train=(data.pretrain_x,), val=(splits.val_x,), task="unlabelled", fine_tune=source is not None)
     backbone, dim = build_backbone(cfg, channels, size)
     projector = mlp(dim, cfg.proj_hidden, cfg.proj_dim)
     predictor = mlp(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if method == "byol" else None
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
     augment = build_augment(cfg, channels, size).to(device)
-    # per-channel statistics of the pretraining images (the rule for from-scratch models)
-    mean, std = backbones.input_stats(data.pretrain_x)
+    # per-channel statistics of the pretraining images (the rule for from-scratch models); a fine-tune keeps its
+    # source's, which its backbone's first layer was trained on
+    mean, std = backbones.input_stats(data.pretrain_x) if source is None else source_stats(source, channels)
     _report_setup(cfg, data, backbone, dim, run)
 
     normalize, standardize = normalizer(mean, std, device, memory_format)
 
-    if isinstance(backbone, backbones.ZooNet):
+    if isinstance(backbone, backbones.ZooNet) and source is None:  # a source's whitening filters are kept
         backbone.init_whitening(normalize(data.pretrain_x[:5000]))
         if model.target is not None:
             model.target[0].whiten.load_state_dict(backbone.whiten.state_dict())
@@ -297,6 +325,11 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
         bank["last"] = extract_features(m.backbone, splits.train_x, normalize)
         return score_features(bank["last"], extract_features(m.backbone, splits.val_x, normalize), splits, cfg, "val")
 
+    start = {}
+    if source is not None:  # the source's backbone on this run's validation queries, before the first step
+        start = {f"{k}_start": v for k, v in finetune.score_start(
+            model, evaluate, device, resolve_precision(device, cfg.precision)).items()}
+        run.log(f"start ({source.folder.name}): validation kNN accuracy {start['val_knn_accuracy_start']:.4f}")
     result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=evaluate,
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
                  settings=LoopSettings.of(cfg), on_step=on_step)
@@ -320,9 +353,10 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
                                     "std": std.tolist(), "resize": "centre square, bilinear (antialiased)",
                                     "scale": "x / 255, then (x - mean) / std per channel"},
                         evaluation={"knn_k": cfg.knn_k, "knn_temperature": cfg.knn_temperature, "probe_c": cfg.probe_c,
-                                    "bank": f"the {len(splits.train_y)} training images of {splits.name}"})
+                                    "bank": f"the {len(splits.train_y)} training images of {splits.name}"},
+                        **({"source": finetune.provenance(source)} if source is not None else {}))
     artifact.write_predictions(run.dir, knn_rows(features, queries, splits, cfg))
     if distributed.is_main():
         np.save(run.dir / "embeddings.npy", queries.numpy())
-    return {**result.stats(), **result.metrics, **final, "feature_dim": dim}
+    return {**result.stats(), **result.metrics, **final, **start, "feature_dim": dim}
 
