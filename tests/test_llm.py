@@ -775,6 +775,10 @@ def test_gpt_fine_tunes_from_a_run_with_its_tokenizer_and_shape(tmp_path, capfd)
     moved = train_in_process(tmp_path / "other", "llm/gpt", f"data={other}", f"weights={source}", "micro_batch=4",
                              "batch_tokens=256", "eval_bytes=1500", "compile=false", "samples=0", budget="2steps")
     assert (moved / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()  # not refitted
+    # zoo doctor on a fine-tune checks how far the pretrained weights move (every tensor is pretrained here)
+    _, found = doctor("llm/gpt", [f"data={other}", f"weights={source}", "micro_batch=4", "batch_tokens=256",
+                                  "eval_bytes=1500", "compile=false", "samples=0", "--steps", "10"], tmp_path / "doc")
+    assert found["health/weight-change"][0]["severity"] in ("ok", "warn")
     bad_input(capfd, ["llm/gpt", f"data={data}", f"weights={source}", "depth=2"], tmp_path / "bad",
               "depth=2: the source run", "was trained with depth=1", "keeps its tokenizer and shape")
     bad_input(capfd, ["llm/gpt", f"data={data}", f"weights={tmp_path / 'nowhere'}"], tmp_path / "bad",

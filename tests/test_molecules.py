@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import bad_input, check_items, run_doctor, summary_block, write_file, zoo, zoo_in_process
+from recipe_zoo.core import finetune
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules import dmpnn, models
 from recipe_zoo.recipes.molecules.features import bond_dim, featurize, rdkit_descriptors
@@ -430,6 +431,11 @@ def test_dmpnn_fine_tunes_from_a_run_keeping_its_encoder_and_featuriser(tmp_path
         csv.writer(g).writerows([rows[0] + ["z"]] + [r + [str(2 * float(r[1]) + 1)] for r in rows[1:]])
     moved = train_in_process(tmp_path / "two", "molecules/dmpnn", f"data={two}", "target=y,z", "batch_size=32",
                              f"weights={source}", budget="4steps")
+    # zoo doctor on that fine-tune: the new output layer may move as it likes; the check is of the kept tensors
+    _, findings = run_doctor("molecules/dmpnn", [f"data={two}", "target=y,z", "batch_size=32", f"weights={source}",
+                                                 "--steps", "10"], tmp_path / "doc")
+    assert "health/weight-change" in {f["check"] for f in findings}
+    assert dmpnn.Start(finetune.read_source(str(source), ("molecules/dmpnn",)), print).new_tensors(2) == ("head.4.",)
     log = (moved / "log.txt").read_text()
     assert "a new output layer for 2 target(s) (the source predicts 1)" in log and "fine-tuning from" in log
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={source}", "hidden=32"],

@@ -298,7 +298,7 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     run.record_split(data.keys)
     run.report("split", data.how)
     run.inspect(train=(data.train_x, data.train_y), val=(data.val_x, data.val_y), task="classification",
-                num_classes=num_classes)
+                num_classes=num_classes, fine_tune=source is not None)
     width = distributed.broadcast_object(choose_width(cfg, run.budget, channels, size, num_classes, device, run.log)[0])
     model = (build_unet(cfg, width, channels, size, num_classes).to(device) if source is None else
              source_model(source, channels, size, num_classes, device))

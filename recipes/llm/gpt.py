@@ -299,7 +299,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
             f"({corpus.train_bytes / len(train_tokens):.2f} bytes/token, vocab {vocab}); "
             f"validation scores {len(scored.encode()):,} bytes = {len(val_tokens) - 1:,} tokens")
     if run.inspecting:  # zoo doctor: scored windows found in train (of shards, in their first tokens)
-        run.inspect(train=(corpus.inspected(),), val=(val_tokens,), task="tokens")
+        run.inspect(train=(corpus.inspected(),), val=(val_tokens,), task="tokens", fine_tune=bool(cfg.weights))
 
     world = distributed.world_size()
     cfg, shape = sized(cfg, vocab, len(train_tokens), device, world, run)

@@ -304,7 +304,8 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     record_split(run, data, folds)
     if run.inspecting:  # the doctor sees fold 0's training and validation cases, never a test case
         train_view, val_view = inspect_view(folds[0].train, folds[0].val)
-        run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes))
+        run.inspect(train=train_view, val=val_view, task="segmentation", num_classes=len(data.classes),
+                    fine_tune=bool(cfg.weights))
     source = finetune.read_source(cfg.weights, ("medical/unet", "medical/swinunetr")) if cfg.weights else None
     if source is not None:
         check_source(cfg, data, folds, source, run.log)

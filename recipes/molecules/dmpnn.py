@@ -158,6 +158,11 @@ class Start:
         log(f"fine-tuning from {source.folder}: {self.name}" + (f" (the first of its {count} models)" if count > 1
                                                                   else "") + ", its descriptor statistics")
 
+    def new_tensors(self, targets: int) -> tuple[str, ...]:
+        """The tensors this fine-tune starts afresh: the output layer where the count of targets differs."""
+        last = max(int(k.split(".")[1]) for k in self.state if k.startswith("head."))
+        return (f"head.{last}.",) if self.state[f"head.{last}.weight"].shape[0] != targets else ()
+
     def load(self, model: nn.Module, log) -> None:
         own = model.state_dict()
         out = [k for k in self.state if k.startswith("head.") and self.state[k].shape != own[k].shape]
@@ -280,7 +285,8 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
     if start is not None:
         names = parent_smiles(table)
         finetune.check_unseen(start.source, (names[i] for _, _, test in splits for i in test), "molecules")
-    inspect_split(run, table, splits[0], loop=True)
+    inspect_split(run, table, splits[0], loop=True,
+                  fine_tune=(start.new_tensors(table.y.shape[1]) or True) if start is not None else False)
     per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
     predicted, total_seconds, total_steps, last, nets, scalers, begun = [], 0.0, 0, {}, [], [], {}
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):

@@ -53,10 +53,11 @@ def splits_for(cfg: MolConfig, table: MolTable, run) -> list:
     return splits
 
 
-def inspect_split(run, table: MolTable, split, loop: bool) -> None:
+def inspect_split(run, table: MolTable, split, loop: bool, fine_tune: bool | tuple = False) -> None:
     """The first split's training and validation molecules for ``zoo doctor`` (never the test ones): canonical SMILES
     of the standardised molecules (a duplicate is the same molecule however written, salts stripped); one target
-    only (several targets have gaps the loss masks)."""
+    only (several targets have gaps the loss masks). ``fine_tune``: started from a run (a tuple names new tensors),
+    for the doctor's weight-change check."""
     if not run.inspecting:
         return
     smiles = parent_smiles(table)
@@ -66,4 +67,4 @@ def inspect_split(run, table: MolTable, split, loop: bool) -> None:
         return ([smiles[i] for i in idx],) + ((y[idx],) if y is not None else ())
 
     run.inspect(train=rows(split[0]), val=rows(split[1]), task=table.task,
-                num_classes=2 if table.task == "classification" else None, loop=loop)
+                num_classes=2 if table.task == "classification" else None, loop=loop, fine_tune=fine_tune)
