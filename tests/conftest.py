@@ -191,10 +191,7 @@ def run_ok(*args, budget: str):
     """``zoo run ARGS --budget BUDGET`` that must succeed, in this process (as ``zoo`` computes: one OpenMP thread
     from the start; its speed switches restored after): (its summary block, the output). Where the run kept its
     per-item test scores, they give its test metric again."""
-    from recipe_zoo.core.precision import torch_state_kept
-
-    with torch_state_kept():
-        r = zoo_in_process("run", *args, "--budget", budget)
+    r = zoo_kept("run", *args, "--budget", budget)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = summary_block(r.stdout)
     check_items(Path(summary["run_dir"]))
@@ -214,6 +211,15 @@ def check_items(run_dir: Path) -> None:
         return
     value, spread = scores.statistic(np.arange(len(scores))), summary["metrics"].get(summary["metric"] + "_std")
     assert value == pytest.approx(summary["value"], rel=1e-6, abs=3 * spread if spread else 0), run_dir
+
+
+def zoo_kept(*args) -> subprocess.CompletedProcess:
+    """``zoo_in_process`` of a command that trains (a run, a resume): as a ``zoo`` process computes (one OpenMP
+    thread from the start), its torch speed switches restored after, without the seconds of a process's imports."""
+    from recipe_zoo.core.precision import torch_state_kept
+
+    with torch_state_kept():
+        return zoo_in_process(*args)
 
 
 def run_bad(*args, budget: str) -> str:
