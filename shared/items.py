@@ -55,9 +55,28 @@ def _spearman(a: dict, idx: np.ndarray, params: dict) -> float:
 
 
 def _task(a: dict, idx: np.ndarray, params: dict) -> float:
-    """A metric of ``metrics.score_tasks`` (ROC-AUC over targets, ...) on the resampled rows."""
-    name = params["metric"]
-    return metrics.score_tasks(a["y"][idx], a["pred"][idx], params["task"], (name,)).get(name, float("nan"))
+    """A metric of ``metrics.score_tasks`` (ROC-AUC over targets, ...) on the resampled rows; binary ROC-AUC by
+    its rank form (what scikit-learn computes, 50x faster: a board pairs rows over 1,000 resamples)."""
+    name, y, pred = params["metric"], a["y"][idx], a["pred"][idx]
+    if name == "roc_auc" and params["task"] == "binary":
+        return _roc_auc_by_ranks(y, pred)
+    return metrics.score_tasks(y, pred, params["task"], (name,)).get(name, float("nan"))
+
+
+def _roc_auc_by_ranks(y: np.ndarray, pred: np.ndarray) -> float:
+    """The mean over target columns of ROC-AUC as the Mann-Whitney U of the scores' average ranks (ties count
+    half, as in scikit-learn's trapezoids); rows without a target and one-class columns left out."""
+    from scipy.stats import rankdata
+
+    aucs = []
+    for t in range(y.shape[1]):
+        present = ~np.isnan(y[:, t])
+        yt, pt = y[present, t], pred[present, t]
+        positives = int(yt.sum())
+        if 0 < positives < len(yt):
+            ranks = rankdata(pt)
+            aucs.append((ranks[yt == 1].sum() - positives * (positives + 1) / 2) / (positives * (len(yt) - positives)))
+    return float(np.mean(aucs)) if aucs else float("nan")
 
 
 STATISTICS: dict[str, Callable[[dict, np.ndarray, dict], float]] = {

@@ -75,7 +75,10 @@ def difference(a: dict, b: dict, known: dict[str, dict] | None = None) -> tuple[
     for ident in (a["items"], b["items"]):
         if ident not in _SEEDS:
             _SEEDS[ident] = tuple((s["split"], items.ItemScores.from_json(s)) for s in known[ident]["seeds"])
-    return _difference(a["items"], b["items"])
+    if a["items"] <= b["items"]:  # one bootstrap per pair, whichever row is asked first: b - a is -(a - b)
+        return _difference(a["items"], b["items"])
+    flipped = _difference(b["items"], a["items"])
+    return None if flipped is None else (-flipped[1], -flipped[0])
 
 
 @functools.lru_cache(maxsize=1024)
