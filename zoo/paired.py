@@ -81,8 +81,37 @@ def difference(a: dict, b: dict, known: dict[str, dict] | None = None) -> tuple[
     return None if flipped is None else (-flipped[1], -flipped[0])
 
 
+VERSION = 1  # of the bootstrap below: part of its results' cache key
+
+
 @functools.lru_cache(maxsize=1024)
 def _difference(a_id: str, b_id: str) -> tuple[float, float] | None:
+    """``_bootstrap`` of the pair, kept in the zoo's cache (ids hash their lines, so a result never goes stale): a
+    board of many pairs is rendered again at once, in any process."""
+    import os
+    import tempfile
+
+    from recipe_zoo.core.flops import computed_cache_root
+
+    path = computed_cache_root() / "paired" / f"{a_id}-{b_id}-v{VERSION}-r{ROUNDS}-l{LEVEL}.json"
+    try:
+        found = json.loads(path.read_text())
+        return None if found is None else tuple(found)
+    except (OSError, ValueError):
+        pass
+    result = _bootstrap(a_id, b_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: computed again next time
+        pass
+    return result
+
+
+def _bootstrap(a_id: str, b_id: str) -> tuple[float, float] | None:
     a, b = _SEEDS[a_id], _SEEDS[b_id]
     scores = [x for _, x in a + b]
     if len({(x.kind, x.block) for x in scores}) != 1 or "" in {s for s, _ in a + b}:
