@@ -155,6 +155,7 @@ def git_repo(path: Path, files: dict[str, str]):
 
     git("init", "-q")
     for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_text(text)
     git("add", ".")
     git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")

@@ -168,9 +168,14 @@ def test_bench_refuses_an_uncommitted_checkout(tmp_path, monkeypatch):
     from recipe_zoo import bench, runs
     from recipe_zoo.core.errors import ZooError
 
-    git_repo(tmp_path, {"code.py": "x = 1\n"})
+    # every kind of row the zoo writes (reported.jsonl is written by hand: a change to it is a change to commit)
+    results = ["leaderboard.md", *(f"benchmarks/{kind}" for kind in board.KINDS if kind != "reported.jsonl")]
+    git_repo(tmp_path, {"code.py": "x = 1\n", **{name: "" for name in results}})
     monkeypatch.setattr(runs, "CODE_DIR", tmp_path)
     bench.check_provenance(allow_dirty=False)  # clean: fine
+    for name in results:  # what a bench writes (every kind of result row, the board) is not code: the next bench
+        (tmp_path / name).write_text("{}\n")  # names the same commit
+    bench.check_provenance(allow_dirty=False)
     (tmp_path / "code.py").write_text("x = 2\n")
     with pytest.raises(ZooError, match="uncommitted changes.*--allow-dirty"):
         bench.check_provenance(allow_dirty=False)
