@@ -47,7 +47,11 @@ def bootstrap(statistic: Callable[[np.ndarray], float], n_items: int, *, rounds:
     rng = np.random.default_rng(seed)
     draw = draw or (lambda g, n: g.integers(0, n, n))
     values = np.array([statistic(draw(rng, n_items)) for _ in range(rounds)], dtype=np.float64)
-    values = values[np.isfinite(values)]
+    return percentile_interval(values[np.isfinite(values)], level)
+
+
+def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap ``values`` (all finite); NaNs for none."""
     if len(values) == 0:
         return float("nan"), float("nan")
     tail = 100 * (1 - level) / 2

@@ -164,9 +164,10 @@ def git_repo(path: Path, files: dict[str, str]):
 
 def zoo_in_process(*args) -> subprocess.CompletedProcess:
     """``zoo ARGS`` in this process, as ``zoo`` would answer it (exit status, stdout, stderr) without the seconds a
-    new process spends importing torch: for tables of bad input, which stop before training (one torch thread).
-    The real command's exit codes are the same function's (``python -m recipe_zoo`` exits with ``main()``'s code),
-    tested through ``zoo``."""
+    new process spends importing torch: for tables of bad input, and for runs and resumes, which compute as a ``zoo``
+    process does (one torch thread, one OpenMP thread from the start: set above, before torch loads); ``main``
+    restores the torch switches a run sets. The real command's exit codes are the same function's (``python -m
+    recipe_zoo`` exits with ``main()``'s code), tested through ``zoo``."""
     import contextlib
     import io
 
@@ -192,7 +193,7 @@ def run_ok(*args, budget: str):
     """``zoo run ARGS --budget BUDGET`` that must succeed, in this process (as ``zoo`` computes: one OpenMP thread
     from the start; its speed switches restored after): (its summary block, the output). Where the run kept its
     per-item test scores, they give its test metric again."""
-    r = zoo_kept("run", *args, "--budget", budget)
+    r = zoo_in_process("run", *args, "--budget", budget)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = summary_block(r.stdout)
     check_items(Path(summary["run_dir"]))
@@ -212,15 +213,6 @@ def check_items(run_dir: Path) -> None:
         return
     value, spread = scores.statistic(np.arange(len(scores))), summary["metrics"].get(summary["metric"] + "_std")
     assert value == pytest.approx(summary["value"], rel=1e-6, abs=3 * spread if spread else 0), run_dir
-
-
-def zoo_kept(*args) -> subprocess.CompletedProcess:
-    """``zoo_in_process`` of a command that trains (a run, a resume): as a ``zoo`` process computes (one OpenMP
-    thread from the start), its torch speed switches restored after, without the seconds of a process's imports."""
-    from recipe_zoo.core.precision import torch_state_kept
-
-    with torch_state_kept():
-        return zoo_in_process(*args)
 
 
 def run_bad(*args, budget: str) -> str:

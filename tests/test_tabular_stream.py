@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import bad_input, roundtrip, summary_block, train_in_process, zoo, zoo_kept
+from conftest import bad_input, roundtrip, summary_block, train_in_process, zoo, zoo_in_process
 from houses import houses as houses_table
 from recipe_zoo.recipes.tabular import stream
 
@@ -170,7 +170,7 @@ def test_a_killed_mlp_stream_resumes_exactly(tables, tmp_path):
 
     args = ["tabular/mlp", f"data={tables / 'houses.csv'}", "target=price", "stream=true", "hidden=16",
             "eval_every=0.25", "log_every=0", "checkpoint_every=0", "--budget", "60steps", "--seed", "3"]
-    ref = zoo_kept("run", *args, "--out", tmp_path / "ref")
+    ref = zoo_in_process("run", *args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-2000:]
     out = tmp_path / "runs"
     proc = start(args, out)
@@ -179,7 +179,7 @@ def test_a_killed_mlp_stream_resumes_exactly(tables, tmp_path):
     proc.wait(timeout=60)
     run_dir = the_run_dir(out, "tabular/mlp")
     assert (run_dir / ".encoded" / "split0" / "num.npy").exists()  # a kill leaves the arrays; resume rewrites them
-    resumed = zoo_kept("run", "--resume", run_dir, "--out", out)
+    resumed = zoo_in_process("run", "--resume", run_dir, "--out", out)
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stdout[-2000:] + resumed.stderr
     assert summary_block(resumed.stdout)["value"] == summary_block(ref.stdout)["value"]
     assert_same_run(the_run_dir(tmp_path / "ref", "tabular/mlp"), run_dir)

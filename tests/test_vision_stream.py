@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from conftest import roundtrip, summary_block, train_in_process, zoo, zoo_kept
+from conftest import roundtrip, summary_block, train_in_process, zoo, zoo_in_process
 from test_reliability import assert_same_run, start, the_run_dir, wait_for_step
 
 SMALL = ["model=zoo-net", "width=8", "batch_size=16", "tta=0", "eval_every=0.5", "--seed", "1"]
@@ -42,9 +42,9 @@ def same_weights(a, b):
 def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
     folder = image_folder(tmp_path / "imgs")
     args = ["run", "vision/resnet", f"data={folder}", *SMALL, "--budget", "8steps"]
-    mem = zoo_kept(*args, "--out", tmp_path / "mem")
+    mem = zoo_in_process(*args, "--out", tmp_path / "mem")
     assert mem.returncode == 0, mem.stderr[-2000:]
-    streamed = zoo_kept(*args, "stream=true", "workers=2", "--out", tmp_path / "stream")
+    streamed = zoo_in_process(*args, "stream=true", "workers=2", "--out", tmp_path / "stream")
     assert streamed.returncode == 0, streamed.stderr[-2000:]
     a, mem_dir = weights(tmp_path / "mem")
     b, stream_dir = weights(tmp_path / "stream")
@@ -59,8 +59,8 @@ def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
     assert np.load(tmp_path / "prepared" / "train_x.npy", mmap_mode="r").shape[1:] == (3, 32, 32)  # plain .npy
     again = zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
     assert "up to date" in again.stderr + again.stdout
-    from_prepared = zoo_kept("run", "vision/resnet", f"data={tmp_path / 'prepared'}", *SMALL, "--budget", "8steps",
-                             "--out", tmp_path / "prep-run")
+    from_prepared = zoo_in_process("run", "vision/resnet", f"data={tmp_path / 'prepared'}", *SMALL, "--budget",
+                                   "8steps", "--out", tmp_path / "prep-run")
     assert from_prepared.returncode == 0, from_prepared.stderr[-2000:]
     c, prep_dir = weights(tmp_path / "prep-run")
     assert same_weights(a, c)
@@ -101,14 +101,14 @@ def test_a_killed_streaming_run_resumes_exactly(tmp_path):
     folder = image_folder(tmp_path / "imgs", n=30)
     args = ["vision/resnet", f"data={folder}", "stream=true", "workers=2", *SMALL, "log_every=0",
             "checkpoint_every=0", "--budget", "30steps"]
-    ref = zoo_kept("run", *args, "--out", tmp_path / "ref")
+    ref = zoo_in_process("run", *args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-2000:]
     out = tmp_path / "runs"
     proc = start(args, out)
     wait_for_step(proc, 12, checkpoint_of=out)
     proc.kill()
     assert proc.wait(timeout=60) == -signal.SIGKILL
-    resumed = zoo_kept("run", "--resume", the_run_dir(out, "vision/resnet"), "--out", out)
+    resumed = zoo_in_process("run", "--resume", the_run_dir(out, "vision/resnet"), "--out", out)
     assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stderr[-2000:]
     assert_same_run(the_run_dir(tmp_path / "ref", "vision/resnet"), the_run_dir(out, "vision/resnet"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipe_zoo.core import items
+from recipe_zoo.core import items, metrics
 
 ROUNDS = 1000
 LEVEL = 0.95
@@ -153,8 +153,6 @@ def paired_seeds(a, b) -> np.ndarray:
 
 
 def _interval(values: np.ndarray) -> tuple[float, float] | None:
+    """The differences' 95% interval; None when most resamples left the metric undefined (one class drawn)."""
     values = values[np.isfinite(values)]
-    if len(values) < ROUNDS // 2:
-        return None
-    tail = 100 * (1 - LEVEL) / 2
-    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+    return metrics.percentile_interval(values, LEVEL) if len(values) >= ROUNDS // 2 else None

@@ -297,8 +297,8 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
     run.log(f"LoRA rank {cfg.rank} alpha {cfg.alpha:g} on {cfg.target_modules}: {trainable / 1e6:.3f}M trainable "
             f"parameters ({100 * trainable / sum(p.numel() for p in model.parameters()):.2f}%)")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
-    task = jsonl_task(cfg, run, tokenizer, pad_id, device) if cfg.data.endswith(".jsonl") else \
-        text_task(cfg, run, tokenizer, start, device)
+    jsonl = cfg.data.endswith(".jsonl")
+    task = jsonl_task(cfg, run, tokenizer, pad_id, device) if jsonl else text_task(cfg, run, tokenizer, start, device)
 
     def evaluate(model):
         nats, n_bytes = task.score(model, "validation")
@@ -324,7 +324,7 @@ def train_lora(cfg: LoRAConfig, run) -> dict[str, float]:
         with tested.disable_adapter():
             base_nats, base_bytes = task.score(tested, "test")
     test_bpb = metrics.bits_per_byte(float(nats.sum()), float(n_bytes.sum()))
-    low, high = items.test_interval(scoring.bpb_items(nats, n_bytes, windows=not cfg.data.endswith(".jsonl")))
+    low, high = items.test_interval(scoring.bpb_items(nats, n_bytes, windows=not jsonl))
     test_before = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
     save_adapter(tested, tokenizer, cfg.merge, run.dir)
     save_card(run, cfg, precision, start, task.rows(nats, n_bytes))
