@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import summary_block, zoo, zoo_in_process
+from conftest import summary_block, zoo_in_process
 from recipe_zoo import board, board_render, paired, ranking
 from recipe_zoo.core import items
 from recipe_zoo.core.datasets import own_data_key
@@ -86,8 +86,8 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
 
     out = tmp_path / "runs"
     commit, dirty = runs.code_state()  # the tree as the bench finds it (uncommitted edits or none)
-    proc = zoo("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
-               "eval_every=0", "--out", out, "--allow-dirty")
+    proc = zoo_in_process("bench", "vision/resnet", "--seeds", "2", "--budget", "4steps", "width=8", "data=digits",
+                          "eval_every=0", "--out", out, "--allow-dirty")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (r,) = board.load_rows()
     assert r["n"] == 2 and r["benchmark"] == "digits" and r["seeds"] == [0, 1]
@@ -105,7 +105,7 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
     text = (board.board_dir() / "leaderboard.md").read_text()
     assert "## digits · test_accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
     # a later run on the same benchmark, budget and hardware gets a rank line against the row
-    proc = zoo("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
+    proc = zoo_in_process("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
     assert summary_block(proc.stdout)["rank"].split(" of ")[1].startswith("2 on digits @ 4steps")
     run_dirs = sorted((out / "vision" / "resnet").iterdir())
     cmp = zoo_here("compare", *run_dirs[:2])
@@ -131,13 +131,13 @@ def test_board_for_own_data(tmp_path):
             Image.fromarray(pixels).save(data / cls / f"{i}.png")
     out = tmp_path / "runs"
     for width in (4, 8):
-        proc = zoo("run", "vision/resnet", f"data={data}", f"width={width}", "image_size=8", "eval_every=0",
-                   "--budget", "3steps", "--out", out)
+        proc = zoo_in_process("run", "vision/resnet", f"data={data}", f"width={width}", "image_size=8", "eval_every=0",
+                              "--budget", "3steps", "--out", out)
         assert proc.returncode == 0, proc.stderr
     assert summary_block(proc.stdout)["rank"].endswith(")") and "of 2 on own:" in summary_block(proc.stdout)["rank"]
     moved = tmp_path / "renamed"
     shutil.copytree(data, moved)
-    listing = zoo("board", "--data", moved, "--out", out)
+    listing = zoo_in_process("board", "--data", moved, "--out", out)
     assert listing.returncode == 0
     assert "width=4" in listing.stdout and "width=8" in listing.stdout
     assert zoo_in_process("board", "--data", tmp_path / "nope").returncode == 2
@@ -209,15 +209,15 @@ def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
     from recipe_zoo.core.envinfo import hardware
 
     out = tmp_path / "runs"
-    proc = zoo("bench", "vision/resnet", "--seeds", "1", "--budget", "3steps", "width=8", "eval_every=0", "data=digits",
-               "--out", out, "--allow-dirty")
+    proc = zoo_in_process("bench", "vision/resnet", "--seeds", "1", "--budget", "3steps", "width=8", "eval_every=0",
+                          "data=digits", "--out", out, "--allow-dirty")
     assert proc.returncode == 0, proc.stderr[-2000:]
     (honest,) = board.load_rows()
     forged = dict(honest, mean=honest["mean"] - 0.2, recipe="vision/resnet", date="2026-01-01")
     board.append_rows([forged])
-    listing = zoo("verify", "--list")
+    listing = zoo_in_process("verify", "--list")
     assert listing.returncode == 0 and "  1  digits" in listing.stdout and "  2  digits" in listing.stdout
-    proc = zoo("verify", "1", "2", "--out", out, "--allow-dirty")
+    proc = zoo_in_process("verify", "1", "2", "--out", out, "--allow-dirty")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "row 1: holds" in proc.stdout and "row 2: FAILS" in proc.stdout
     checks = board.load_rows(board.checks_file())

@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, roundtrip, stdout_lines, summary_block, zoo
+from conftest import ROOT, roundtrip, stdout_lines, summary_block, zoo, zoo_in_process
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo import results
 from recipe_zoo.cli import main
 
 VISION = ["vision/resnet", "width=8", "batch_size=64", "eval_every=0.5", "log_every=0"]
-STEPS = "50steps"
+STEPS = "30steps"
 
 
 def train_rows(out, recipe):
@@ -123,7 +123,7 @@ def test_two_processes_reproduce_one_vision(tmp_path):
     Batch norm normalises over each process's batch (as over each micro-batch under accumulation): on CPU
     torch has no SyncBatchNorm, so a BN net matches accumulation rather than one batch of 128."""
     fp32 = "precision=fp32"  # two orders of summing the gradients: bf16's rounding of the weights would magnify them
-    one = zoo("run", *VISION, fp32, "accum_steps=2", "--budget", "12steps", "--out", tmp_path / "one")
+    one = zoo_in_process("run", *VISION, fp32, "accum_steps=2", "--budget", "12steps", "--out", tmp_path / "one")
     two = zoo("run", *VISION, fp32, "lr_scaling=sqrt", "--nproc", "2", "--budget", "12steps", "--out", tmp_path / "two")
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     block = summary_block(two.stdout)
@@ -161,7 +161,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
     else:
         # losses read every 3 steps (as a GPU reads them every 16): the ranks close their windows together
         recipe, args = "llm/gpt", [*gpt_args(tmp_path, depth=1), "micro_batch=4", "fsdp=true", "log_every=0",
-                                   "sync_every=3", "--budget", "400steps"]
+                                   "sync_every=3", "--budget", "60steps"]
     args = ["run", *args, "--nproc", "2"]
     ref = zoo(*args, "--out", tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-2000:]
@@ -176,7 +176,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
     assert proc.wait(timeout=120) == 130, rest
     assert summary_block(rest)["status"] == "interrupted"
     run_dir = next((out / recipe).iterdir())
-    wrong = zoo("run", "--resume", run_dir, "--nproc", "1", "--out", out)
+    wrong = zoo_in_process("run", "--resume", run_dir, "--nproc", "1", "--out", out)
     assert wrong.returncode == 2 and "written by 2 process(es)" in wrong.stderr
     resumed = zoo("run", "--resume", run_dir, "--out", out)  # two processes again, from config.json
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
@@ -198,7 +198,7 @@ def test_two_process_run_interrupted_and_resumed_equals_uninterrupted(tmp_path, 
 def test_two_processes_reproduce_one_llm_ddp_and_fsdp(tmp_path):
     """GPT: 2 processes x micro-batch 4 == 1 process x 8, under DDP (two steps traced) and under FSDP2."""
     common = [*gpt_args(tmp_path), "--budget", "8steps"]
-    one = zoo("run", *common, "micro_batch=8", "--out", tmp_path / "one")
+    one = zoo_in_process("run", *common, "micro_batch=8", "--out", tmp_path / "one")
     ddp = zoo("run", *common, "micro_batch=4", "profile=2", "--nproc", "2", "--out", tmp_path / "ddp")
     fsdp = zoo("run", *common, "micro_batch=4", "fsdp=true", "--nproc", "2", "--out", tmp_path / "fsdp")
     for proc in (one, ddp, fsdp):

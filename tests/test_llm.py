@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, check_items, make_tiny_llama, run_doctor, summary_block, zoo, zoo_in_process
+from conftest import bad_input, check_items, make_tiny_llama, run_doctor, summary_block, zoo_in_process
 from recipe_zoo import registry
 from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import (gpt, models, prompt_response, scoring, sizing, text_splits, token_windows,
@@ -262,8 +262,8 @@ def test_zoo_run_gpt_end_to_end_and_the_test_is_read_only_at_the_end(tmp_path):
     data = tmp_path / "corpus.txt"
     text = TEXT * 3
     data.write_text(text)
-    r = zoo("run", "llm/gpt", "--budget", "6steps", f"data={data}", *GPT_RUN, "samples=2", "sample_tokens=20",
-            "prompt=First", "--out", tmp_path / "a")
+    r = zoo_in_process("run", "llm/gpt", "--budget", "6steps", f"data={data}", *GPT_RUN, "samples=2",
+                       "sample_tokens=20", "prompt=First", "--out", tmp_path / "a")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["status"] == "ok" and s["benchmark"].startswith("own:") and 1.0 < float(s["value"]) < 9.0
@@ -291,12 +291,12 @@ def test_zoo_run_gpt_end_to_end_and_the_test_is_read_only_at_the_end(tmp_path):
     garbage = random.Random(0).choices("xyz qv\n", k=n - test_at)
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "corpus.txt").write_text(text[:test_at] + "".join(garbage))
-    g = zoo("run", "llm/gpt", "--budget", "6steps", f"data={tmp_path / 'g' / 'corpus.txt'}", *GPT_RUN,
-            "samples=2", "sample_tokens=20", "prompt=First", "--out", tmp_path / "g")
+    g = zoo_in_process("run", "llm/gpt", "--budget", "6steps", f"data={tmp_path / 'g' / 'corpus.txt'}", *GPT_RUN,
+                       "samples=2", "sample_tokens=20", "prompt=First", "--out", tmp_path / "g")
     assert g.returncode == 0, g.stderr + g.stdout
     g_dir = next((tmp_path / "g" / "llm" / "gpt").iterdir())
-    # every validation row, bit for bit: two processes of the same kind on this machine, the same ops in the same
-    # order on the same tokens (only the test part is garbage)
+    # every validation row, bit for bit: two runs of the same kind on this machine, the same ops in the same order
+    # on the same tokens (only the test part is garbage)
     assert rows_without_timing(g_dir) == rows_without_timing(run_dir)
     assert rows_without_timing(g_dir, "train.csv") == rows_without_timing(run_dir, "train.csv")
     assert (g_dir / "samples.txt").read_text() == samples
@@ -368,8 +368,8 @@ def tiny_llama(tmp_path_factory):
 def test_lora_fine_tunes_text_and_saves_adapter_and_merged_model(tiny_llama, tmp_path):
     data = tmp_path / "corpus.txt"
     data.write_text(TEXT * 2)
-    r = zoo("run", "llm/lora", "--budget", "12steps", f"model={tiny_llama}", f"data={data}", "seq_len=32",
-            "micro_batch=4", "eval_bytes=1000", "lr=0.01", "merge=true")
+    r = zoo_in_process("run", "llm/lora", "--budget", "12steps", f"model={tiny_llama}", f"data={data}", "seq_len=32",
+                       "micro_batch=4", "eval_bytes=1000", "lr=0.01", "merge=true")
     assert r.returncode == 0, r.stderr + r.stdout
     run_dir = next((tmp_path / "runs" / "llm" / "lora").iterdir())
     metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
@@ -403,8 +403,8 @@ def test_lora_jsonl_loss_is_on_the_response_only(tiny_llama, tmp_path):
     assert e.labels[:n_prompt] == [-100] * n_prompt and e.labels[n_prompt:] == e.ids[n_prompt:]
     ids, labels, mask = prompt_response.pad_examples(examples[:3], pad_id=0)
     assert ids.shape == labels.shape == mask.shape and int(mask.sum()) == sum(len(x.ids) for x in examples[:3])
-    r = zoo("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
-            "micro_batch=4", "val_fraction=0.2")
+    r = zoo_in_process("run", "llm/lora", "--budget", "3steps", f"model={tiny_llama}", f"data={path}", "seq_len=32",
+                       "micro_batch=4", "val_fraction=0.2")
     assert r.returncode == 0, r.stderr + r.stdout
     block = summary_block(r.stdout)
     assert math.isfinite(float(block["value"])) and block["split"].startswith("examples by a hash of their content")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, bad_input, roundtrip, summary_block, without_timing, zoo
+from conftest import ROOT, bad_input, roundtrip, summary_block, without_timing, zoo, zoo_in_process
 from recipe_zoo.core import datasets, prepared
 from recipe_zoo.core.api import SimpleRun
 from recipe_zoo.core.budget import Budget
@@ -194,17 +194,6 @@ GPT_RUN = ["depth=1", "aspect=32", "head_dim=16", "seq_len=32", "micro_batch=4",
            "log_every=0"]
 
 
-def zoo_in_process(*args) -> int:
-    from recipe_zoo.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return main([*map(str, args), "--device", "cpu"] if args[0] == "run" else list(map(str, args)))
-    finally:
-        torch.set_num_threads(threads)
-
-
 def one_run(out) -> str:
     (run_dir,) = (out / "llm" / "gpt").iterdir()
     return run_dir
@@ -238,13 +227,14 @@ def test_prepared_and_streamed_runs_train_bit_for_bit_as_in_memory_and_resume_ex
     source = tmp_path / "corpus.txt"
     source.write_text(shakespeare_like(500, seed=5).replace("\r", ""))  # (conftest.roundtrip reads CSV rows by line)
     common = ["run", "llm/gpt", f"data={source}", *GPT_RUN, "--budget", "16steps", "--seed", "2"]
-    assert zoo_in_process(*common, "--out", tmp_path / "memory") == 0
+    assert zoo_in_process(*common, "--out", tmp_path / "memory").returncode == 0
     ref = one_run(tmp_path / "memory")
 
     folder = tmp_path / "shards"
-    assert zoo_in_process("data", "prepare", "llm/gpt", f"data={source}", "vocab_size=300", "--out", folder) == 0
+    prepared = zoo_in_process("data", "prepare", "llm/gpt", f"data={source}", "vocab_size=300", "--out", folder)
+    assert prepared.returncode == 0
     at_folder = ["run", "llm/gpt", f"data={folder}", *GPT_RUN, "--budget", "16steps", "--seed", "2"]
-    assert zoo_in_process(*at_folder, "--out", tmp_path / "prepared") == 0
+    assert zoo_in_process(*at_folder, "--out", tmp_path / "prepared").returncode == 0
     assert_same_training(ref, one_run(tmp_path / "prepared"))
     roundtrip(one_run(tmp_path / "prepared"))
 
@@ -259,9 +249,9 @@ def test_prepared_and_streamed_runs_train_bit_for_bit_as_in_memory_and_resume_ex
     out = tmp_path / "streamed"
     with monkeypatch.context() as patched:
         patched.setattr(token_windows.TokenWindows, "next_batch", interrupted)
-        assert zoo_in_process(*common, "stream=true", "--out", out) == 128 + signal.SIGTERM
+        assert zoo_in_process(*common, "stream=true", "--out", out).returncode == 128 + signal.SIGTERM
     assert "interrupted: SIGTERM at step 8" in (one_run(out) / "log.txt").read_text()
-    assert zoo_in_process("run", "--resume", one_run(out), "--out", out) == 0
+    assert zoo_in_process("run", "--resume", one_run(out), "--out", out).returncode == 0
     assert_same_training(ref, one_run(out))
     roundtrip(one_run(out))
 
@@ -325,7 +315,7 @@ def test_two_processes_streaming_train_like_one_accumulating(tmp_path):
     source = tmp_path / "corpus.txt"
     source.write_text(shakespeare_like(500, seed=5))
     common = ["run", "llm/gpt", f"data={source}", *GPT_RUN, "--budget", "8steps"]
-    one = zoo(*common, "micro_batch=8", "--out", tmp_path / "one")
+    one = zoo_in_process(*common, "micro_batch=8", "--out", tmp_path / "one")
     two = zoo(*common, "micro_batch=4", "stream=true", "--nproc", "2", "--out", tmp_path / "two")
     for proc in (one, two):
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bad_input, check_items, run_doctor, summary_block, write_file, zoo, zoo_in_process
+from conftest import bad_input, check_items, run_doctor, summary_block, write_file, zoo_in_process
 from recipe_zoo.core import finetune
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules import dmpnn, models
@@ -141,9 +141,9 @@ def test_reading_bad_tables(tmp_path, logp_csv):
 
 
 def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
-    r = zoo("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "200steps", "hidden=64",
-            "ffn_hidden=64", "batch_size=32", "eval_every=0.1",
-            "descriptors=false")  # RDKit's descriptors include logP itself: learn it from the graph
+    r = zoo_in_process("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "200steps", "hidden=64",
+                       "ffn_hidden=64", "batch_size=32", "eval_every=0.1",
+                       "descriptors=false")  # RDKit's descriptors include logP itself: learn it from the graph
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["metric"] == "test_rmse" and s["benchmark"].startswith("own:")
@@ -152,8 +152,8 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
     y = np.loadtxt(logp_csv, delimiter=",", skiprows=1, usecols=1)
     assert metrics["test_rmse"] < 0.4 * y.std() and metrics["test_r2"] > 0.8  # far better than the mean
     check_items(Path(s["run_dir"]))
-    r = zoo("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "6steps", "hidden=16",
-            "ffn_hidden=16", "split=scaffold", "folds=3", "ensemble=2")
+    r = zoo_in_process("run", "molecules/dmpnn", f"data={logp_csv}", "target=y", "--budget", "6steps", "hidden=16",
+                       "ffn_hidden=16", "split=scaffold", "folds=3", "ensemble=2")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["benchmark"].endswith(":split=scaffold:folds=3:target=y")
@@ -167,11 +167,12 @@ def test_dmpnn_learns_logp_end_to_end(tmp_path, logp_csv):
 def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
     rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
     data = write_table(tmp_path / "cls.csv", rows)
-    r = zoo("run", "molecules/dmpnn", f"data={data}", "target=y", "--budget", "5steps", "hidden=16", "ffn_hidden=16")
+    r = zoo_in_process("run", "molecules/dmpnn", f"data={data}", "target=y", "--budget", "5steps", "hidden=16",
+                       "ffn_hidden=16")
     assert r.returncode == 0, r.stderr + r.stdout
     assert summary_block(r.stdout)["metric"] == "test_roc_auc"
     check_items(Path(summary_block(r.stdout)["run_dir"]))
-    r = zoo("run", "molecules/fp-xgb", f"data={data}", "target=y", "n_estimators=50", "bits=256")
+    r = zoo_in_process("run", "molecules/fp-xgb", f"data={data}", "target=y", "n_estimators=50", "bits=256")
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_block(r.stdout)
     assert s["metric"] == "test_roc_auc" and 0.0 <= float(s["value"]) <= 1.0
@@ -190,8 +191,8 @@ def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
 def test_bench_row_takes_the_metric_the_data_chose(tmp_path):
     rows = [(s, int("O" in s or "N" in s)) for s in smiles_set()]
     data = write_table(tmp_path / "cls.csv", rows)
-    r = zoo("bench", "molecules/fp-xgb", "--seeds", "2", f"data={data}", "target=y", "n_estimators=20", "bits=64",
-            "folds=3", "--out", tmp_path / "runs", "--allow-dirty")
+    r = zoo_in_process("bench", "molecules/fp-xgb", "--seeds", "2", f"data={data}", "target=y", "n_estimators=20",
+                       "bits=64", "folds=3", "--out", tmp_path / "runs", "--allow-dirty")
     assert r.returncode == 0, r.stderr + r.stdout
     row = json.loads((tmp_path / "board" / "benchmarks" / "results.jsonl").read_text().splitlines()[-1])
     assert row["metric"] == "test_roc_auc" and row["higher_is_better"] is True and row["n"] == 2

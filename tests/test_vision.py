@@ -154,9 +154,9 @@ def test_finetune_from_local_timm_weights(tmp_path):
     pretrained = timm.create_model("test_resnet", num_classes=1000)
     weights = tmp_path / "test_resnet.safetensors"
     save_file(pretrained.state_dict(), str(weights))
-    proc = zoo("run", "vision/finetune", "model=test_resnet", f"weights={weights}", "image_size=32",
-               "batch_size=32", "head_fraction=0.5", "eval_every=0.5", "log_every=0", "--budget", "8steps",
-               "--out", tmp_path / "runs")
+    proc = zoo_in_process("run", "vision/finetune", "model=test_resnet", f"weights={weights}", "image_size=32",
+                          "batch_size=32", "head_fraction=0.5", "eval_every=0.5", "log_every=0", "--budget", "8steps",
+                          "--out", tmp_path / "runs")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary_block(proc.stdout)["status"] == "ok"
     assert "largest relative weight change" in proc.stdout
@@ -388,8 +388,8 @@ def test_own_folder_run_records_its_split(tmp_path):
         for i in range(12):
             Image.fromarray(np.clip(rng.normal(colour, 30, (8, 8, 3)), 0, 255).astype(np.uint8)).save(
                 root / cls / f"{i}.png")
-    proc = zoo("run", "vision/resnet", f"data={root}", "width=8", "batch_size=8", "eval_every=0.5", "--budget",
-               "3steps", "--out", tmp_path / "runs")
+    proc = zoo_in_process("run", "vision/resnet", f"data={root}", "width=8", "batch_size=8", "eval_every=0.5",
+                          "--budget", "3steps", "--out", tmp_path / "runs")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     block = summary_block(proc.stdout)
     assert block["metric"] == "test_accuracy" and "validation" in block["split"] and "test" in block["split"]

@@ -51,13 +51,13 @@ def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
     assert same_weights(a, b)
     roundtrip(stream_dir)  # zoo predict reads the streamed run's test split again: its metric back
 
-    prep = zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
+    prep = zoo_in_process("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
     assert prep.returncode == 0, prep.stderr[-2000:]
     manifest = json.loads((tmp_path / "prepared" / "prepared.json").read_text())
     assert manifest["kind"] == "images" and manifest["sizes"]["train"] + manifest["sizes"]["validation"] + \
         manifest["sizes"]["test"] == 72 and manifest["image_shape"] == [3, 32, 32]  # the own-size rule: at least 32 px
     assert np.load(tmp_path / "prepared" / "train_x.npy", mmap_mode="r").shape[1:] == (3, 32, 32)  # plain .npy
-    again = zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
+    again = zoo_in_process("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "prepared")
     assert "up to date" in again.stderr + again.stdout
     from_prepared = zoo_in_process("run", "vision/resnet", f"data={tmp_path / 'prepared'}", *SMALL, "--budget",
                                    "8steps", "--out", tmp_path / "prep-run")
@@ -73,25 +73,25 @@ def test_streamed_and_prepared_folders_train_exactly_as_in_memory(tmp_path):
 @pytest.mark.slow
 def test_a_run_asking_for_other_prepared_settings_is_one_line(tmp_path):
     folder = image_folder(tmp_path / "imgs", n=8)
-    assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "image_size=16", "--out",
-               tmp_path / "p").returncode == 0
-    bad = zoo("run", "vision/resnet", f"data={tmp_path / 'p'}", "image_size=32", "--budget", "2steps",
-              "--out", tmp_path / "runs")
+    assert zoo_in_process("data", "prepare", "vision/resnet", f"data={folder}", "image_size=16", "--out",
+                          tmp_path / "p").returncode == 0
+    bad = zoo_in_process("run", "vision/resnet", f"data={tmp_path / 'p'}", "image_size=32", "--budget", "2steps",
+                         "--out", tmp_path / "runs")
     assert bad.returncode == 2
     assert "prepared with image_size=16, and this run asks image_size=32" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
-    llm = zoo("run", "llm/gpt", f"data={tmp_path / 'p'}", "--budget", "2steps", "--out", tmp_path / "runs")
+    llm = zoo_in_process("run", "llm/gpt", f"data={tmp_path / 'p'}", "--budget", "2steps", "--out", tmp_path / "runs")
     assert llm.returncode == 2 and "prepared as 'images' data" in llm.stderr
-    none = zoo("data", "prepare", "tabular/mlp", f"data={folder}")
+    none = zoo_in_process("data", "prepare", "tabular/mlp", f"data={folder}")
     assert none.returncode == 2 and "prepares no data" in none.stderr
-    missing = zoo("data", "prepare", "vision/resnet", f"data={tmp_path / 'nope'}")
+    missing = zoo_in_process("data", "prepare", "vision/resnet", f"data={tmp_path / 'nope'}")
     assert missing.returncode == 2 and "nope: no such file or folder" in missing.stderr
 
 
 def test_a_corrupt_image_met_while_streaming_is_one_line(tmp_path):
     folder = image_folder(tmp_path / "imgs", n=8, grey_one=False)
     (folder / "dog" / "3.png").write_bytes(b"not a png")
-    bad = zoo("run", "vision/resnet", f"data={folder}", "stream=true", *SMALL, "--budget", "2steps",
+    bad = zoo_in_process("run", "vision/resnet", f"data={folder}", "stream=true", *SMALL, "--budget", "2steps",
               "--out", tmp_path / "runs")
     assert bad.returncode == 2 and "dog/3.png: cannot decode image" in bad.stderr
 
@@ -180,11 +180,11 @@ def test_two_processes_streaming_a_prepared_folder_train_like_one_accumulating(t
     from test_distributed import losses, train_rows
 
     folder = image_folder(tmp_path / "imgs", n=30)
-    assert zoo("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "p").returncode == 0
+    assert zoo_in_process("data", "prepare", "vision/resnet", f"data={folder}", "--out", tmp_path / "p").returncode == 0
     # fp32: the check compares two orders of summing the gradients; bf16's rounding of the weights in the forward
     # would magnify their last-bit difference past the tolerance (precision=auto computes vision/resnet in bf16)
     common = ["run", "vision/resnet", *SMALL, "precision=fp32", "--budget", "8steps"]
-    one = zoo(*common, f"data={folder}", "accum_steps=2", "--out", tmp_path / "one")
+    one = zoo_in_process(*common, f"data={folder}", "accum_steps=2", "--out", tmp_path / "one")
     two = zoo(*common, f"data={tmp_path / 'p'}", "lr_scaling=sqrt", "--nproc", "2", "--out", tmp_path / "two")
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     assert summary_block(two.stdout)["global_batch"] == "32"
