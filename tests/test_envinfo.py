@@ -56,6 +56,38 @@ def test_fingerprint_names_hardware_and_versions(tmp_path, monkeypatch):
     assert envinfo.hardware() == "NVIDIA H200 x8"
 
 
+def test_packages_installed_after_a_run_show_in_the_next_fingerprint(tmp_path, monkeypatch):
+    """The package list is read once per state of the import path's folders: a package installed (or removed)
+    between two runs in one process is in (or out of) the next run's fingerprint. (The folder's time is moved a
+    second on by hand: Linux stamps a change with a clock that ticks every few milliseconds, and this test is faster
+    than that.)"""
+    import sys
+
+    from recipe_zoo.core import envinfo
+
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    before = envinfo.installed_packages()
+    assert "zoo-made-up-package" not in before and envinfo.installed_packages() == before
+    info = tmp_path / "zoo_made_up_package-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zoo-made-up-package\nVersion: 1.2.3\n")
+    later(tmp_path)
+    assert envinfo.installed_packages() == {**before, "zoo-made-up-package": "1.2.3"}
+    for f in info.iterdir():
+        f.unlink()
+    info.rmdir()
+    later(tmp_path)
+    assert envinfo.installed_packages() == before
+
+
+def later(folder):
+    """The folder's modification time a second after its last one, as an install a second later leaves it."""
+    import os
+
+    st = os.stat(folder)
+    os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
 def test_the_cpu_signature_separates_generations_that_share_a_name():
     """Two VMs both called "AMD EPYC" (Rome and Genoa) get different hardware keys; a CPU that reports no
     family (an ARM board) still gets its vector unit."""
