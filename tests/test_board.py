@@ -106,7 +106,9 @@ def test_bench_appends_rows_and_renders(tmp_path, capsys):
     assert "## digits · test_accuracy · 4steps" in text and "vision/resnet data=digits eval_every=0 width=8" in text
     # a later run on the same benchmark, budget and hardware gets a rank line against the row
     proc = zoo_in_process("run", "vision/resnet", "width=8", "eval_every=0", "--budget", "4steps", "--out", out)
-    assert summary_block(proc.stdout)["rank"].split(" of ")[1].startswith("2 on digits @ 4steps")
+    rank = summary_block(proc.stdout)["rank"]
+    assert rank.split(" of ")[1].startswith("2 on digits @ 4steps")
+    assert "paired with the best row, 95% " in rank  # its test hits against the row's, item by item
     run_dirs = sorted((out / "vision" / "resnet").iterdir())
     cmp = zoo_here("compare", *run_dirs[:2])
     assert cmp.count(" of 2 on digits @ 4steps") == 2
@@ -290,6 +292,35 @@ def test_paired_ranks_split_a_consistent_difference_and_keep_noise_tied():
     a2["items"], c2["items"] = "a2", "c2"
     la2["id"], lc2["id"] = "a2", "c2"
     assert paired.difference(c2, a2, {"a2": la2, "c2": lc2})[1] < 0
+
+
+def test_a_run_is_paired_with_the_best_row_in_its_rank_line(monkeypatch):
+    """`zoo run`'s rank line pairs the run's own per-item scores with the best row's, as the board pairs rows: a
+    run that misses 12 of the best row's hits is worse than it although its value lies within the best row's
+    interval; one that differs by noise is not told apart; a run on other items falls back to the interval."""
+    rng = np.random.default_rng(0)
+    base = rng.random(400) < 0.8
+    right = np.flatnonzero(base)
+    best = []
+    for _ in range(3):
+        hits = base.copy()
+        hits[rng.choice(400, 6, replace=False)] ^= True
+        best.append(hits)
+    a, la = scored("best", best)
+    monkeypatch.setattr(paired, "lines", lambda: {la["id"]: la})
+    kw = dict(benchmark="cifar10-subset", budget="5m", hardware=CPU, metric="accuracy", higher=True, rows=[a])
+    worse = np.where(np.isin(np.arange(400), right[:12]), False, best[0])
+    _, run_items = scored("run", [worse])
+    value = float(worse.mean())
+    assert "within the best row's interval" in ranking.rank_line(value, **kw)  # unpaired: inside its interval
+    line = ranking.rank_line(value, **kw, run_items=run_items)
+    assert "paired with the best row, 95% -0.0" in line and line.endswith(": worse than it)")
+    same = best[1].copy()
+    same[rng.choice(400, 4, replace=False)] ^= True
+    _, run_items = scored("run2", [same])
+    assert ranking.rank_line(float(same.mean()), **kw, run_items=run_items).endswith(": not told apart from it)")
+    _, elsewhere = scored("run3", [worse], split="u")  # other test items: the unpaired rule
+    assert "within the best row's interval" in ranking.rank_line(value, **kw, run_items=elsewhere)
 
 
 def test_a_fid_zoo_table_says_what_fid_zoo_is():

@@ -316,7 +316,7 @@ def _rank(run: Run, summary: dict, hardware: str, index: Path, run_id: str) -> s
     """The ``rank:`` line. ``ranking.standing`` says when the board cannot be read; anything else it raises (a bug)
     still must not turn a finished run into a crash, so the line says it."""
     try:
-        return ranking.standing(summary, hardware, run.higher_is_better, index, run_id)
+        return ranking.standing(summary, hardware, run.higher_is_better, index, run_id, run.dir)
     except Exception as exc:
         why = f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line, whatever the message
         run.log(f"warning: could not rank the run: {why}")

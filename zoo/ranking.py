@@ -37,9 +37,12 @@ def table_name(benchmark: str, budget: str, hardware: str, precision=None, recip
 
 
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
-              rows: list[dict], precision=None, recipe: str = "") -> str:
-    """Where a value stands among comparable rows (``comparable``): rank, best, delta, and whether it lies inside
-    the best row's interval (its test-set noise, or two seed errors)."""
+              rows: list[dict], precision=None, recipe: str = "", run_items: dict | None = None) -> str:
+    """Where a value stands among comparable rows (``comparable``): rank, best, delta, and how it compares with the
+    best row. ``run_items``: the run's per-item test scores as an ``items.jsonl`` line (``paired.items_line``);
+    where the best row kept its own on the same test items, the run is paired with it (the 95% interval of run
+    minus best, the best row's seeds and the shared items resampled together, as the board ranks its rows);
+    otherwise the value is set against the best row's interval (its test-set noise, or two seed errors)."""
     table = comparable(rows, benchmark=benchmark, budget=budget, metric=metric, hardware=hardware,
                        precision=precision, recipe=recipe)
     name = table_name(benchmark, budget, hardware, precision, recipe)
@@ -48,16 +51,31 @@ def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metri
     best = ranked(table)[0]
     better = sum(1 for r in table if (r["mean"] > value if higher else r["mean"] < value))
     delta = value - best["mean"]
+    return (f"{better + 1} of {len(table) + 1} on {name} (best {value_text(best)}, {row_name(best)} @ "
+            f"{best.get('commit', '?')}; delta {delta:+.4f}, {_verdict(value, best, higher, run_items)})")
+
+
+def _verdict(value: float, best: dict, higher: bool, run_items: dict | None) -> str:
+    from recipe_zoo import paired
+
+    if run_items is not None:
+        known = {**paired.lines(), run_items["id"]: run_items}
+        difference = paired.difference({"items": run_items["id"]}, best, known)
+        if difference is not None:
+            lo, hi = difference
+            told = "not told apart from it" if lo <= 0 <= hi else (
+                "better than it" if (lo > 0) == higher else "worse than it")
+            return f"paired with the best row, 95% {lo:+.4f}..{hi:+.4f}: {told}"
     lo, hi = interval(best)
-    verdict = "within the best row's interval" if lo <= value <= hi else (
-        "better than the best row" if (delta > 0) == higher else "outside the best row's interval")
-    return (f"{better + 1} of {len(table) + 1} on {name} "
-            f"(best {value_text(best)}, {row_name(best)} @ {best.get('commit', '?')}; delta {delta:+.4f}, {verdict})")
+    return "within the best row's interval" if lo <= value <= hi else (
+        "better than the best row" if (value > best["mean"]) == higher else "outside the best row's interval")
 
 
-def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None) -> str:
+def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: str | None = None,
+             run_dir: Path | None = None) -> str:
     """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs. A time-budget
-    run on a machine with no table of its own is told the work it did and the reference run that would rank it."""
+    run on a machine with no table of its own is told the work it did and the reference run that would rank it.
+    ``run_dir``: the run's folder, whose per-item test scores pair it with the best row."""
     bench = summary["benchmark"]
     # The local index keeps no precision (an explicit precision= is in the run's description): own-data tables
     # do not split by it.
@@ -71,10 +89,16 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
         return f"not ranked: the board could not be read ({exc})"
     line = rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
                      metric=summary["metric"], higher=higher, rows=rows, precision=precision,
-                     recipe=summary.get("recipe", ""))
+                     recipe=summary.get("recipe", ""), run_items=_items_of(run_dir))
     if line.startswith("unranked") and not bench.startswith("own:"):
         line += reference_hint(summary, hardware)
     return line
+
+
+def _items_of(run_dir: Path | None) -> dict | None:
+    from recipe_zoo import paired
+
+    return paired.items_line([run_dir]) if run_dir is not None else None
 
 
 def reference_hint(summary: dict, hardware: str) -> str:

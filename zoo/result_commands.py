@@ -64,7 +64,7 @@ def cmd_compare(args) -> int:
             continue
         index = runs.index_path(runs.runs_root(run_dir, summary["recipe"]))
         print(f"{run_dir}: {summary['metric']} {summary['value']:.4f} -> "
-              f"{ranking.standing(summary, hardware, higher, index, run_dir.name)}")
+              f"{ranking.standing(summary, hardware, higher, index, run_dir.name, run_dir)}")
     groups = _comparable_groups(entries)
     for (bench, metric, budget, hardware), members in groups.items():
         if len(members) < 2:
