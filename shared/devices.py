@@ -42,8 +42,26 @@ class Work:
 CPU_WORK = {
     "matmul": Work(((1, 0.5),), 0.0, "llm/gpt depths 2-4 with torch.compile on 2 CPU cores reached 50-61% of the "
                                      "measured fp32 matmul peak"),
+    # Measured again on an AMD EPYC family 25 model 17 (2 threads, fp32, 30 s): at width 16 medical/unet and
+    # diffusion/flow reached 18-21% of the peak, and ran 359-372 and 375-388 steps where 714 and 832 were predicted.
+    # A share fitted to that moves the patch and width the sizing rules choose at every budget, so it waits for the
+    # 5-minute ISBI and mnist rows to be measured again with it (issue 44).
     "conv": Work(((1, 0.4),), 0.0, "the diffusion and medical U-Nets' step time on 2 CPU cores, ~40% of that peak"),
 }
+# A run computing in bf16 (autocast) on a CPU with bf16 units is measured against the bf16 matmul peak, which is
+# 2.2-2.7x the fp32 one on the AMD EPYCs measured (AVX-512 BF16); its steps speed up far less than that, since
+# autocast leaves the norms, losses and optimizer in fp32 and converts at every layer. Each share is the fp32 one
+# scaled by the step speed-up measured at the same work (benchmarks/cpu_precision.py) over the peaks' ratio there:
+# the bf16 prediction is then exactly as good as the fp32 one.
+BF16_SPEEDUP = {  # (bf16 over fp32 steps/s, bf16 over fp32 matmul peak), AMD EPYC family 25 model 17, 2 threads
+    "matmul": (1.5, 2.2),  # llm/gpt at 30 and 90 s: 1.58x and 1.41x; peaks 400-420 and 180-190 GFLOP/s
+    # medical/unet (ISBI, 30 s): 1.20x; diffusion/flow (mnist, width 16, 30 s): 0.88x; peaks 361 and 158 GFLOP/s
+    "conv": (1.0, 2.3),
+}
+CPU_WORK_BF16 = {kind: Work(tuple((w, s * BF16_SPEEDUP[kind][0] / BF16_SPEEDUP[kind][1]) for w, s in work.shares),
+                            work.latency, f"{work.source}, scaled by the measured bf16 step speed-up "
+                            f"{BF16_SPEEDUP[kind][0]:.2f}x over the bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x")
+                 for kind, work in CPU_WORK.items()}
 GPU_WORK = {
     # One H200, torch 2.11, bf16, torch.compile (issue 24's table): llm/gpt depth 6 (width 384) at 4,096 tokens a step
     # took 40.6 ms, almost all of it latency; depth 12 (width 768) at 131,072 tokens 0.46-0.49 s (18-20% of the
@@ -108,17 +126,20 @@ def free_memory(device: torch.device) -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
-def cpu(peak: float | None = None, processes: int = 1, memory: float | None = None) -> DeviceProfile:
-    """This machine's CPU (its measured peak), or a CPU of a stated peak (tests, plans for another machine)."""
+def cpu(peak: float | None = None, processes: int = 1, memory: float | None = None,
+        precision: str = "fp32") -> DeviceProfile:
+    """This machine's CPU (its measured peak), or a CPU of a stated peak (tests, plans for another machine), for a
+    run computing in ``precision``: bf16 against the bf16 matmul peak with its own shares, anything else fp32's."""
     from recipe_zoo.core.envinfo import cpu_model
     from recipe_zoo.core.flops import cpu_peak_flops
 
+    dtype = "bf16" if precision == "bf16" else "fp32"
     measured = peak is None
     return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
-                         "cpu", cpu_peak_flops() if measured else peak,
-                         "measured: fp32 matmul 2048" if measured else "given",
+                         "cpu", cpu_peak_flops(dtype=dtype) if measured else peak,
+                         f"measured: {dtype} matmul 2048" if measured else f"given ({dtype})",
                          free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
-                         dict(CPU_WORK))
+                         dict(CPU_WORK_BF16 if dtype == "bf16" else CPU_WORK))
 
 
 def gpu(name: str, processes: int = 1, memory: float | None = None) -> DeviceProfile | None:
@@ -134,9 +155,10 @@ def gpu(name: str, processes: int = 1, memory: float | None = None) -> DevicePro
     return DeviceProfile(name, "cuda", peak, "datasheet dense bf16", memory, processes, dict(GPU_WORK))
 
 
-def for_device(device: torch.device, processes: int = 1) -> DeviceProfile:
-    """The profile of the device this process trains on; an accelerator missing from the peak table gets the
-    H200's shares against a 100 TFLOP/s peak, said in the name."""
+def for_device(device: torch.device, processes: int = 1, precision: str = "fp32") -> DeviceProfile:
+    """The profile of the device this process trains on, computing in ``precision`` (a CPU's peak and shares are
+    those of its dtype; a GPU's are bf16's); an accelerator missing from the peak table gets the H200's shares
+    against a 100 TFLOP/s peak, said in the name."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         found = gpu(name, processes, free_memory(device))
@@ -145,11 +167,11 @@ def for_device(device: torch.device, processes: int = 1) -> DeviceProfile:
         return DeviceProfile(f"{name} (peak unknown: 100 TFLOP/s assumed)", "cuda", 1e14, "assumed",
                              free_memory(device), processes, dict(GPU_WORK))
     if device.type == "cpu":
-        return cpu(processes=processes)
+        return cpu(processes=processes, precision=precision)
     return DeviceProfile(f"{device} (peak unknown: 100 GFLOP/s assumed)", device.type, 1e11, "assumed",
                          free_memory(torch.device("cpu")), processes, dict(CPU_WORK))
 
 
-def named(name: str, processes: int = 1) -> DeviceProfile | None:
-    """``zoo plan``'s device: ``cpu`` (this machine) or a GPU name."""
-    return cpu(processes=processes) if name.lower() == "cpu" else gpu(name, processes)
+def named(name: str, processes: int = 1, precision: str = "fp32") -> DeviceProfile | None:
+    """``zoo plan``'s device: ``cpu`` (this machine, computing in ``precision``) or a GPU name."""
+    return cpu(processes=processes, precision=precision) if name.lower() == "cpu" else gpu(name, processes)

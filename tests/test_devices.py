@@ -35,6 +35,28 @@ def test_a_cpu_step_is_its_flops_at_the_share_of_the_peak_and_processes_split_th
     assert two.steps(60, 1e11, "matmul") == pytest.approx(2 * cpu.steps(60, 1e11, "matmul"))
 
 
+def test_a_bf16_run_on_a_cpu_is_sized_on_the_bf16_peak_and_its_shares(capsys, monkeypatch):
+    """A run computing in bf16 on a CPU is sized against the bf16 matmul peak with shares scaled by the step
+    speed-up measured at the same work: the predicted bf16 step rate is the fp32 one times that speed-up, whatever
+    the peaks. `zoo plan` sizes for the precision the run would compute in (auto: the recipe's measured choice)."""
+    import torch
+
+    from recipe_zoo.core import flops
+
+    monkeypatch.setattr(flops, "cpu_peak_flops", lambda *a, dtype="fp32", **k: 4e11 if dtype == "bf16" else 1.5e11)
+    fp32, bf16 = devices.cpu(memory=1e10), devices.cpu(memory=1e10, precision="bf16")
+    assert (fp32.peak, bf16.peak) == (1.5e11, 4e11) and "bf16 matmul" in bf16.peak_source
+    for kind, (speedup, _) in devices.BF16_SPEEDUP.items():
+        ratio = devices.BF16_SPEEDUP[kind][1]
+        assert bf16.rate(kind) / fp32.rate(kind) == pytest.approx(speedup * (4e11 / 1.5e11) / ratio)
+        assert devices.for_device(torch.device("cpu"), precision="bf16").share(kind) == bf16.share(kind)
+    assert devices.cpu(memory=1e10, precision="fp16").work == fp32.work  # fp16 runs no faster than fp32 on a CPU
+    for given, dtype in (["precision=bf16"], "bf16"), ([], "fp32"):
+        assert main(["plan", "--recipe", "diffusion/flow", "data=digits", "--budget", "60s", "--device", "cpu",
+                     *given]) == 0
+        assert f"(measured: {dtype} matmul 2048)" in capsys.readouterr().out.splitlines()[0]
+
+
 def test_the_h200_profile_reproduces_the_steps_it_was_calibrated_on():
     """Issue 24's H200 runs of llm/gpt (tokens/s measured): depth 6 at 4,096 tokens a step, depth 12 at 131,072
     (context 1024), depth 32 at 4,096; the profile predicts each step's time within 20%."""

@@ -21,11 +21,25 @@ def size_for_budget(args) -> int:
     if args.device and args.device.lower() != "cpu":
         raise ZooError(f"--device {args.device}: cpu (this machine); for a GPU give --gpu NAME")
     name = args.gpu[0] if args.gpu else "cpu"
-    profile = devices.named(name, args.gpus)
+    spec = registry.get(args.recipe)
+    profile = devices.named(name, args.gpus, _cpu_precision(spec, args.overrides) if name == "cpu" else "bf16")
     if profile is None:
         raise ZooError(f"--gpu {name}: unknown; known: {', '.join(gpu_names())} (or --device cpu)")
-    print_sizing(registry.get(args.recipe), args.overrides, parse_budget_arg(args.budget), profile)
+    print_sizing(spec, args.overrides, parse_budget_arg(args.budget), profile)
     return 0
+
+
+def _cpu_precision(spec, overrides: list[str]) -> str:
+    """What a run of the recipe with these overrides computes in on this CPU (``precision=auto`` resolved as a run
+    resolves it): the dtype whose peak and shares size it."""
+    import torch
+
+    from recipe_zoo import config
+    from recipe_zoo.core.precision import resolve_precision
+
+    cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
+    given = getattr(cfg, "precision", "fp32")
+    return resolve_precision(torch.device("cpu"), given, spec.cpu_precision) if given == "auto" else given
 
 
 def print_sizing(spec, overrides: list[str], budget, profile, log=print) -> None:

@@ -132,7 +132,7 @@ def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run
     """The config with the ``batch_tokens`` and ``micro_batch`` the run trains with, and the model's shape: as set,
     or (0) chosen for the budget on this device. Sized once, by rank 0: a timing- or memory-dependent choice must
     not differ between ranks."""
-    profile = devices.for_device(device, world)
+    profile = devices.for_device(device, world, cfg.precision)
     depth = cfg.depth or distributed.broadcast_object(
         sizing.size_for_budget(functools.partial(shape_at, cfg, vocab=vocab), train_tokens, run.budget, profile,
                                **sizing_rules(cfg), log=run.log))
