@@ -203,14 +203,17 @@ def run_ok(*args, budget: str):
 def check_items(run_dir: Path) -> None:
     """The run's ``test_items.json`` (what a paired rank compares) computes its test metric on all its items: that
     of the run itself (to float32's precision, where a recipe counts in it), or with folds (each fold's metric,
-    then their mean) within the folds' spread."""
+    then their mean) within the folds' spread; and its ``split.csv`` names the items (a digest to pair by)."""
     import numpy as np
 
     from recipe_zoo.core import items
 
+    from recipe_zoo import paired
+
     scores, summary = items.load(run_dir), json.loads((run_dir / "summary.json").read_text())
     if scores is None:
         return
+    assert paired.split_digest(run_dir), run_dir  # the items it scored are named: paired ranks can pair the run
     value, spread = scores.statistic(np.arange(len(scores))), summary["metrics"].get(summary["metric"] + "_std")
     assert value == pytest.approx(summary["value"], rel=1e-6, abs=3 * spread if spread else 0), run_dir
 

@@ -294,6 +294,25 @@ def test_paired_ranks_split_a_consistent_difference_and_keep_noise_tied():
     assert paired.difference(c2, a2, {"a2": la2, "c2": lc2})[1] < 0
 
 
+def test_cross_validated_runs_pair_when_every_item_is_tested_in_the_same_fold(tmp_path):
+    """A run's test items are named by a digest of its split: the ``test`` part in order, or, cross-validated (no
+    test part: each item tested once, in the fold its ``split.csv`` names), every item and its fold."""
+    from recipe_zoo.core.splits import record_split
+
+    def digest(name, parts):
+        (tmp_path / name).mkdir()
+        record_split(tmp_path / name / "split.csv", parts)
+        return paired.split_digest(tmp_path / name)
+
+    folds = {"fold0": ["a", "b"], "fold1": ["c", "d"], "fold2": ["e", "f"]}
+    assert digest("one", folds) == digest("same", dict(folds)) != ""
+    assert digest("moved", {"fold0": ["a", "c"], "fold1": ["b", "d"], "fold2": ["e", "f"]}) != digest("x", folds)
+    assert digest("medical", {"test fold 0": ["a"], "test fold 1": ["b"]}) != ""
+    single = digest("single", {"train": ["a", "b"], "validation": ["c"], "test": ["d", "e"]})
+    assert single == digest("other-train", {"train": ["b", "a", "c"], "test": ["d", "e"]})  # only the test part
+    assert digest("none", {"train": ["a"]}) == ""
+
+
 def test_a_run_is_paired_with_the_best_row_in_its_rank_line(monkeypatch):
     """`zoo run`'s rank line pairs the run's own per-item scores with the best row's, as the board pairs rows: a
     run that misses 12 of the best row's hits is worse than it although its value lies within the best row's

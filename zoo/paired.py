@@ -24,14 +24,19 @@ LEVEL = 0.95
 
 def split_digest(run_dir: Path) -> str:
     """The run's test items in the order its ``split.csv`` lists them, as a digest: two runs with the same one
-    scored the same items (the order too: item scores are paired by position)."""
+    scored the same items (the order too: item scores are paired by position). A cross-validated run tests every
+    item once, pooled over its folds in the order its folds are listed: its digest is of the whole file (each
+    item and the fold that tests it), so two runs pair when they assigned every item to the same fold."""
     import csv
 
     path = run_dir / "split.csv"
     if not path.exists():
         return ""
     with open(path, newline="") as f:
-        keys = [r["item"] for r in csv.DictReader(f) if r.get("split") == "test"]
+        rows = [(r["item"], r.get("split") or "") for r in csv.DictReader(f)]
+    keys = [item for item, part in rows if part == "test"]
+    if not keys and any(part.startswith(("fold", "test fold")) for _, part in rows):
+        keys = [f"{part}\t{item}" for item, part in rows]
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16] if keys else ""
 
 
