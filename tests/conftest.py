@@ -206,9 +206,8 @@ def check_items(run_dir: Path) -> None:
     then their mean) within the folds' spread; and its ``split.csv`` names the items (a digest to pair by)."""
     import numpy as np
 
-    from recipe_zoo.core import items
-
     from recipe_zoo import paired
+    from recipe_zoo.core import items
 
     scores, summary = items.load(run_dir), json.loads((run_dir / "summary.json").read_text())
     if scores is None:

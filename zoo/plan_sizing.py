@@ -10,8 +10,11 @@ from recipe_zoo.plan_cost import gpu_names, human
 def size_for_budget(args) -> int:
     """``zoo plan --recipe NAME --budget B [--gpu NAME [--gpus N] | --device cpu]``: the one device's profile, then
     the recipe's sizing on it."""
-    from recipe_zoo import registry
+    import torch
+
+    from recipe_zoo import config, registry
     from recipe_zoo.core import devices
+    from recipe_zoo.core.precision import resolve_precision
     from recipe_zoo.runs import parse_budget_arg
 
     if len(args.gpu) > 1 or (args.gpu and args.device):
@@ -22,30 +25,19 @@ def size_for_budget(args) -> int:
         raise ZooError(f"--device {args.device}: cpu (this machine); for a GPU give --gpu NAME")
     name = args.gpu[0] if args.gpu else "cpu"
     spec = registry.get(args.recipe)
-    profile = devices.named(name, args.gpus, _cpu_precision(spec, args.overrides) if name == "cpu" else "bf16")
+    cfg = config.build(spec.config, spec.defaults, None, args.overrides, spec.name)
+    # on this CPU, the dtype a run would compute in (auto resolved as a run resolves it) picks the peak and shares
+    cpu_dtype = resolve_precision(torch.device("cpu"), getattr(cfg, "precision", "fp32"), spec.cpu_precision)
+    profile = devices.named(name, args.gpus, cpu_dtype)
     if profile is None:
         raise ZooError(f"--gpu {name}: unknown; known: {', '.join(gpu_names())} (or --device cpu)")
-    print_sizing(spec, args.overrides, parse_budget_arg(args.budget), profile)
+    print_sizing(spec, cfg, parse_budget_arg(args.budget), profile)
     return 0
 
 
-def _cpu_precision(spec, overrides: list[str]) -> str:
-    """What a run of the recipe with these overrides computes in on this CPU (``precision=auto`` resolved as a run
-    resolves it): the dtype whose peak and shares size it."""
-    import torch
-
-    from recipe_zoo import config
-    from recipe_zoo.core.precision import resolve_precision
-
-    cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
-    given = getattr(cfg, "precision", "fp32")
-    return resolve_precision(torch.device("cpu"), given, spec.cpu_precision) if given == "auto" else given
-
-
-def print_sizing(spec, overrides: list[str], budget, profile, log=print) -> None:
-    """``--recipe NAME --budget B``: the recipe's ``size`` hook on ``profile``."""
-    from recipe_zoo import config
-
+def print_sizing(spec, cfg, budget, profile, log=print) -> None:
+    """``--recipe NAME --budget B``: the recipe's ``size`` hook on ``profile`` for ``cfg`` (its config with the
+    overrides)."""
     hook = spec.hooks.get("size")
     if hook is None:
         from recipe_zoo import registry
@@ -53,7 +45,6 @@ def print_sizing(spec, overrides: list[str], budget, profile, log=print) -> None
         sized = [name for name, r in registry.load_all().items() if "size" in r.hooks]
         raise ZooError(f"--recipe {spec.name} --budget: {spec.name} has no sizing rule; the recipes that size "
                        f"themselves: {', '.join(sized)}")
-    cfg = config.build(spec.config, spec.defaults, None, overrides, spec.name)
     run = SimpleRun(budget, log=lambda *a, **k: None)  # the budget to size for; it trains and writes nothing
     plan = hook(cfg, run, profile)
     log(f"{spec.name} for {budget} on {profile.describe(plan.get('work', 'matmul'))}")

@@ -76,6 +76,8 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
     """The ``rank:`` line: against the committed leaderboard, or for own data the user's own runs. A time-budget
     run on a machine with no table of its own is told the work it did and the reference run that would rank it.
     ``run_dir``: the run's folder, whose per-item test scores pair it with the best row."""
+    from recipe_zoo import paired
+
     bench = summary["benchmark"]
     # The local index keeps no precision (an explicit precision= is in the run's description): own-data tables
     # do not split by it.
@@ -89,16 +91,12 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
         return f"not ranked: the board could not be read ({exc})"
     line = rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
                      metric=summary["metric"], higher=higher, rows=rows, precision=precision,
-                     recipe=summary.get("recipe", ""), run_items=_items_of(run_dir))
+                     recipe=summary.get("recipe", ""),
+                     # own-data rows keep no item scores: nothing to pair a run with there
+                     run_items=None if run_dir is None or bench.startswith("own:") else paired.items_line([run_dir]))
     if line.startswith("unranked") and not bench.startswith("own:"):
         line += reference_hint(summary, hardware)
     return line
-
-
-def _items_of(run_dir: Path | None) -> dict | None:
-    from recipe_zoo import paired
-
-    return paired.items_line([run_dir]) if run_dir is not None else None
 
 
 def reference_hint(summary: dict, hardware: str) -> str:
