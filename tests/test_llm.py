@@ -431,8 +431,8 @@ def test_lora_bytes_per_token_partition_the_text(tiny_llama):
 
 def test_jsonl_split_by_content_hash(tiny_llama, tmp_path):
     """Validation and test are chosen by each example's content: disjoint, every line once, the same whatever
-    the order of the lines; copies of an example share a side; a held-out example too long for seq_len is
-    scored with its prompt cropped from the left, a training one is dropped."""
+    the order of the lines; copies of an example share a side; a held-out example too long for seq_len is kept
+    whole (scored in windows), a training one is dropped."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
@@ -460,12 +460,49 @@ def test_jsonl_split_by_content_hash(tiny_llama, tmp_path):
     shuffled = list(range(len(items)))
     random.Random(1).shuffle(shuffled)
     assert parts_of(shuffled)[1] == by_item
-    assert all(len(e.ids) <= 33 for e in p.train + p.val + p.test)
-    long_held = [e for e in p.val + p.test if len(tokenizer(e.key.decode()).input_ids) > 60]
+    assert all(len(e.ids) <= 33 for e in p.train)
+    long_held = [e for e in p.val + p.test if len(e.ids) > 33]
     long_train = [i for i in by_item["train"] if i >= 63]
-    assert long_held and all(e.labels[-3:] == e.ids[-3:] and e.labels[0] == -100 for e in long_held)
+    assert long_held and all(len(e.ids) > 40 for e in long_held)
     assert f"{len(long_train)} of {len(by_item['train'])} training examples are longer" in logged[0]
     assert sum(len(x) for x in (p.train, p.val, p.test)) == len(items) - len(long_train)
+
+
+def test_a_held_out_response_longer_than_the_context_is_scored_whole(tiny_llama):
+    """A held-out example is scored in windows of at most seq_len + 1 tokens that cover its response's tokens
+    once each, every one with context before it: a response longer than seq_len is scored in full (it used to be
+    left out), a long prompt is cropped from the left; where the example fits, the windows score it exactly as
+    the whole example does."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from recipe_zoo.recipes.llm import causal_lm, prompt_response
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+
+    def example(prompt, response):
+        p = tokenizer(prompt).input_ids
+        r = tokenizer(response, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        return prompt_response.Example(p + r, [-100] * len(p) + r, len(response.encode()))
+
+    long_response = example("Q: say it all", " to be or not to be" * 12)
+    long_prompt = example("why " * 40, " because.")
+    short = example("Q: brief?", " Yes.")
+    n_response = sum(t != -100 for t in long_response.labels)
+    assert n_response > 40
+    for e in (long_response, long_prompt, short):
+        scored = [t for w in prompt_response.score_windows(e, 16) for t in w.labels if t != -100]
+        assert scored == [t for t in e.labels if t != -100]  # each response token once, in order
+        for w in prompt_response.score_windows(e, 16):
+            assert len(w.ids) <= 17 and w.labels[0] == -100  # every scored token has a token before it
+    assert len(prompt_response.score_windows(long_response, 16)) == -(-n_response // 8)
+    with torch.no_grad():
+        nats, n_bytes = causal_lm.example_sums(model, [long_response, short], 16, 0, tokenizer.eos_token_id, "cpu", 3)
+        whole, _ = causal_lm.example_sums(model, [long_response, short], 512, 0, tokenizer.eos_token_id, "cpu", 3)
+    assert n_bytes.tolist() == [long_response.response_bytes, short.response_bytes]
+    assert 0 < nats[0] and abs(nats[1] - whole[1]) < 1e-4 * whole[1]  # the short one: the same single window
+    assert abs(nats[0] - whole[0]) < 0.5 * whole[0]  # the long one: the same tokens, less context each
 
 
 def test_lora_jsonl_test_is_read_only_at_the_end(tiny_llama, tmp_path, monkeypatch):

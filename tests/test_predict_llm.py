@@ -291,7 +291,9 @@ def test_lora_jsonl_round_trip_and_new_examples(lora_jsonl_run, tiny_llama, tmp_
     from recipe_zoo import load
 
     got = load(lora_jsonl_run, device="cpu").predict(data=str(new))
-    assert got.dropped == 1 and [r["line"] for r in got.rows] == [1, 2, 3] and got.rows[1].get("bpb") is None
+    # the response longer than seq_len=32 is scored whole, in windows (it used to be left out)
+    assert got.dropped == 0 and [r["line"] for r in got.rows] == [1, 2, 3]
+    assert got.rows[1]["bytes"] == len(" speak" * 60) and all(math.isfinite(r["bpb"]) for r in got.rows)
     assert got.rows[0]["bytes"] == len(" Citizen 1, speak.") and math.isfinite(got.metrics["bpb"])
     (tmp_path / "bad.jsonl").write_text(json.dumps({"prompt": "a", "response": "b"}) + "\n{not json\n")
     predict_bad(capfd, lora_jsonl_run, f"data={tmp_path / 'bad.jsonl'}", needles=("bad.jsonl line 2",

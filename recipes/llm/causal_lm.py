@@ -182,12 +182,21 @@ def encode_text(tokenizer, start: int, docs: list[str]) -> tuple[torch.Tensor, t
     return torch.tensor(ids), torch.cat(per_target)
 
 
-def example_sums(model, examples: list, pad_id: int, eos: int | None, device, batch: int, progress=None):
-    """Each prompt/response example's nats over its response (the end token not counted) and response bytes."""
+def example_sums(model, examples: list, seq_len: int, pad_id: int, eos: int | None, device, batch: int,
+                 progress=None):
+    """Each prompt/response example's nats over its whole response (the end token not counted), scored in windows
+    of at most ``seq_len`` + 1 tokens (``prompt_response.score_windows``), and its response bytes."""
+    windows, owner = [], []
+    for i, e in enumerate(examples):
+        pieces = prompt_response.score_windows(e, seq_len)
+        windows += pieces
+        owner += [i] * len(pieces)
     nats = []
-    for i in range(0, len(examples), batch):
-        nats.append(response_nats(model, prompt_response.pad_examples(examples[i:i + batch], pad_id), device,
+    for i in range(0, len(windows), batch):
+        nats.append(response_nats(model, prompt_response.pad_examples(windows[i:i + batch], pad_id), device,
                                   skip_token=eos)[0])
         if progress is not None:
-            progress(min(i + batch, len(examples)), len(examples), "examples")
-    return torch.cat(nats).double().cpu().numpy(), np.array([e.response_bytes for e in examples], dtype=np.float64)
+            progress(min(i + batch, len(windows)), len(windows), "windows")
+    per_example = np.zeros(len(examples), dtype=np.float64)
+    np.add.at(per_example, owner, torch.cat(nats).double().cpu().numpy())
+    return per_example, np.array([e.response_bytes for e in examples], dtype=np.float64)

@@ -60,20 +60,12 @@ def read_documents(name: str) -> tuple[str, list[str]]:
     return str(path), [textfiles.read_text(p) for p in files]
 
 
-def jsonl_examples(name: str, tokenizer, seq_len: int, log=print) -> tuple[list[prompt_response.Example], list[int]]:
-    """Every prompt/response example of the .jsonl file ``name`` that fits ``seq_len`` (the prompt cropped from the
-    left, as held-out examples are), and the lines of those that do not."""
+def jsonl_examples(name: str, tokenizer) -> list[prompt_response.Example]:
+    """Every prompt/response example of the .jsonl file ``name``, whole (scored in windows that fit the context)."""
     path = Path(name).expanduser()
     if not path.is_file():
         raise ZooError(f"data={name}: no such file (a .jsonl of {{'prompt', 'response'}} lines)")
-    every = prompt_response.load_jsonl(path, tokenizer)
-    fitted = [prompt_response.fit_example(e, seq_len) for e in every]
-    dropped = [e.line for e, f in zip(every, fitted) if f is None]
-    if dropped:
-        log(f"{path}: {len(dropped)} examples have a response longer than seq_len={seq_len} tokens: not scored")
-    if len(dropped) == len(every):
-        raise ZooError(f"{path}: no example fits seq_len={seq_len} (every response is longer)")
-    return [f for f in fitted if f is not None], dropped
+    return prompt_response.load_jsonl(path, tokenizer)
 
 
 def _number(value: float) -> int | float:

@@ -137,17 +137,17 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
             completions.append([tokenizer.decode(c, skip_special_tokens=True) for c in out])
             run.progress(i + 1, len(prompts), "prompts")
         return inference.generations(prompts, completions)
-    batch, prefix, dropped = opts.batch_size or cfg.micro_batch, "" if opts.data else "test_", []
+    batch, prefix = opts.batch_size or cfg.micro_batch, "" if opts.data else "test_"
     if jsonl:
-        examples, dropped = inference.jsonl_examples(opts.data, tokenizer, cfg.seq_len, run.log) if opts.data else \
-            (example_splits(cfg, tokenizer, run.log).test, [])
+        examples = inference.jsonl_examples(opts.data, tokenizer) if opts.data else \
+            example_splits(cfg, tokenizer, run.log).test
 
         def score(m):
-            return causal_lm.example_sums(m, examples, pad_id, tokenizer.eos_token_id, device, batch, run.progress)
+            return causal_lm.example_sums(m, examples, cfg.seq_len, pad_id, tokenizer.eos_token_id, device, batch,
+                                          run.progress)
 
         def rows(nats, n_bytes):
-            return sorted(inference.example_rows(examples, nats, n_bytes) + [{"line": n} for n in dropped],
-                          key=lambda r: r["line"])
+            return inference.example_rows(examples, nats, n_bytes)
     else:
         docs = inference.read_documents(opts.data)[1] if opts.data else \
             [text_splits.eval_text(text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log),
@@ -168,7 +168,7 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
             with model.disable_adapter():
                 base_nats, base_bytes = score(model)
             scores[f"{prefix}bpb_before"] = metrics.bits_per_byte(float(base_nats.sum()), float(base_bytes.sum()))
-    return artifact.Predictions(rows=rows(nats, n_bytes), metrics=scores, dropped=len(dropped),
+    return artifact.Predictions(rows=rows(nats, n_bytes), metrics=scores,
                                 arrays={"nats": nats, "bytes": n_bytes})
 
 
@@ -230,8 +230,8 @@ def jsonl_task(cfg: LoRAConfig, run, tokenizer, pad_id: int, device) -> Task:
         return nats.sum() / max(count, 1)
 
     def score(model, part):  # each example's nats and response bytes
-        return causal_lm.example_sums(model, val_examples if part == "validation" else parts.test, pad_id,
-                                      tokenizer.eos_token_id, device, cfg.micro_batch)
+        return causal_lm.example_sums(model, val_examples if part == "validation" else parts.test, cfg.seq_len,
+                                      pad_id, tokenizer.eos_token_id, device, cfg.micro_batch)
 
     def rows(nats, n_bytes):
         return inference.example_rows(parts.test, nats, n_bytes)

@@ -1,6 +1,6 @@
 """Prompt/response JSONL for fine-tuning (``llm/lora``): each ``{"prompt", "response"}`` line tokenized with the loss
-and the score on the response only, split by a hash of each example's content, held-out examples fitted to the
-context, and a batch padded to its longest example.
+and the score on the response only, split by a hash of each example's content, held-out examples scored whole in
+windows that fit the context, and a batch padded to its longest example.
 """
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def split_examples(examples: list[Example], val_fraction: float, test_fraction: 
     """Test and validation chosen by a hash of each example's content (``core.splits.carve``: the same examples
     in any order, on any machine; copies of an example share a side): ``test_fraction`` of the distinct examples
     are test, ``val_fraction`` of them validation, the rest train. Training drops examples longer than
-    ``seq_len`` + 1 tokens (counted); a held-out one is kept by cropping its prompt from the left, so the parts
-    scored do not depend on ``seq_len`` unless a response alone is longer (those are left out, counted)."""
+    ``seq_len`` + 1 tokens (counted); held-out ones are kept whole, whatever their length (``score_windows``
+    fits them to the context when they are scored), so the items and tokens scored do not depend on ``seq_len``."""
     check_fractions(val_fraction, test_fraction)
     distinct = list(dict.fromkeys(e.key for e in examples))
     if len(distinct) < 3:
@@ -93,28 +93,27 @@ def split_examples(examples: list[Example], val_fraction: float, test_fraction: 
     if not train:
         raise ZooError(f"{source}: no usable training examples ({len(parts['train'])} longer than seq_len={seq_len} "
                        "+ 1 tokens)")
-    held = {}
-    for part in ("validation", "test"):
-        fitted = [f for f in (fit_example(e, seq_len) for e in parts[part]) if f is not None]
-        if len(fitted) < len(parts[part]):
-            log(f"{source}: {len(parts[part]) - len(fitted)} of {len(parts[part])} {part} examples have a response "
-                f"longer than seq_len={seq_len} tokens and are not scored (raise seq_len to score them)")
-        if not fitted:
-            raise ZooError(f"{source}: no {part} example fits seq_len={seq_len} (raise seq_len)")
-        held[part] = fitted
     how = (f"examples by a hash of their content: {100 * test_fraction:g}% test, {100 * val_fraction:g}% validation, "
            f"the rest train")
-    return ExampleSplits(train, held["validation"], held["test"], keys, how)
+    return ExampleSplits(train, parts["validation"], parts["test"], keys, how)
 
 
-def fit_example(e: Example, seq_len: int) -> Example | None:
-    """A held-out example within ``seq_len`` + 1 tokens: its prompt cropped from the left (one token of it at
-    least stays as context); None when the response alone does not fit."""
+def score_windows(e: Example, seq_len: int) -> list[Example]:
+    """The windows of at most ``seq_len`` + 1 tokens that score ``e``'s whole response, each token once: the
+    example itself where it fits; else one window with the prompt cropped from the left (a token of it at least
+    stays as context) where the response fits; a longer response in windows of ``seq_len // 2`` scored tokens,
+    each token seeing at least ``seq_len // 2`` tokens before it (the prompt's end, then the response)."""
     if len(e.ids) <= seq_len + 1:
-        return e
-    if sum(1 for t in e.labels if t != -100) > seq_len:
-        return None
-    return Example(e.ids[-(seq_len + 1):], e.labels[-(seq_len + 1):], e.response_bytes, e.line, e.key)
+        return [e]
+    scored = [i for i, t in enumerate(e.labels) if t != -100]  # one run: the response follows the prompt
+    first, end = scored[0], scored[-1] + 1
+    step = end - first if end - first <= seq_len else max(1, seq_len // 2)
+    windows = []
+    for a in range(first, end, step):
+        b = min(a + step, end)
+        lo = max(0, b - seq_len - 1)
+        windows.append(Example(e.ids[lo:b], [-100] * (a - lo) + e.labels[a:b], 0, e.line, e.key))
+    return windows
 
 
 def pad_examples(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, ...]:
