@@ -35,6 +35,15 @@ def test_nt_xent_matches_a_direct_computation():
     # Partners that agree and differ from the rest make the loss small; swapped partners make it large.
     basis = torch.eye(8)[:4] * 10
     assert simclr.nt_xent(basis, basis, 0.1) < 1e-3 < simclr.nt_xent(basis, basis.roll(1, 0), 0.1)
+    # Under a bf16 autocast (the CPU's fast path) the similarities stay fp32: the same loss to fp32 rounding,
+    # where a bf16 matmul of the same features is off by far more.
+    z1, z2 = torch.randn(64, 128, generator=g), torch.randn(64, 128, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = simclr.nt_xent(z1, z2, 0.2).item()
+        zn = F.normalize(torch.cat((z1, z2)), dim=1)
+        rounded = (zn @ zn.T).float()
+    assert fast == pytest.approx(simclr.nt_xent(z1, z2, 0.2).item(), rel=1e-6)
+    assert (rounded - zn @ zn.T).abs().max() > 1e-3
 
 
 def test_byol_loss_and_target_momentum():

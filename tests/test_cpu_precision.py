@@ -98,3 +98,14 @@ def test_the_run_records_what_auto_resolved_to_and_predict_computes_in_it(tmp_pa
     assert json.loads((run_dir / "model.json").read_text())["precision"] == expected
     assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["precision"] == expected
     roundtrip(run_dir)
+
+
+def test_the_recipes_measured_to_gain_from_bf16_are_the_ones_registered_for_it(capsys):
+    """precision=auto picks bf16 on a CPU only for the recipes benchmarks/cpu_precision.py measured >= 1.3x faster
+    with validation no worse (their registrations give the figures); `zoo show` says which."""
+    from recipe_zoo import registry
+
+    chosen = {name for name, spec in registry.load_all().items() if spec.cpu_precision == "bf16"}
+    assert chosen == {"vision/resnet", "contrastive/simclr"}
+    assert main(["show", "contrastive/simclr"]) == 0
+    assert "on a CPU bf16 where its bf16 matmul" in capsys.readouterr().out

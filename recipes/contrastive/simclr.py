@@ -124,10 +124,13 @@ def check_config(cfg: ContrastiveConfig) -> None:
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """SimCLR's normalised-temperature cross-entropy: each of the 2N views must pick its partner out
-    of the other 2N - 1 by cosine similarity / temperature; mean over the 2N views."""
-    z = F.normalize(torch.cat((z1, z2)).float(), dim=1)
+    of the other 2N - 1 by cosine similarity / temperature; mean over the 2N views. The similarities are fp32
+    under a bf16 autocast too (autocast would run the matmul in bf16: 8 bits of mantissa, where T = 0.2 magnifies
+    a similarity's rounding fivefold); a (2N)^2 matrix of N-dim features costs nothing beside the backbone."""
     n = len(z1)
-    logits = z @ z.T / temperature
+    with torch.autocast(z1.device.type, enabled=False):
+        z = F.normalize(torch.cat((z1, z2)).float(), dim=1)
+        logits = z @ z.T / temperature
     logits.fill_diagonal_(float("-inf"))  # a view is not its own candidate
     partner = torch.cat((torch.arange(n, 2 * n), torch.arange(n))).to(z.device)
     return F.cross_entropy(logits, partner)
@@ -260,9 +263,14 @@ def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, di
                              f"validation / {len(splits.test_y)} test images")
 
 
+# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
+# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 278.6 -> 396.7 images/s (1.42x); validation kNN accuracy
+# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. (contrastive/byol is not
+# measured: fp32.)
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
-        summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe")
+        summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe",
+        cpu_precision="bf16")
 @recipe("contrastive/byol", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="BYOL: online predictor chases an EMA target (0.99 to 1, cosine), no negatives; kNN + probe",
