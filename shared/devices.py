@@ -5,8 +5,9 @@
 ``share`` is the part of that peak a kind of work reaches, and ``latency`` what a step costs whatever its work
 (kernel launches, the loop's Python, synchronisation): both are calibrated from the zoo's own runs, each with its
 source, and a recipe's sizing rule (llm's depth, diffusion's width, medical's patch and batch) reads them instead
-of a guess of its own. Kinds of work: ``matmul`` (transformers: the share grows with the matrices' width) and
-``conv`` (convolutional nets).
+of a guess of its own. Kinds of work: ``matmul`` (transformers: the share grows with the matrices' width),
+``conv`` (convolutional nets: MONAI's U-Nets) and ``diffusers_unet`` (diffusers' UNet2DModel: convolutions with
+group norms and attention, which gain nothing from bf16 on a CPU).
 """
 from __future__ import annotations
 
@@ -40,23 +41,32 @@ class Work:
 
 
 CPU_WORK = {
-    "matmul": Work(((1, 0.5),), 0.0, "llm/gpt depths 2-4 with torch.compile on 2 CPU cores reached 50-61% of the "
-                                     "measured fp32 matmul peak"),
-    # Measured again on an AMD EPYC family 25 model 17 (2 threads, fp32, 30 s): at width 16 medical/unet and
-    # diffusion/flow reached 18-21% of the peak, and ran 359-372 and 375-388 steps where 714 and 832 were predicted.
-    # A share fitted to that moves the patch and width the sizing rules choose at every budget, so it waits for the
-    # 5-minute ISBI and mnist rows to be measured again with it (issue 44).
-    "conv": Work(((1, 0.4),), 0.0, "the diffusion and medical U-Nets' step time on 2 CPU cores, ~40% of that peak"),
+    # benchmarks/cpu_plan_check.py, AMD EPYC family 25 model 17 (2 threads, 30 s, inductor cache warm): llm/gpt
+    # depth 1 (width 64) ran 461 steps where 50% predicted 695 (33% of the peak); depth 2 (width 128) in bf16 205
+    # where 229 were predicted. Depths 2-4 with torch.compile had reached 50-61% before. A first run on a machine
+    # also compiles from a cold inductor cache inside its budget: 353 steps at depth 1 (not modelled).
+    "matmul": Work(((64, 0.33), (192, 0.5)), 0.0, "llm/gpt with torch.compile on 2 CPU cores: 33% of the measured "
+                                                  "fp32 matmul peak at width 64, 50-61% at depths 2-4"),
+    # Refitted on the same CPU and budget: medical/unet (ISBI, folds=0, patch 128x128, width 16) ran 362 steps where
+    # the 40% used before predicted 882 (16% of the peak), as at width 16 the session before (359-372 for 714, a
+    # 144 GFLOP/s peak then). The plan's step floor (min_steps) was scaled with it, 600 -> 240, so every CPU plan
+    # chooses what it chose before (no latency on a CPU: the choice depends on share / floor only).
+    "conv": Work(((1, 0.16),), 0.0, "medical/unet (MONAI UNet) at width 16 on 2 CPU cores (AMD EPYC family 25 model "
+                                    "17): 16% of the measured fp32 matmul peak"),
+    # diffusers' UNet2DModel (group norms, attention at the lowest level): diffusion/flow on mnist ran 152 steps at
+    # width 8 where 40% predicted 290, and 375-388 at width 16 for 832 (20-21%). min_steps scaled with it, 500 -> 250.
+    "diffusers_unet": Work(((1, 0.2),), 0.0, "diffusion/flow (diffusers UNet2DModel) at widths 8-16 on 2 CPU cores "
+                                             "(AMD EPYC family 25 model 17): 20-21% of the measured fp32 matmul peak"),
 }
 # A run computing in bf16 (autocast) on a CPU with bf16 units is measured against the bf16 matmul peak, which is
 # 2.2-2.7x the fp32 one on the AMD EPYCs measured (AVX-512 BF16); its steps speed up far less than that, since
 # autocast leaves the norms, losses and optimizer in fp32 and converts at every layer. Each share is the fp32 one
-# scaled by the step speed-up measured at the same work (benchmarks/cpu_precision.py) over the peaks' ratio there:
-# the bf16 prediction is then exactly as good as the fp32 one.
+# scaled by the step speed-up measured at the same work (benchmarks/cpu_precision.py, cpu_plan_check.py) over the
+# peaks' ratio there: the bf16 prediction is then exactly as good as the fp32 one.
 BF16_SPEEDUP = {  # (bf16 over fp32 steps/s, bf16 over fp32 matmul peak), AMD EPYC family 25 model 17, 2 threads
     "matmul": (1.5, 2.2),  # llm/gpt at 30 and 90 s: 1.58x and 1.41x; peaks 400-420 and 180-190 GFLOP/s
-    # medical/unet (ISBI, 30 s): 1.20x; diffusion/flow (mnist, width 16, 30 s): 0.88x; peaks 361 and 158 GFLOP/s
-    "conv": (1.0, 2.3),
+    "conv": (1.27, 2.2),  # medical/unet (ISBI, 30 s): 1.20x and 1.35x; peaks 361 and 158-168 GFLOP/s
+    "diffusers_unet": (0.76, 2.2),  # diffusion/flow (mnist, 30 s): 0.88x at width 16, 0.66x at width 8
 }
 CPU_WORK_BF16 = {kind: Work(tuple((w, s * BF16_SPEEDUP[kind][0] / BF16_SPEEDUP[kind][1]) for w, s in work.shares),
                             work.latency, f"{work.source}, scaled by the measured bf16 step speed-up "
@@ -76,6 +86,7 @@ GPU_WORK = {
     "conv": Work(((1, 0.3),), 0.030, "share: a guess (no large conv run measured on a GPU yet); latency: 28-31 ms "
                                      "steps of diffusion/flow and medical/unet runs on one H200"),
 }
+GPU_WORK["diffusers_unet"] = GPU_WORK["conv"]  # measured on both together (the latency) or not at all (the share)
 GPU_MEMORY_GB = {"H200": 141, "H100": 80, "A100": 80, "A10G": 24, "A10": 24, "L40S": 48, "L4": 24,
                  "RTX 4090": 24, "RTX 3090": 24, "V100": 32, "T4": 16}
 

@@ -1,0 +1,74 @@
+"""``zoo plan``'s predicted steps against the steps a run of the same budget measures, on this CPU, per precision.
+
+    python benchmarks/cpu_plan_check.py --zoo-data ../shared/data [--budget 30s] [--precisions fp32 bf16]
+
+Each case is ``zoo plan --recipe R --budget B precision=P ...`` (the sizing rule's shape and its predicted steps,
+read from the plan's ``steps:`` line), then ``zoo run R --budget B --seed 0 precision=P ...`` in a process of its
+own, one at a time, whose summary gives the steps trained. Prints one JSON line per case and a table of
+predicted/measured. Issue 44's target: every ratio within 0.8-1.2 at both precisions on llm/gpt, diffusion/flow
+and medical/unet. The cached peak (``zoo plan``'s first line) is the figure the prediction scales with: measure
+on an idle machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is one run's)
+    "llm/gpt": [],
+    "diffusion/flow": ["data=mnist"],
+    "medical/unet": ["data=isbi2012-membrane", "folds=0"],
+}
+
+
+def zoo(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "recipe_zoo", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"zoo {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def case(recipe: str, budget: str, precision: str, extra: list[str], out: Path) -> dict:
+    plan = zoo("plan", "--recipe", recipe, "--budget", budget, f"precision={precision}", *extra).stdout
+    predicted = int(re.search(r"steps:\s+([\d,]+) \(predicted\)", plan).group(1).replace(",", ""))
+    shape = re.search(r"shape:\s+(.*)", plan).group(1)
+    zoo("run", recipe, "--budget", budget, "--seed", "0", f"precision={precision}", *extra, "--out", str(out))
+    summary = json.loads(max(out.rglob("summary.json"), key=os.path.getmtime).read_text())
+    steps = summary["metrics"]["steps"]
+    return {"recipe": recipe, "budget": budget, "precision": precision, "shape": shape, "predicted": predicted,
+            "measured": steps, "ratio": round(predicted / steps, 3), "peak_line": plan.splitlines()[0],
+            "mfu": summary.get("mfu_percent"), "mfu_of": summary.get("extra", {}).get("mfu_of")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--recipes", nargs="+", default=list(CASES))
+    parser.add_argument("--budget", default="30s")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--zoo-data", help="the data cache ($ZOO_DATA)")
+    args = parser.parse_args()
+    if args.zoo_data:
+        os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, recipe in enumerate(args.recipes):
+            for precision in args.precisions:
+                row = case(recipe, args.budget, precision, CASES.get(recipe, []), Path(tmp) / f"{i}-{precision}")
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(f"\n{'recipe':16} {'precision':9} {'predicted':>9} {'measured':>8} {'ratio':>6}  shape")
+    for r in rows:
+        print(f"{r['recipe']:16} {r['precision']:9} {r['predicted']:9d} {r['measured']:8d} {r['ratio']:6.2f}  "
+              f"{r['shape']}")
+    bad = [r for r in rows if not 0.8 <= r["ratio"] <= 1.2]
+    print(f"\n{len(rows) - len(bad)} of {len(rows)} within ±20%")
+
+
+if __name__ == "__main__":
+    main()
