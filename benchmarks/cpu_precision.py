@@ -1,15 +1,18 @@
-"""fp32 against bf16 autocast on this CPU, per recipe: speed, and validation at two budgets with seeds paired.
+"""fp32 against bf16 autocast on this CPU, per recipe: speed, and validation at two budgets with seeds paired; or any
+other two settings of one lever (``--compare compile=false compile=true``; a setting of several overrides is one
+argument: ``--compare precision=fp32 "precision=bf16 fp32_head=true"``).
 
     python benchmarks/cpu_precision.py --recipes vision/resnet llm/gpt --budgets 30s 90s --seeds 3 \
-        [--zoo-data ../shared/data] [--set KEY=VALUE ...]
+        [--zoo-data ../shared/data] [--set RECIPE:KEY=VALUE ...] [--compare A=x A=y [--speedup 1.1]]
 
-Each run is ``zoo run RECIPE --budget B --seed S precision=P`` in a process of its own, one at a time, the fp32 and
-bf16 runs of one seed and budget back to back (a neighbour's load falls on both). Prints one JSON line per run, then
-per recipe: median samples/s (tokens/s for the LLMs) of each precision and their ratio, and per budget the paired
-validation difference (bf16 minus fp32, sign turned so that positive is better) with its values by seed.
+Each run is ``zoo run RECIPE --budget B --seed S SETTING`` in a process of its own, one at a time, the two settings'
+runs of one seed and budget back to back (a neighbour's load falls on both). Prints one JSON line per run, then
+per recipe: median samples/s (tokens/s for the LLMs) of each setting and their ratio, and per budget the paired
+validation difference (the second minus the first, sign turned so that positive is better) with its values by seed.
 
 The rule ``precision=auto`` encodes on CPUs (a recipe's ``cpu_precision``): bf16 when its steps are at least 1.3x
-faster and its mean paired validation difference is not negative at either budget; otherwise fp32.
+faster and its mean paired validation difference is not negative at either budget; otherwise fp32. Another lever
+is kept by the same rule at ``--speedup`` (issue 44: 1.1, at least 10% faster).
 """
 from __future__ import annotations
 
@@ -25,40 +28,43 @@ from pathlib import Path
 SPEEDUP = 1.3
 
 
-def run(recipe: str, budget: str, seed: int, precision: str, extra: list[str], out: Path) -> dict:
+def run(recipe: str, budget: str, seed: int, setting: str, extra: list[str], out: Path) -> dict:
     cmd = [sys.executable, "-m", "recipe_zoo", "run", recipe, "--budget", budget, "--seed", str(seed),
-           f"precision={precision}", *extra, "--out", str(out)]
+           *setting.split(), *extra, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     summary = json.loads(max(out.rglob("summary.json"), key=os.path.getmtime).read_text())
     m = summary["metrics"]
     base = summary["metric"].removeprefix("test_").removeprefix("val_")
-    return {"recipe": recipe, "budget": budget, "seed": seed, "precision": precision,
+    return {"recipe": recipe, "budget": budget, "seed": seed, "setting": setting,
             "rate": m.get("tokens_per_s") or m.get("samples_per_s"), "steps": m.get("steps"),
             "val": m.get(f"val_{base}"), "test": summary["value"], "metric": summary["metric"],
             "higher": summary["higher_is_better"], "mfu": summary.get("mfu_percent"),
             "mfu_of": summary.get("extra", {}).get("mfu_of")}
 
 
-def report(rows: list[dict]) -> dict:
-    """The recipe's figures and the choice the rule makes from them."""
-    rate = {p: statistics.median(r["rate"] for r in rows if r["precision"] == p) for p in ("fp32", "bf16")}
-    out = {"recipe": rows[0]["recipe"], "fp32_rate": rate["fp32"], "bf16_rate": rate["bf16"],
-           "speedup": rate["bf16"] / rate["fp32"], "budgets": {}}
+def report(rows: list[dict], settings: tuple[str, str], speedup: float) -> dict:
+    """The recipe's figures and the choice the rule makes from them: the second setting where its steps are at
+    least ``speedup`` times faster and its paired validation is no worse at any budget, else the first."""
+    a, b = settings
+    rate = {s: statistics.median(r["rate"] for r in rows if r["setting"] == s) for s in settings}
+    out = {"recipe": rows[0]["recipe"], "settings": list(settings), "rates": [rate[a], rate[b]],
+           "speedup": rate[b] / rate[a], "budgets": {}}
     sign = 1 if rows[0]["higher"] else -1
     for budget in dict.fromkeys(r["budget"] for r in rows):
         pairs = {}
         for r in rows:
             if r["budget"] == budget:
-                pairs.setdefault(r["seed"], {})[r["precision"]] = r
-        diffs = [sign * (p["bf16"]["val"] - p["fp32"]["val"]) for p in pairs.values()]
+                pairs.setdefault(r["seed"], {})[r["setting"]] = r
+        diffs = [sign * (p[b]["val"] - p[a]["val"]) for p in pairs.values()]
         out["budgets"][budget] = {
-            "val_fp32": [p["fp32"]["val"] for p in pairs.values()], "val_bf16": [p["bf16"]["val"] for p in pairs.values()],
-            "test_fp32": [p["fp32"]["test"] for p in pairs.values()], "test_bf16": [p["bf16"]["test"] for p in pairs.values()],
+            "val": [[p[s]["val"] for p in pairs.values()] for s in settings],
+            "test": [[p[s]["test"] for p in pairs.values()] for s in settings],
+            "steps": [[p[s]["steps"] for p in pairs.values()] for s in settings],
             "mean_val_gain": statistics.fmean(diffs), "val_gains": diffs}
-    out["choice"] = "bf16" if out["speedup"] >= SPEEDUP and all(
-        b["mean_val_gain"] >= 0 for b in out["budgets"].values()) else "fp32"
+    out["choice"] = b if out["speedup"] >= speedup and all(
+        g["mean_val_gain"] >= 0 for g in out["budgets"].values()) else a
     return out
 
 
@@ -70,6 +76,9 @@ def main() -> None:
     parser.add_argument("--zoo-data", help="the data cache ($ZOO_DATA)")
     parser.add_argument("--set", nargs="*", default=[], metavar="RECIPE:KEY=VALUE",
                         help="an override for one recipe, e.g. llm/gpt:depth=4")
+    parser.add_argument("--compare", nargs=2, default=["precision=fp32", "precision=bf16"], metavar="KEY=VALUE",
+                        help="the two settings compared (default: fp32 against bf16)")
+    parser.add_argument("--speedup", type=float, default=SPEEDUP, help="the speed-up the second setting must reach")
     args = parser.parse_args()
     if args.zoo_data:
         os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
@@ -80,11 +89,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for budget in args.budgets:
                 for seed in range(args.seeds):
-                    for precision in ("fp32", "bf16"):
-                        row = run(recipe, budget, seed, precision, extra, Path(tmp) / "runs")
+                    for setting in args.compare:
+                        row = run(recipe, budget, seed, setting, extra, Path(tmp) / "runs")
                         print(json.dumps(row), flush=True)
                         rows.append(row)
-        print(json.dumps({"summary": report(rows)}), flush=True)
+        print(json.dumps({"summary": report(rows, tuple(args.compare), args.speedup)}), flush=True)
 
 
 if __name__ == "__main__":
