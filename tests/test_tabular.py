@@ -375,3 +375,49 @@ GOOD = _table()
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
     path = conftest.write_file(tmp_path / name, content)
     conftest.bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)
+
+
+def test_mlp_refits_from_a_run_keeping_its_network_encoding_and_target_scaling(tmp_path, capfd):
+    """weights=RUN: the source's network, input encoding and target scaling are kept; on the source's own table its
+    network, scored before the first step, gives its validation RMSE to 1e-6; on new rows of the same columns it
+    trains on, and predict reproduces the refit. The card names the source and the key says fine-tuned. Test rows
+    the source trained on, a column it never saw or lacks, another target, a contradicting width, stream=true:
+    one line each."""
+    from conftest import bad_input, roundtrip, train_in_process
+
+    rng = np.random.default_rng(1)
+    frame = houses_table(rng, 1500).drop(columns=["id"])
+    old, new, both = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "both.csv"
+    frame.iloc[:900].to_csv(old, index=False)
+    frame.iloc[900:].to_csv(new, index=False)
+    frame.to_csv(both, index=False)
+    small = ["target=price", "hidden=32", "layers=2"]
+    source = train_in_process(tmp_path / "pre", "tabular/mlp", f"data={old}", *small, budget="60steps")
+    val = json.loads((source / "summary.json").read_text())["metrics"]["val_rmse"]
+    same = train_in_process(tmp_path / "same", "tabular/mlp", f"data={old}", "target=price", f"weights={source}",
+                            budget="5steps")
+    summary = json.loads((same / "summary.json").read_text())
+    assert summary["metrics"]["val_rmse_start"] == pytest.approx(val, rel=1e-6)
+    assert summary["benchmark"].endswith(":fine-tuned")
+    assert json.loads((same / "model.json").read_text())["source"]["run_id"] == source.name
+    kept = json.loads((source / "preprocess.json").read_text())["splits"][0]
+    refit = train_in_process(tmp_path / "new", "tabular/mlp", f"data={new}", "target=price", f"weights={source}",
+                             budget="30steps")
+    saved = json.loads((refit / "preprocess.json").read_text())["splits"][0]
+    assert saved["encoding"] == kept["encoding"] and saved["target"] == kept["target"]
+    assert saved["network"] == kept["network"]
+    assert "refitting from" in (refit / "log.txt").read_text()
+    roundtrip(refit)
+    _, findings = run_doctor("tabular/mlp", [f"data={new}", "target=price", f"weights={source}", "--steps", "10"],
+                             tmp_path / "doc")
+    assert "health/weight-change" in {f["check"] for f in findings}
+    frame.iloc[900:].assign(extra=1.0).to_csv(tmp_path / "extra.csv", index=False)
+    frame.iloc[900:].drop(columns=["coast"]).to_csv(tmp_path / "fewer.csv", index=False)
+    for args, needles in (
+            ([f"data={both}", "target=price"], ("test rows were training or validation rows of the source",)),
+            ([f"data={tmp_path / 'extra.csv'}", "target=price"], ("column 'extra' is not one the source",)),
+            ([f"data={tmp_path / 'fewer.csv'}", "target=price"], ("trained with column 'coast', missing here",)),
+            ([f"data={new}", "target=households"], ("the source predicts 'price'", "train another target")),
+            ([f"data={new}", "target=price", "hidden=64"], ("hidden=64: the source run", "was trained with hidden=32")),
+            ([f"data={new}", "target=price", "stream=true"], ("weights= with stream=true",))):
+        bad_input(capfd, ["tabular/mlp", *args, f"weights={source}"], tmp_path / "bad", *needles)

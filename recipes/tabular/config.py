@@ -46,6 +46,8 @@ class MLPConfig(TabularConfig, LoopSettings):
     batch_size: Count = 256  # rows per step
     warmup: Unit = 0.05  # LR warmup fraction
     eval_every: Unit = 0.05  # validation this often; the best validation state is kept (early stopping)
+    weights: str = ""  # refit from a finished tabular/mlp run (its folder): its network, input encoding and target
+    # scaling kept, trained on this table's rows (new rows of the same columns)
 
 
 @dataclass

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, optim, schedule, streams
+from recipe_zoo.core import artifact, finetune, optim, schedule, streams
 from recipe_zoo.core.api import recipe
+from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.batches import TensorBatches, to_device
 from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.weights import BestState
-from recipe_zoo.core.precision import choose_device
+from recipe_zoo.core.precision import choose_device, resolve_precision
 from recipe_zoo.recipes.tabular import data, encoded, inference, models, protocol, stream
 from recipe_zoo.recipes.tabular.config import MLPConfig
 from recipe_zoo.recipes.tabular.data import Table
@@ -30,22 +33,30 @@ from recipe_zoo.recipes.tabular.data import Table
 # =============================================================================================
 
 def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.ndarray, budget,
-           label: str = "", encode=None) -> tuple:
+           label: str = "", encode=None, start: Start | None = None) -> tuple:
     """Train on ``fit_rows``, evaluate on ``val`` (the best validation state is kept) and return (predict, stats):
     ``predict(rows)`` gives the restored best model's predictions. ``encode(X, fit_rows) -> (encoding, Encoded)``:
-    the network's input for every row (in memory by default; ``encoded.encoder``'s arrays on disk for a stream)."""
+    the network's input for every row (in memory by default; ``encoded.encoder``'s arrays on disk for a stream).
+    ``start``: a source run's network, input encoding and target scaling, kept (a refit on new rows)."""
     device = choose_device(run.device)
-    if encode is None:
+    if start is not None:
+        encoding = start.saved["encoding"]
+        enc = models.encode(X, encoding)
+    elif encode is None:
         encoding = models.fit_encoding(X, fit_rows, cfg.quantile, run.seed)
         enc = models.encode(X, encoding)
     else:
         encoding, enc = encode(X, fit_rows)
-    log = data.use_log(table, fit_rows, cfg)[-1]  # the network takes the log when the target is positive and skewed
+    # the network takes the log when the target is positive and skewed (a refit: as its source did)
+    log = start.saved["target"]["log"] if start is not None else data.use_log(table, fit_rows, cfg)[-1]
     metric, higher = data.primary_metric(table.task)
     scale = {"task": table.task, "log": log}
     if table.task == "regression":
         t = np.log1p(table.y) if log else table.y
-        scale.update(mean=float(t[fit_rows].mean()), std=float(t[fit_rows].std()) or 1.0)
+        if start is not None:
+            scale.update(mean=start.saved["target"]["mean"], std=start.saved["target"]["std"])
+        else:
+            scale.update(mean=float(t[fit_rows].mean()), std=float(t[fit_rows].std()) or 1.0)
         target = torch.from_numpy((t - scale["mean"]) / scale["std"]).float()
         out = 1
     else:
@@ -56,7 +67,10 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     torch.manual_seed(run.seed)
     spec = {"model": cfg.model, "n_num": enc.num.shape[1], "cards": enc.cardinalities, "out": out,
             "hidden": cfg.hidden, "layers": cfg.layers, "dropout": cfg.dropout}
-    model = models.network(spec).to(device)
+    model = models.network(spec)
+    if start is not None:  # the source's network (its encoding gives the same inputs: checked in Start.check)
+        model.load_state_dict(start.state)
+    model.to(device)
     weights = data.sample_weights(table, np.arange(len(table.y)), cfg)
     w = torch.from_numpy(weights).float() if weights is not None else torch.ones(len(table.y))
     rows = torch.as_tensor(fit_rows)
@@ -80,6 +94,10 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
             loss = F.cross_entropy(raw, y, reduction="none")
         return (loss * weight).sum() / weight.sum()
 
+    begun = {}
+    if start is not None:  # the source's network on this split's validation: also a candidate for the best state
+        scores = finetune.score_start(model, evaluate, device, resolve_precision(device, cfg.precision))
+        begun = {f"{k}_start": v for k, v in scores.items() if k == f"val_{metric}"}
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     lr = schedule.make_schedule("cosine", warmup=cfg.warmup, final=0.0)
     result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=not label), device=device,
@@ -88,9 +106,97 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     best.restore(model)
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
+    stats.update(begun)
     stats["log_target"] = log
     stats["model"], stats["saved"] = model, {"network": spec, "encoding": encoding, "target": scale}
     return lambda rows: to_pred(models.nn_predict(model, enc, rows, device)), stats
+
+
+# =============================================================================================
+# Refitting from a run: its network, input encoding and target scaling kept
+# =============================================================================================
+
+SHAPE_FIELDS = ("model", "hidden", "layers", "quantile")  # what a refit takes from its source, never resized
+
+
+class Start:
+    """A ``tabular/mlp`` source run's first network (of its folds), with the input encoding and target scaling it
+    was trained with: input-side state is inherited, so the network sees its inputs scaled as it learnt them and
+    ``weights=SOURCE`` on the source's own data starts at the source's validation score."""
+
+    def __init__(self, source: finetune.Source, log):
+        self.source = source
+        self.preprocess = json.loads(source.path(inference.PREPROCESS).read_text())
+        self.saved = self.preprocess["splits"][0]
+        self.state = artifact.load_tensors(source.path(self.saved["weights"]))
+        count = len(self.preprocess["splits"])
+        log(f"refitting from {source.folder}: {self.saved['weights']}"
+            + (f" (the first of its {count} fold models)" if count > 1 else "")
+            + "; its network, input encoding and target scaling kept")
+
+    def check(self, table: Table, X) -> None:
+        """One line naming what differs when this table is not one the source's network can take: another target
+        or task (or classes), a column the source had that is missing, one it never saw, or a column read as
+        another type."""
+        where = f"weights={self.source.folder}"
+        theirs = (self.preprocess["target"], self.preprocess["task"], self.preprocess["classes"])
+        if (table.target, table.task, table.classes) != theirs:
+            raise ZooError(f"{where}: the source predicts {theirs[0]!r} ({theirs[1]}"
+                           + (f", classes {theirs[2]}" if theirs[2] else "") + f"); this table's target is "
+                           f"{table.target!r} ({table.task}" + (f", classes {table.classes}" if table.classes
+                                                                 else "") + "): a refit keeps its source's output, "
+                           "so train another target from scratch")
+        encoding = self.saved["encoding"]
+        numeric, categorical = encoding["numeric"], list(encoding["categories"])
+        mine = {c: "category" if str(X[c].dtype) == "category" else "number" for c in X.columns}
+        source = {**{c: "number" for c in numeric}, **{c: "category" for c in categorical}}
+        missing = [c for c in source if c not in mine]
+        if missing:
+            raise ZooError(f"{where}: the source was trained with column {missing[0]!r}, missing here "
+                           f"({len(missing)} missing); give the same columns (and features=) as the source")
+        extra = [c for c in mine if c not in source]
+        if extra:
+            raise ZooError(f"{where}: column {extra[0]!r} is not one the source was trained with ({len(extra)} new); "
+                           f"drop it (drop={extra[0]}) or train from scratch")
+        kind = next((c for c in source if source[c] != mine[c]), None)
+        if kind is not None:
+            raise ZooError(f"{where}: column {kind!r} is a {mine[kind]} here and was a {source[kind]} for the "
+                           "source; give it the source's type (categorical=)")
+
+    def check_unseen(self, table: Table, test_rows: np.ndarray, log) -> None:
+        """None of this run's test rows (by content: every cell, target included) was a training or validation row
+        of the source, read again from the source's data; one line naming the first that was. A source whose data
+        cannot be read any more is said in the log."""
+        from dataclasses import fields
+
+        known = {f.name for f in fields(MLPConfig)}
+        src_cfg = MLPConfig(**{k: v for k, v in self.source.config.items() if k in known})
+        try:
+            src = data.load_table(src_cfg, SimpleNamespace(report=lambda *a, **k: None))
+        except (ZooError, OSError) as exc:
+            log(f"weights={self.source.folder}: its data {src_cfg.data} could not be read again ({exc}); "
+                "the test rows were not checked against its training rows")
+            return
+        number = {str(r): i for i, r in enumerate(src.rows)}
+        seen = {src.keys[number[n]] for n in finetune.seen_items(self.source) if n in number}
+        leaked = [i for i in test_rows if table.keys[i] in seen]
+        if leaked:
+            raise ZooError(f"weights={self.source.folder}: {len(leaked)} of this run's {len(test_rows)} test rows "
+                           f"were training or validation rows of the source (first: row {table.rows[leaked[0]]}); "
+                           "a refit must be scored on rows its source never saw: give a test file the source did "
+                           "not train on (or the source's own split)")
+
+
+def from_source(cfg: MLPConfig, run) -> tuple[MLPConfig, Start | None]:
+    """``weights=RUN_DIR``: the source's network shape and encoding settings taken (a contradicting setting refused),
+    and its first network read; ``(cfg, None)`` from scratch."""
+    if not cfg.weights:
+        return cfg, None
+    if cfg.stream:
+        raise ZooError("weights= with stream=true: a refit reads the table whole; leave stream unset")
+    source = finetune.read_source(cfg.weights, ("tabular/mlp",))
+    theirs = {name: source.config[name] for name in SHAPE_FIELDS if name in source.config}
+    return finetune.inherit(cfg, source, theirs, "network and input encoding"), Start(source, run.log)
 
 
 def to_prediction(raw: np.ndarray, scale: dict) -> np.ndarray:
@@ -181,15 +287,20 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
     from recipe_zoo.core.budget import Budget
     from recipe_zoo.core.distributed import is_main
 
+    cfg, start = from_source(cfg, run)
     reader = stream if cfg.stream else protocol
     table, views = reader.prepare(cfg, run)
-    reader.inspect_split(run, table, views, loop=True)
+    if start is not None:
+        for X, _, _, test, _ in views:
+            start.check(table, X)
+        start.check_unseen(table, np.concatenate([test for *_, test, _ in views]), run.log)
+    reader.inspect_split(run, table, views, loop=True, fine_tune=start is not None)
     budget = Budget(run.budget.kind, run.budget.amount / len(views)) if run.budget.kind == "seconds" else run.budget
     # stream=true: each split's rows encoded in a folder of the run's, read a batch at a time
     with encoded.workspace(run) if cfg.stream else contextlib.nullcontext() as folder:
         metrics, per_split, total, test_preds = protocol.over_splits(run, table, views, lambda k, X, train, val: fit_nn(
             cfg, run, table, X, train, val, budget, f"fold {k}" if k else "",
-            encoded.encoder(cfg, run, table, views[k], folder / f"split{k}") if cfg.stream else None))
+            encoded.encoder(cfg, run, table, views[k], folder / f"split{k}") if cfg.stream else None, start))
     stats = per_split[-1]
     metric = data.primary_metric(table.task)[0]
     run.report("network", f"{cfg.model}, {'quantile' if cfg.quantile else 'z-score'} numbers"
@@ -201,6 +312,8 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
             artifact.save_tensors(split["model"].state_dict(), run.dir / name)
     saved = [{"weights": w, **s["saved"]} for w, s in zip(weights, per_split)]
     inference.save(run, cfg, table, views, test_preds, saved, recipe="tabular/mlp", weights=weights,
-                   selected="best-validation state", log_target=[s["log_target"] for s in per_split])
-    return {**metrics, "train_seconds": total, "params_M": stats["params_M"],
+                   selected="best-validation state", log_target=[s["log_target"] for s in per_split],
+                   **({"source": finetune.provenance(start.source)} if start is not None else {}))
+    begun = {k: v for k, v in stats.items() if k.endswith("_start")}
+    return {**metrics, **begun, "train_seconds": total, "params_M": stats["params_M"],
             "peak_mem_mb": stats["peak_mem_mb"], "mfu_percent": stats.get("mfu_percent"), "rows": len(table.y)}

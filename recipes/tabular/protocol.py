@@ -52,7 +52,7 @@ def split_views(cfg: TabularConfig, run, table, feature_rows, detail: str) -> li
     return views
 
 
-def inspect_split(run, table: Table, views: list, loop: bool) -> None:
+def inspect_split(run, table: Table, views: list, loop: bool, fine_tune: bool = False) -> None:
     """The first split's training and validation rows for ``zoo doctor`` (never the test rows). Missing numbers
     shown as the network takes them, the median plus a missing flag (XGBoost takes NaN natively): the rows stay
     equal exactly when the table's rows are."""
@@ -63,7 +63,7 @@ def inspect_split(run, table: Table, views: list, loop: bool) -> None:
     shown = X.fillna(num.median()).join(num.isna().loc[:, num.isna().any()].add_suffix(" missing"))
     run.inspect(train=(shown.iloc[train], table.y[train]), val=(shown.iloc[val], table.y[val]),
                 task="regression" if table.task == "regression" else "classification",
-                num_classes=None if table.classes is None else len(table.classes), loop=loop)
+                num_classes=None if table.classes is None else len(table.classes), loop=loop, fine_tune=fine_tune)
 
 
 # =============================================================================================

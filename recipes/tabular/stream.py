@@ -326,14 +326,14 @@ def sample_rows(table: StreamTable, fit: np.ndarray, val: np.ndarray) -> tuple[n
     return train, np.searchsorted(table.sample, bank_rows(table, fit))
 
 
-def inspect_split(run, table: StreamTable, views: list, loop: bool) -> None:
+def inspect_split(run, table: StreamTable, views: list, loop: bool, fine_tune: bool = False) -> None:
     """``zoo doctor`` on the sample's training and validation rows."""
     if not run.inspecting:
         return
     X, fit, val, test, plan = views[0]
     inside = lambda rows: np.where(np.isin(table.sample, rows))[0]  # noqa: E731
     protocol.inspect_split(run, dataclasses.replace(table, y=table.y[table.sample]),
-                           [(X, inside(fit), inside(val), inside(test), plan)], loop=loop)
+                           [(X, inside(fit), inside(val), inside(test), plan)], loop=loop, fine_tune=fine_tune)
 
 
 # =============================================================================================
