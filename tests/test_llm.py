@@ -111,25 +111,6 @@ def test_token_windows_shard_like_accumulation_across_an_epoch_boundary():
         assert torch.equal(xa, xb) and torch.equal(ya, yb), f"micro-batch {i} (step {i // 2 + 1}) differs"
 
 
-def test_the_fp32_head_computes_the_logits_in_fp32_under_a_bf16_autocast():
-    """fp32_head=true: the output head's matmul runs in fp32 inside a bf16 autocast. At init the blocks are the
-    identity, so the head's input is the same fp32 vector either way: its logits equal the fp32 model's to fp32
-    rounding, where the bf16 head's are off by bf16's."""
-    torch.manual_seed(0)
-    shape = gpt.shape_at(small_cfg(), 2, vocab=64)
-    plain, head = models.GPT(shape), models.GPT(shape, fp32_head=True)
-    with torch.no_grad():
-        plain.lm_head.weight.normal_(std=0.2)  # logits of order 1
-    head.load_state_dict(plain.state_dict())
-    x = torch.randint(64, (2, 16))
-    with torch.no_grad():
-        exact = plain(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            rounded, kept = plain(x), head(x)
-    assert kept.dtype == rounded.dtype == torch.float32
-    assert (kept - exact).abs().max() < 1e-5 < 1e-3 < (rounded - exact).abs().max()
-
-
 @pytest.mark.parametrize("mlp,kv_heads", [("relu2", 0), ("swiglu", 1)])
 def test_gpt_is_causal_starts_as_identity_blocks_and_caps_logits(mlp, kv_heads):
     torch.manual_seed(0)

@@ -77,7 +77,6 @@ class GPTConfig(LoopSettings):
     eval_every: Unit = 0.25  # fraction of the budget between validations
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 3.0  # an LM's loss never rises 3x over its first step's
     compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
-    fp32_head: bool = False  # under a bf16 autocast, the output head's matmul in fp32 (the logits are fp32 either way)
     fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
     weights: str = ""  # fine-tune from a finished llm/gpt run (its folder): its tokenizer, shape and weights
 
@@ -187,7 +186,7 @@ def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifa
     speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     tok = Tokenizer.from_file(str(run.path(run.card["preprocess"]["tokenizer"])))
-    model = models.GPT(models.GPTShape(**run.card["shape"]), cfg.fp32_head)
+    model = models.GPT(models.GPTShape(**run.card["shape"]))
     model.load_state_dict(artifact.load_tensors(run.path("model.safetensors")))
     model.to(device).eval()
     if prompts:
@@ -304,7 +303,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
 
     world = distributed.world_size()
     cfg, shape = sized(cfg, vocab, len(train_tokens), device, world, run)
-    model = models.GPT(shape, cfg.fp32_head)
+    model = models.GPT(shape)
     if source is not None:
         load_source(model, source)
     model.to(device)

@@ -104,10 +104,9 @@ class GPT(nn.Module):
     logits, zero-initialised output projections, and per-block scalars that mix the residual
     stream with the embedding (x = a_i x + b_i x0)."""
 
-    def __init__(self, shape: GPTShape, fp32_head: bool = False):
+    def __init__(self, shape: GPTShape):
         super().__init__()
         self.shape = shape
-        self.fp32_head = fp32_head  # the output head in fp32 under a bf16 autocast too
         self.embed = nn.Embedding(shape.vocab, shape.width)
         self.blocks = nn.ModuleList(Block(shape.width, shape.heads, shape.kv_heads, shape.head_dim, shape.mlp)
                                     for _ in range(shape.depth))
@@ -140,12 +139,7 @@ class GPT(nn.Module):
         x = x0 = rms_norm(self.embed(idx))
         for i, block in enumerate(self.blocks):
             x = block(self.resid_scales[i] * x + self.x0_scales[i] * x0, cos, sin)
-        h = rms_norm(x)
-        if self.fp32_head:
-            with torch.autocast(h.device.type, enabled=False):
-                logits = F.linear(h.float(), self.lm_head.weight.float())
-        else:
-            logits = self.lm_head(h).float()
+        logits = self.lm_head(rms_norm(x)).float()
         if self.shape.softcap > 0:
             logits = self.shape.softcap * torch.tanh(logits / self.shape.softcap)
         return logits
