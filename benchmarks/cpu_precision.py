@@ -40,17 +40,32 @@ def run(recipe: str, budget: str, seed: int, setting: str, extra: list[str], out
     return {"recipe": recipe, "budget": budget, "seed": seed, "setting": setting,
             "rate": m.get("tokens_per_s") or m.get("samples_per_s"), "steps": m.get("steps"),
             "val": m.get(f"val_{base}"), "test": summary["value"], "metric": summary["metric"],
-            "higher": summary["higher_is_better"], "mfu": summary.get("mfu_percent"),
+            "higher": summary["higher_is_better"], "mfu": summary.get("mfu_percent"), "params": summary.get("params_M"),
             "mfu_of": summary.get("extra", {}).get("mfu_of")}
+
+
+def model_flops(row: dict) -> float | None:
+    """The model FLOP/s a run reached: its MFU times the peak its ``mfu_of`` names ("361 GFLOP/s, a bf16 ...")."""
+    if not row.get("mfu") or not row.get("mfu_of"):
+        return None
+    value, unit = row["mfu_of"].split()[:2]
+    return row["mfu"] / 100 * float(value.replace(",", "")) * {"GFLOP/s,": 1e9, "TFLOP/s,": 1e12}.get(unit, 1.0)
 
 
 def report(rows: list[dict], settings: tuple[str, str], speedup: float) -> dict:
     """The recipe's figures and the choice the rule makes from them: the second setting where its steps are at
-    least ``speedup`` times faster and its paired validation is no worse at any budget, else the first."""
+    least ``speedup`` times faster and its paired validation is no worse at any budget, else the first. Where the
+    two settings train different shapes (a sizing rule that reads the precision's peak), samples/s compare unlike
+    steps: the speed-up is then that of model FLOP/s (MFU times the peak it is of)."""
     a, b = settings
     rate = {s: statistics.median(r["rate"] for r in rows if r["setting"] == s) for s in settings}
+    flops = {s: [f for r in rows if r["setting"] == s and (f := model_flops(r))] for s in settings}
+    same_work = len({(r["params"], r["budget"]) for r in rows}) == len({r["budget"] for r in rows})
     out = {"recipe": rows[0]["recipe"], "settings": list(settings), "rates": [rate[a], rate[b]],
            "speedup": rate[b] / rate[a], "budgets": {}}
+    if not same_work and flops[a] and flops[b]:
+        out["model_flops"] = [statistics.median(flops[a]), statistics.median(flops[b])]
+        out["speedup"] = out["model_flops"][1] / out["model_flops"][0]
     sign = 1 if rows[0]["higher"] else -1
     for budget in dict.fromkeys(r["budget"] for r in rows):
         pairs = {}
