@@ -267,16 +267,19 @@ def load_source(model: models.GPT, source: finetune.Source) -> None:
     model.load_state_dict(artifact.load_tensors(source.path("model.safetensors")))
 
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25 model 17 (AVX-512
-# BF16), 2 threads, seeds 0-2 paired: bf16 1.58x the tokens/s at 30 s and 1.41x at 90 s, but validation BPB
-# 2.138 -> 2.171 at 90 s (worse on every seed; 2.228 -> 2.221 at 30 s): bf16's rounding costs more than the extra
-# tokens buy there (an fp32 output head under bf16 is not tried yet).
+# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25
+# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired. Sized on the bf16 peak, a bf16 run trains a larger model for
+# the budget (depth 2 for fp32's 1 at 30 s, 3 for 2 at 90 s) at 1.65-2.0x the model FLOP/s (MFU x peak: 97-102 vs
+# 47-52 GFLOP/s at 30 s, 121-130 vs 74-77 at 90 s), and its validation BPB is better on every seed: 2.229 -> 2.187
+# at 30 s and 2.132 -> 2.105 at 90 s (with the output head in fp32; the head's precision measured neutral at 30 s:
+# 2.1709 -> 2.1710, so it stays in bf16). Before bf16 runs were sized on their own peak, the same shapes in bf16 were
+# 1.4-1.6x the tokens/s but 0.033 BPB worse at 90 s.
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",
         scale_out="torchrun: DDP, or FSDP2 with fsdp=true (blocks sharded, gathered checkpoints)",
         hooks={"shape": shape_of, "prepare": shards.prepare_tokens, "size": size_hook}, predict=predict_gpt,
-        predict_options=inference.LMPredictOptions)
+        predict_options=inference.LMPredictOptions, cpu_precision="bf16")
 def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device, tf32=cfg.tf32)
