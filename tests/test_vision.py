@@ -2,6 +2,7 @@
 fine-tuning path, and the protocol: selection reads validation, test is scored once at the end."""
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -405,3 +406,14 @@ def test_own_folder_run_records_its_split(tmp_path):
     assert result["test_accuracy_ci_low"] <= result["test_accuracy"] <= result["test_accuracy_ci_high"]
     with open(run_dir / "metrics.csv") as f:
         assert not [c for c in next(csv.reader(f)) if c.startswith("test")]
+
+
+def test_compile_with_bf16_on_a_cpu_trains_eager_and_says_so():
+    """torch 2.14's inductor gives the compiled zoo-net NaN gradients under a bf16 autocast on a CPU (the run
+    diverged at step 2): compile=true there trains eager, in one log line, and the run is ok."""
+    r = zoo_in_process("run", "vision/resnet", "data=digits", "compile=true", "precision=bf16", "--budget", "5steps")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    block = summary_block(r.stdout)
+    assert block["status"] == "ok"
+    log = (Path(block["run_dir"]) / "log.txt").read_text()
+    assert "compile=true with bf16 on a CPU: training eager" in log

@@ -8,6 +8,7 @@ image domains (``recipe_zoo.recipes.images``, ``recipe_zoo.recipes.backbones``);
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
@@ -283,10 +284,16 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     elif isinstance(model, backbones.ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
         hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
+    settings = LoopSettings.of(cfg)
+    if settings.compile and device.type == "cpu" and resolve_precision(device, cfg.precision) == "bf16":
+        # torch 2.14's inductor on a CPU: the compiled zoo-net's backward under a bf16 autocast gives NaN gradients
+        # (the forward matches eager; `zoo run vision/resnet compile=true` diverged at step 2, fp32 compiled trains)
+        run.log("compile=true with bf16 on a CPU: training eager (the compiled backward gives NaN gradients here)")
+        settings = dataclasses.replace(settings, compile=False)
     result = fit(model, optimizer, batches, loss_fn, run, device=device,
                  evaluate=lambda m: evaluate(m, data.val_x, data.val_y, normalize, cfg.tta, cfg.flip == "on",
                                              num_classes, workers=workers),
-                 update_hparams=update, settings=LoopSettings.of(cfg), on_step=on_step)
+                 update_hparams=update, settings=settings, on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
     test, rows = score_test(result.eval_model, data, normalize, cfg, device, workers)  # once, after training
