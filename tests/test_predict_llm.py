@@ -15,7 +15,8 @@ from conftest import make_tiny_llama, predict_bad, roundtrip
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\n") * 40
 GPT_ARGS = ["depth=1", "aspect=32", "head_dim=16", "seq_len=32", "micro_batch=4", "batch_tokens=128",
-            "eval_bytes=1500", "vocab_size=300", "compile=false", "samples=2", "sample_tokens=12", "prompt=First"]
+            "eval_bytes=1500", "vocab_size=300", "compile=false", "samples=2", "sample_tokens=12", "prompt=First",
+            "precision=fp32"]  # its scores compared at 1e-6 across batchings (a file, a folder): bf16's differ by more
 LORA_ARGS = ["seq_len=32", "micro_batch=4", "lr=0.01"]
 
 
