@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cpu_precision import zoo_run  # benchmarks/ is this script's folder
+
 CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is one run's)
     "llm/gpt": [],
     "diffusion/flow": ["data=mnist"],
@@ -27,22 +29,21 @@ CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is
 }
 
 
-def zoo(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "recipe_zoo", *args], capture_output=True, text=True)
+def plan(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "recipe_zoo", "plan", *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"zoo {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return proc
+        raise SystemExit(f"zoo plan {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return proc.stdout
 
 
 def case(recipe: str, budget: str, precision: str, extra: list[str], out: Path) -> dict:
-    plan = zoo("plan", "--recipe", recipe, "--budget", budget, f"precision={precision}", *extra).stdout
-    predicted = int(re.search(r"steps:\s+([\d,]+) \(predicted\)", plan).group(1).replace(",", ""))
-    shape = re.search(r"shape:\s+(.*)", plan).group(1)
-    zoo("run", recipe, "--budget", budget, "--seed", "0", f"precision={precision}", *extra, "--out", str(out))
-    summary = json.loads(max(out.rglob("summary.json"), key=os.path.getmtime).read_text())
+    text = plan("--recipe", recipe, "--budget", budget, f"precision={precision}", *extra)
+    predicted = int(re.search(r"steps:\s+([\d,]+) \(predicted\)", text).group(1).replace(",", ""))
+    shape = re.search(r"shape:\s+(.*)", text).group(1)
+    summary, _ = zoo_run([recipe, "--budget", budget, "--seed", "0", f"precision={precision}", *extra], out)
     steps = summary["metrics"]["steps"]
     return {"recipe": recipe, "budget": budget, "precision": precision, "shape": shape, "predicted": predicted,
-            "measured": steps, "ratio": round(predicted / steps, 3), "peak_line": plan.splitlines()[0],
+            "measured": steps, "ratio": round(predicted / steps, 3), "peak_line": text.splitlines()[0],
             "mfu": summary.get("mfu_percent"), "mfu_of": summary.get("extra", {}).get("mfu_of")}
 
 

@@ -1,6 +1,6 @@
 """fp32 against bf16 autocast on this CPU, per recipe: speed, and validation at two budgets with seeds paired; or any
 other two settings of one lever (``--compare compile=false compile=true``; a setting of several overrides is one
-argument: ``--compare precision=fp32 "precision=bf16 fp32_head=true"``).
+argument: ``--compare precision=fp32 "precision=bf16 compile=false"``).
 
     python benchmarks/cpu_precision.py --recipes vision/resnet llm/gpt --budgets 30s 90s --seeds 3 \
         [--zoo-data ../shared/data] [--set RECIPE:KEY=VALUE ...] [--compare A=x A=y [--speedup 1.1]]
@@ -28,13 +28,19 @@ from pathlib import Path
 SPEEDUP = 1.3
 
 
-def run(recipe: str, budget: str, seed: int, setting: str, extra: list[str], out: Path) -> dict:
-    cmd = [sys.executable, "-m", "recipe_zoo", "run", recipe, "--budget", budget, "--seed", str(seed),
-           *setting.split(), *extra, "--out", str(out)]
+def zoo_run(args: list[str], out: Path) -> tuple[dict, Path]:
+    """``zoo run ARGS --out OUT`` in a process of its own (the benchmarks' runs: this one's, cpu_plan_check.py's,
+    transfer.py's): its summary and run folder, the newest under OUT; the command and its stderr's end on failure."""
+    cmd = [sys.executable, "-m", "recipe_zoo", "run", *args, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    summary = json.loads(max(out.rglob("summary.json"), key=os.path.getmtime).read_text())
+    path = max(out.rglob("summary.json"), key=os.path.getmtime)
+    return json.loads(path.read_text()), path.parent
+
+
+def run(recipe: str, budget: str, seed: int, setting: str, extra: list[str], out: Path) -> dict:
+    summary, _ = zoo_run([recipe, "--budget", budget, "--seed", str(seed), *setting.split(), *extra], out)
     m = summary["metrics"]
     base = summary["metric"].removeprefix("test_").removeprefix("val_")
     return {"recipe": recipe, "budget": budget, "seed": seed, "setting": setting,

@@ -22,10 +22,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from cpu_precision import zoo_run  # benchmarks/ is this script's folder
 
 
 def seconds(budget: str) -> float:
@@ -34,16 +34,10 @@ def seconds(budget: str) -> float:
 
 
 def run(recipe: str, settings: list[str], budget: str, seed: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "recipe_zoo", "run", recipe, *settings, "--budget", budget, "--seed", str(seed),
-           "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    path = max(out.rglob("summary.json"), key=os.path.getmtime)
-    summary = json.loads(path.read_text())
+    summary, run_dir = zoo_run([recipe, *settings, "--budget", budget, "--seed", str(seed)], out)
     base = summary["metric"].removeprefix("test_")
     m = summary["metrics"]
-    return {"settings": settings, "budget": budget, "seed": seed, "run_dir": str(path.parent),
+    return {"settings": settings, "budget": budget, "seed": seed, "run_dir": str(run_dir),
             "metric": summary["metric"], "higher": summary["higher_is_better"], "test": summary["value"],
             "val": m.get(f"val_{base}"), "val_start": m.get(f"val_{base}_start"),
             "train_seconds": summary.get("train_seconds")}
