@@ -1,7 +1,7 @@
 """Transfer rows: a recipe pretrained on one dataset, fine-tuned on another, against from scratch on the same split.
 
     python benchmarks/transfer.py --recipe molecules/dmpnn --source data=lipophilicity --target data=freesolv \
-        --source-budget 1m --budget 30s --seeds 3 [--zoo-data ../shared/data]
+        --source-budget 1m --budget 30s --seeds 3 [--zoo-data ../shared/data] [--record]
     python benchmarks/transfer.py --recipe tabular/mlp --halves california-housing --source data={half1} \
         --target data={half2} --source-budget 1m --budget 1m --seeds 3 [--zoo-data ../shared/data]
 
@@ -12,6 +12,9 @@ the target, each ``zoo run RECIPE TARGET --seed S`` in a process of its own, one
 metric by seed with their means, and the fine-tune's paired validation difference from each scratch arm (sign turned
 so that positive is better): selection reads validation; test is reported.
 
+``--record``: the summary, with the hardware and commit the runs name, appended to ``benchmarks/transfer.jsonl``:
+the board's transfer table (``zoo board --write``). Like a bench row it must name its code: a clean checkout.
+
 ``--halves NAME``: a tabular dataset's rows split in two halves by a seeded permutation (``--halves-seed``), written
 as CSV files that ``{half1}`` and ``{half2}`` name in the source and target settings (new rows of the same columns:
 ``tabular/mlp``'s refit).
@@ -21,26 +24,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from cpu_precision import zoo_run  # benchmarks/ is this script's folder
+from recipe_zoo import board, runs
+from recipe_zoo.core.budget import Budget, parse_budget
+from recipe_zoo.core.envinfo import git_state
 
 
-def seconds(budget: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return float(budget[:-1]) * units[budget[-1]]
+def total_budget(budget: str, source: dict) -> str:
+    """The fine-tune's budget plus the source's work, in the budget's unit: what from scratch at the same total
+    compute gets."""
+    work = parse_budget(budget)
+    if work.kind == "seconds":
+        return str(Budget("seconds", round(work.amount + source["train_seconds"])))
+    if work.kind == "steps" and source.get("steps"):
+        return str(Budget("steps", work.amount + source["steps"]))
+    raise SystemExit(f"--budget {budget}: give seconds or steps (the source's work adds in that unit)")
 
 
 def run(recipe: str, settings: list[str], budget: str, seed: int, out: Path) -> dict:
     summary, run_dir = zoo_run([recipe, *settings, "--budget", budget, "--seed", str(seed)], out)
     base = summary["metric"].removeprefix("test_")
     m = summary["metrics"]
+    env = json.loads((run_dir / "env.json").read_text())
     return {"settings": settings, "budget": budget, "seed": seed, "run_dir": str(run_dir),
-            "metric": summary["metric"], "higher": summary["higher_is_better"], "test": summary["value"],
-            "val": m.get(f"val_{base}"), "val_start": m.get(f"val_{base}_start"),
-            "train_seconds": summary.get("train_seconds")}
+            "benchmark": summary["benchmark"], "metric": summary["metric"], "higher": summary["higher_is_better"],
+            "test": summary["value"], "val": m.get(f"val_{base}"), "val_start": m.get(f"val_{base}_start"),
+            "train_seconds": summary.get("train_seconds"), "steps": m.get("steps"), "hardware": env["hardware"],
+            "commit": env["commit"] + ("-dirty" if env["dirty"] else "")}
 
 
 def halves(name: str, seed: int, folder: Path) -> dict[str, str]:
@@ -70,9 +87,12 @@ def main() -> None:
     parser.add_argument("--halves", help="a tabular dataset split in two: {half1} and {half2} in the settings")
     parser.add_argument("--halves-seed", type=int, default=0)
     parser.add_argument("--zoo-data", help="the data cache ($ZOO_DATA)")
+    parser.add_argument("--record", action="store_true", help="append the summary to benchmarks/transfer.jsonl")
     args = parser.parse_args()
     if args.zoo_data:
         os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
+    if args.record and git_state(Path(__file__).resolve().parents[1], ignore=runs.RESULT_FILES)[1]:
+        raise SystemExit("--record: this checkout has uncommitted changes; a row must name the code that made it")
     os.environ.setdefault("ZOO_BOARD_DIR", tempfile.mkdtemp())  # never rank against or write the real board
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -81,7 +101,7 @@ def main() -> None:
         target = [s.format(**names) for s in args.target]
         source = run(args.recipe, source_settings, args.source_budget, 0, tmp / "source")
         print(json.dumps({"arm": "source", **source}), flush=True)
-        total = f"{seconds(args.budget) + source['train_seconds']:.0f}s"
+        total = total_budget(args.budget, source)
         arms = {"scratch": (target, args.budget), "fine-tuned": (target + [f"weights={source['run_dir']}"],
                                                                args.budget),
                 "scratch, same total compute": (target, total)}
@@ -92,9 +112,14 @@ def main() -> None:
                 print(json.dumps({"arm": arm, **row}), flush=True)
                 rows[arm].append(row)
     sign = 1 if source["higher"] else -1
+    scratch = rows["scratch"][0]
     report = {"recipe": args.recipe, "source": source_settings, "source_budget": args.source_budget,
-              "source_val": source["val"], "target": target, "budget": args.budget, "total_budget": total,
-              "metric": source["metric"], "arms": {}}
+              "source_benchmark": source["benchmark"], "source_val": source["val"], "target": target,
+              "benchmark": scratch["benchmark"], "budget": args.budget, "total_budget": total,
+              "metric": scratch["metric"], "higher_is_better": scratch["higher"], "n": args.seeds,
+              "hardware": scratch["hardware"], "commit": scratch["commit"], "date": time.strftime("%Y-%m-%d"),
+              "command": "python benchmarks/transfer.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]
+                                                                      if a != "--record"), "arms": {}}
     for arm, found in rows.items():
         report["arms"][arm] = {"val": [r["val"] for r in found], "test": [r["test"] for r in found],
                                "val_mean": statistics.fmean(r["val"] for r in found),
@@ -105,6 +130,8 @@ def main() -> None:
         report[f"val_gain_over_{arm.replace(' ', '_').replace(',', '')}"] = {"mean": statistics.fmean(gains),
                                                                                "by_seed": gains}
     print(json.dumps({"summary": report}), flush=True)
+    if args.record:
+        board.append_rows([report], Path(__file__).with_name("transfer.jsonl"))
 
 
 if __name__ == "__main__":

@@ -448,3 +448,37 @@ def test_dmpnn_fine_tunes_from_a_run_keeping_its_encoder_and_featuriser(tmp_path
                           "bits=64", budget="8steps")
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"weights={fp}"], tmp_path / "bad",
               "a molecules/fp-xgb run; this recipe fine-tunes from molecules/dmpnn runs")
+
+
+def test_exclude_pretrains_without_a_later_fine_tunes_molecules(tmp_path, logp_csv, capfd):
+    """exclude=CSV: its molecules (matched as standardised canonical SMILES, however written or salted) leave the
+    table before the split, counted in the log and the key; a fine-tune on that CSV then passes the leakage check
+    that refuses a source trained on its test molecules. A missing file or a CSV without a SMILES column: one
+    line."""
+    from rdkit import Chem
+
+    from conftest import train_in_process
+
+    target = smiles_set()[::3]  # a third of the molecules, some written as salts or with another atom order
+    spelled = [s + ".[Na+].[Cl-]" if i % 7 == 0 else s for i, s in enumerate(target)]
+    other = write_table(tmp_path / "other.csv", [(s, i % 5) for i, s in enumerate(spelled)])
+    small = ["target=y", "hidden=16", "ffn_hidden=16", "batch_size=32"]
+    source = train_in_process(tmp_path / "pre", "molecules/dmpnn", f"data={logp_csv}", f"exclude={other}", *small,
+                              budget="4steps")
+    with open(source / "split.csv") as f:
+        kept = {row["item"] for row in csv.DictReader(f)}
+    canon = {s: Chem.MolToSmiles(standardize(Chem.MolFromSmiles(s))) for s in smiles_set()}
+    gone = {canon[s] for s in target}
+    assert kept == set(canon.values()) - gone
+    dropped = sum(canon[s] in gone for s in smiles_set())  # written otherwise in the table, the same molecule
+    assert dropped > len(target)
+    log = (source / "log.txt").read_text()
+    assert f"exclude={other}: {dropped} of {logp_csv}'s {len(smiles_set())} molecules are in it" in log
+    assert "exclude=" in json.loads((source / "summary.json").read_text())["benchmark"]
+    tuned = train_in_process(tmp_path / "tuned", "molecules/dmpnn", f"data={other}", "target=y", "batch_size=32",
+                             f"weights={source}", budget="2steps")
+    assert json.loads((tuned / "model.json").read_text())["source"]["run_id"] == source.name
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"exclude={tmp_path / 'none.csv'}"],
+              tmp_path / "bad", "exclude=", "none.csv: no such CSV file")
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"exclude={logp_csv}", "smiles=smiles"],
+              tmp_path / "bad", "no molecules left")

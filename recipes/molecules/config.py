@@ -14,7 +14,8 @@ from recipe_zoo.core.loop import LoopSettings
 class MolConfig:
     # What changes the split, the target or the metric: a run off one of these defaults is another benchmark
     # (a scaffold split of esol is keyed esol:split=scaffold, 5-fold esol:folds=5)
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("split", "split_sizes", "folds", "target", "smiles", "task", "on_invalid")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("split", "split_sizes", "folds", "target", "smiles", "task", "on_invalid",
+                                             "exclude")
 
     data: str = "esol"  # esol | lipophilicity | freesolv | bbbp, or a CSV file
     smiles: str = ""  # SMILES column ('' = the dataset's, or 'smiles')
@@ -27,6 +28,8 @@ class MolConfig:
     # dataset's known-bad rows (BBBP's 11), error for own data
     standardize: bool = True  # RDKit: keep the largest fragment, neutralise charges (salts, counter-ions)
     descriptors: bool = True  # RDKit 2-D descriptors: concatenated to the D-MPNN readout, beside the fingerprints
+    exclude: str = ""  # molecules left out before the split: every one in this dataset or CSV (its smiles column),
+    # matched as standardised canonical SMILES (pretrain without a later fine-tune's molecules)
 
 
 @dataclass

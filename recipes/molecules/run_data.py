@@ -9,7 +9,7 @@ import numpy as np
 from recipe_zoo.recipes.molecules.config import MolConfig
 from recipe_zoo.recipes.molecules.scoring import primary_metric
 from recipe_zoo.recipes.molecules.splits import fold_indices, parse_sizes, split_indices
-from recipe_zoo.recipes.molecules.table import MolTable, parent_smiles, read_table
+from recipe_zoo.recipes.molecules.table import MolTable, parent_smiles, read_table, without
 
 
 def run_splits(cfg: MolConfig, table: MolTable, seed: int):
@@ -41,6 +41,11 @@ def load_for(cfg: MolConfig, run) -> MolTable:
     if table.skipped:
         run.log(f"{table.name}: {table.skipped} rows with unparsable SMILES skipped")
         run.report("invalid_smiles_skipped", table.skipped)
+    if cfg.exclude:
+        table, dropped = without(table, cfg.exclude)
+        run.log(f"exclude={cfg.exclude}: {dropped} of {table.name}'s {len(table.mols) + dropped} molecules are in it "
+                f"and left out")
+        run.report("excluded_molecules", dropped)
     run.log(f"{table.name}: {len(table.mols)} molecules, {table.task}, targets {', '.join(table.targets)}; "
             f"{'k-fold ' + str(cfg.folds) if cfg.folds else cfg.split_sizes} {cfg.split} split")
     return table

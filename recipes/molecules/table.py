@@ -136,6 +136,41 @@ def standardize(mol):
         return mol
 
 
+def without(table: MolTable, source: str) -> tuple[MolTable, int]:
+    """``table`` less every molecule of ``source`` (a dataset name or a CSV with a SMILES column), matched as
+    standardised canonical SMILES (``parent_smiles``): what ``exclude=`` leaves. Rows of ``source`` that do not
+    parse match nothing. Returns the table and how many of its rows went."""
+    from rdkit import Chem
+
+    known = moleculenet(source)
+    path = datasets.locate(source) if known is not None else Path(source).expanduser()
+    column = known["smiles"] if known is not None else "smiles"
+    if not path.is_file():
+        raise ZooError(f"exclude={source}: no such CSV file, and not a dataset name (see `zoo data list`)")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            if column not in (reader.fieldnames or []):
+                raise ZooError(f"exclude={source}: {path} has no {column!r} column (columns: "
+                               f"{column_list(reader.fieldnames or [])})")
+            written = [(row[column] or "").strip() for row in reader]
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    quiet_rdkit()
+    mols = (Chem.MolFromSmiles(s) for s in written)
+    drop = {Chem.MolToSmiles(standardize(m)) for m in mols if m is not None and m.GetNumAtoms()}
+    keep = [i for i, name in enumerate(parent_smiles(table)) if name not in drop]
+    if not keep:
+        raise ZooError(f"exclude={source}: every one of {table.name}'s {len(table.mols)} molecules is in it: no "
+                       "molecules left to train on")
+    if len(keep) == len(table.mols):
+        return table, 0
+    kept = MolTable(table.name, [table.smiles[i] for i in keep], [table.mols[i] for i in keep], table.y[keep],
+                    table.targets, table.task, table.skipped,
+                    None if table.parents is None else [table.parents[i] for i in keep])
+    return kept, len(table.mols) - len(keep)
+
+
 def canonical_smiles(table: MolTable) -> list[str]:
     """The standardised molecules as canonical SMILES: one spelling per molecule, salts stripped."""
     from rdkit import Chem
