@@ -99,6 +99,7 @@ def main() -> None:
         names = halves(args.halves, args.halves_seed, tmp) if args.halves else {}
         source_settings = [s.format(**names) for s in args.source]
         target = [s.format(**names) for s in args.target]
+        shown = {k: f"{args.halves}-{k}" for k in names}  # what a row names for the temporary files
         source = run(args.recipe, source_settings, args.source_budget, 0, tmp / "source")
         print(json.dumps({"arm": "source", **source}), flush=True)
         total = total_budget(args.budget, source)
@@ -113,13 +114,17 @@ def main() -> None:
                 rows[arm].append(row)
     sign = 1 if source["higher"] else -1
     scratch = rows["scratch"][0]
-    report = {"recipe": args.recipe, "source": source_settings, "source_budget": args.source_budget,
-              "source_benchmark": source["benchmark"], "source_val": source["val"], "target": target,
+    report = {"recipe": args.recipe, "source": [s.format(**shown) for s in args.source],
+              "source_budget": args.source_budget, "source_benchmark": source["benchmark"],
+              "source_val": source["val"], "target": [s.format(**shown) for s in args.target],
               "benchmark": scratch["benchmark"], "budget": args.budget, "total_budget": total,
               "metric": scratch["metric"], "higher_is_better": scratch["higher"], "n": args.seeds,
               "hardware": scratch["hardware"], "commit": scratch["commit"], "date": time.strftime("%Y-%m-%d"),
               "command": "python benchmarks/transfer.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]
                                                                       if a != "--record"), "arms": {}}
+    if args.halves:  # the target's table is named by its half, not by the temporary file's content key
+        report["halves"] = {"data": args.halves, "seed": args.halves_seed}
+        report["benchmark"] = next(shown[k] for k in shown if any("{" + k + "}" in t for t in args.target))
     for arm, found in rows.items():
         report["arms"][arm] = {"val": [r["val"] for r in found], "test": [r["test"] for r in found],
                                "val_mean": statistics.fmean(r["val"] for r in found),

@@ -33,6 +33,28 @@ def test_render_is_deterministic_and_separates_tables():
     assert "higher is better" in text
 
 
+def test_transfer_rows_render_in_their_own_table_never_ranked():
+    """A transfer row (``benchmarks/transfer.py --record``): its own table per target benchmark after the ranked
+    ones, validation / test of each arm and the fine-tune's paired validation gain with the seeds it held on (sign
+    turned so positive is better: here RMSE, lower is better)."""
+    arm = lambda val, test: {"val": [val] * 3, "test": [test] * 3, "val_mean": val, "test_mean": test}  # noqa: E731
+    moved = {"recipe": "molecules/dmpnn", "source": ["data=lipophilicity", "exclude=esol"], "source_budget": "1m",
+             "benchmark": "esol", "metric": "test_rmse", "higher_is_better": False, "budget": "30s",
+             "total_budget": "90s", "hardware": CPU, "n": 3, "commit": "abc1234", "date": "2026-12-04",
+             "command": "python benchmarks/transfer.py ...",
+             "arms": {"scratch": arm(0.52, 0.50), "fine-tuned": arm(0.48, 0.47),
+                      "scratch, same total compute": arm(0.50, 0.49)},
+             "val_gain_over_scratch": {"mean": 0.04, "by_seed": [0.05, 0.04, 0.03]},
+             "val_gain_over_scratch_same_total_compute": {"mean": 0.02, "by_seed": [0.03, -0.01, 0.04]}}
+    text = board_render.render([row("a", 0.7, benchmark="esol")], [], transfer=[moved])
+    table = text.split("## esol · test_rmse · transfer")[1]
+    assert text.index("## esol · accuracy · 5m") < text.index("# Transfer")
+    assert ("| molecules/dmpnn | data=lipophilicity exclude=esol @ 1m | 30s | 0.5200 / 0.5000 | 0.4800 / 0.4700 | "
+            "+0.04 (3 of 3) | 0.5000 / 0.4900 @ 90s | +0.02 (2 of 3) | 3 |") in table
+    assert "lower is better" in table and "rank" not in table.split("\n\n")[2]
+    assert "# Transfer" not in board_render.render([row("a", 0.7)], [])
+
+
 def test_rank_line_and_noise():
     rows = [row("a", 0.70, 0.02), row("b", 0.80, 0.02)]
     kw = dict(benchmark="cifar10-subset", budget="5m", hardware=CPU, metric="accuracy", higher=True, rows=rows)

@@ -96,6 +96,9 @@ def test_rewriting_the_board_refuses_to_drop_a_damaged_row(kind):
     board.append_rows([{"commit": "abc123456", "committed": 1, "hardware": "h", "recipes": {"r": {"case": "d1"}}}],
                       board.fingerprints_file())
     board.append_rows([{"id": "0123456789abcdef", "seeds": []}], board.items_file())
+    board.append_rows([{"recipe": "r", "source": ["data=a"], "source_budget": "1m", "benchmark": "b", "metric": "m",
+                        "higher_is_better": True, "budget": "30s", "total_budget": "90s", "hardware": "h", "n": 1,
+                        "arms": {}}], board.transfer_file())
     assert zoo_in_process("board", "--write", "--plot").returncode == 0
     damaged = board.board_dir() / "benchmarks" / kind
     with open(damaged, "ab") as f:

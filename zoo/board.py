@@ -77,12 +77,19 @@ def speed_file() -> Path:
     return board_dir() / "benchmarks" / "speed.jsonl"
 
 
+def transfer_file() -> Path:
+    """The transfer table: a recipe fine-tuned from its own run on other data against from scratch
+    (``benchmarks/transfer.py --record``); never a quality row of the ranked tables."""
+    return board_dir() / "benchmarks" / "transfer.jsonl"
+
+
 def all_rows(name: str = "results.jsonl", *, strict: bool = False) -> list[dict]:
     """Every row of one kind (results, reported, verify) the board shows."""
     return [row for path in _files(name) for row in load_rows(path, strict=strict)]
 
 
-KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl", "fingerprints.jsonl", "items.jsonl")
+KINDS = ("results.jsonl", "reported.jsonl", "verify.jsonl", "speed.jsonl", "fingerprints.jsonl", "items.jsonl",
+         "transfer.jsonl")
 NUMBER = (int, float)
 # What the board reads of each kind of row: a line without it is a damaged row, reported by file and line, not a
 # KeyError in the middle of a render.
@@ -95,6 +102,9 @@ REQUIRED = {
                     "n": int},
     "fingerprints.jsonl": {"commit": str, "committed": int, "hardware": str, "recipes": dict},
     "items.jsonl": {"id": str, "seeds": list},
+    "transfer.jsonl": {"recipe": str, "source": list, "source_budget": str, "benchmark": str, "metric": str,
+                       "higher_is_better": bool, "budget": str, "total_budget": str, "hardware": str, "n": int,
+                       "arms": dict},
 }
 _warned: set[str] = set()  # each damaged line is said once per process, however often the board is read
 

@@ -15,7 +15,7 @@ from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_row
                               rendering, row_id, row_name, stale, value_text)
 
 
-HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl` and `benchmarks/speed.jsonl`; do not edit "
+HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed.jsonl` and `transfer.jsonl`; do not edit "
         "by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
         "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
         "best row and the next-best rows that this data does not tell apart from it, down to the first it does: "
@@ -32,10 +32,10 @@ METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own 
 
 
 def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), speed: list[dict] = (),
-           prints: list[dict] = (), items: list[dict] = ()) -> str:
+           prints: list[dict] = (), items: list[dict] = (), transfer: list[dict] = ()) -> str:
     """Markdown, deterministic for the same rows (no clock, no machine state): the reference tables (fixed work,
-    every machine, each with its speed per device), then the time-budget tables (one machine each). Protocol-1
-    rows are the archive's (``render_archive``)."""
+    every machine, each with its speed per device), then the time-budget tables (one machine each), then the
+    transfer tables. Protocol-1 rows are the archive's (``render_archive``)."""
     from recipe_zoo import references
 
     out = ["# Leaderboard", "", HEAD, "",
@@ -75,6 +75,7 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
     for key, table in timed.items():
         out += _table(key, table, checks, [], (), prints, known)
         out += _reported_table(reported_by_bench.pop((key[1], metric_base(key[3])), []))
+    out += _transfer_tables(transfer)
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
         out += [f"## {bench} · {metric} (reported elsewhere only)", ""] + _reported_table(elsewhere)
     if not rows:
@@ -157,6 +158,53 @@ def _table(key: tuple, table: list[dict], checks, refs, speed, prints=(), known=
     if reference or work:
         out += _speed_table(key, speed)
     return out
+
+
+def _transfer_tables(rows) -> list[str]:
+    """A recipe fine-tuned from one of its own runs on other data, against from scratch on the same split at the
+    same fine-tune budget and at the same total compute (``benchmarks/transfer.py``): one table per target
+    benchmark, never ranked with the from-scratch tables."""
+    if not rows:
+        return []
+    out = ["# Transfer: fine-tuned from a zoo run, against from scratch", "",
+           "`benchmarks/transfer.py --record` adds a row: a source run (seed 0) of the recipe on the *pretrained on* "
+           "data, then per seed three runs on the target: from scratch and fine-tuned (`weights=SOURCE_RUN`) at the "
+           "fine-tune budget, and from scratch at the same total compute (the fine-tune budget plus the source's "
+           "training). Each cell is validation / test, means over the seeds; *gain* is the fine-tune's paired "
+           "validation difference (positive: the fine-tune is better) and how many seeds it held on. Selection "
+           "reads validation; test is reported. Time budgets: one machine's (the *hardware* column).", ""]
+    by_target = defaultdict(list)
+    for r in rows:
+        by_target[(r["benchmark"], r["metric"])].append(r)
+    for (bench, metric), table in sorted(by_target.items()):
+        better = "higher" if table[0]["higher_is_better"] else "lower"
+        out += [f"## {bench} · {metric} · transfer", "", f"Metric: **{metric}** ({better} is better).", "",
+                "| recipe | pretrained on | fine-tune budget | from scratch | fine-tuned | gain | from scratch, same "
+                "total compute | gain | n | hardware | commit | date | command |",
+                "|---|---|---|---|---|---|---|---|---:|---|---|---|---|"]
+        for r in sorted(table, key=lambda r: (r["recipe"], r["source"], r["budget"])):
+            arms = r["arms"]
+            out.append(f"| {r['recipe']} | {' '.join(r['source'])} @ {r['source_budget']} | {r['budget']} | "
+                       f"{_arm_text(arms.get('scratch'))} | {_arm_text(arms.get('fine-tuned'))} | "
+                       f"{_gain_text(r.get('val_gain_over_scratch'))} | "
+                       f"{_arm_text(arms.get('scratch, same total compute'))} @ {r['total_budget']} | "
+                       f"{_gain_text(r.get('val_gain_over_scratch_same_total_compute'))} | {r['n']} | "
+                       f"{r['hardware']} | {r.get('commit', '-')} | {r.get('date', '-')} | `{r.get('command', '')}` |")
+        out.append("")
+    return out
+
+
+def _arm_text(arm) -> str:
+    if not arm:
+        return "-"
+    return f"{number_text(arm.get('val_mean'))} / {number_text(arm.get('test_mean'))}"
+
+
+def _gain_text(gain) -> str:
+    if not gain:
+        return "-"
+    held = sum(g > 0 for g in gain["by_seed"])
+    return f"{gain['mean']:+.4g} ({held} of {len(gain['by_seed'])})"
 
 
 def versus_best(row: dict, best: dict, known: dict) -> str:
