@@ -1,16 +1,17 @@
 """Transfer rows: a recipe pretrained on one dataset, fine-tuned on another, against from scratch on the same split.
 
     python benchmarks/transfer.py --recipe molecules/dmpnn --source data=lipophilicity --target data=freesolv \
-        --source-budget 1m --budget 30s --seeds 3 [--zoo-data ../shared/data] [--record]
+        --source-budget 1m --budget 30s --seeds 3 [--finetune lr=3e-4] [--zoo-data ../shared/data] [--record]
     python benchmarks/transfer.py --recipe tabular/mlp --halves california-housing --source data={half1} \
         --target data={half2} --source-budget 1m --budget 1m --seeds 3 [--zoo-data ../shared/data]
 
 The source is one run (seed 0) of ``zoo run RECIPE SOURCE --budget SOURCE_BUDGET``. Then, per seed, three arms on
 the target, each ``zoo run RECIPE TARGET --seed S`` in a process of its own, one at a time: from scratch at
-``--budget``, fine-tuned (``weights=SOURCE_RUN``) at ``--budget``, and from scratch at the same total compute
-(``--budget`` plus the source's training seconds). Prints one JSON line per run, then per arm the validation and test
-metric by seed with their means, and the fine-tune's paired validation difference from each scratch arm (sign turned
-so that positive is better): selection reads validation; test is reported.
+``--budget``, fine-tuned (``weights=SOURCE_RUN`` and the ``--finetune`` settings, e.g. a lower LR) at ``--budget``,
+and from scratch at the same total compute (``--budget`` plus the source's training seconds, or steps). Prints one
+JSON line per run, then per arm the validation and test metric by seed with their means, and the fine-tune's
+paired validation difference from each scratch arm (sign turned so that positive is better): selection reads
+validation; test is reported.
 
 ``--record``: the summary, with the hardware and commit the runs name, appended to ``benchmarks/transfer.jsonl``:
 the board's transfer table (``zoo board --write``). Like a bench row it must name its code: a clean checkout.
@@ -81,6 +82,8 @@ def main() -> None:
     parser.add_argument("--recipe", required=True)
     parser.add_argument("--source", nargs="+", required=True, metavar="KEY=VALUE")
     parser.add_argument("--target", nargs="+", required=True, metavar="KEY=VALUE")
+    parser.add_argument("--finetune", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings of the fine-tuned arm alone (a lower LR)")
     parser.add_argument("--source-budget", default="1m")
     parser.add_argument("--budget", default="30s")
     parser.add_argument("--seeds", type=int, default=3)
@@ -103,8 +106,8 @@ def main() -> None:
         source = run(args.recipe, source_settings, args.source_budget, 0, tmp / "source")
         print(json.dumps({"arm": "source", **source}), flush=True)
         total = total_budget(args.budget, source)
-        arms = {"scratch": (target, args.budget), "fine-tuned": (target + [f"weights={source['run_dir']}"],
-                                                               args.budget),
+        arms = {"scratch": (target, args.budget),
+                "fine-tuned": (target + args.finetune + [f"weights={source['run_dir']}"], args.budget),
                 "scratch, same total compute": (target, total)}
         rows = {arm: [] for arm in arms}
         for seed in range(args.seeds):
@@ -117,6 +120,7 @@ def main() -> None:
     report = {"recipe": args.recipe, "source": [s.format(**shown) for s in args.source],
               "source_budget": args.source_budget, "source_benchmark": source["benchmark"],
               "source_val": source["val"], "target": [s.format(**shown) for s in args.target],
+              "finetune": args.finetune,
               "benchmark": scratch["benchmark"], "budget": args.budget, "total_budget": total,
               "metric": scratch["metric"], "higher_is_better": scratch["higher"], "n": args.seeds,
               "hardware": scratch["hardware"], "commit": scratch["commit"], "date": time.strftime("%Y-%m-%d"),

@@ -15,8 +15,8 @@ from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_row
                               rendering, row_id, row_name, stale, value_text)
 
 
-HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed.jsonl` and `transfer.jsonl`; do not edit "
-        "by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
+HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed.jsonl` and `transfer.jsonl`; do "
+        "not edit by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
         "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
         "best row and the next-best rows that this data does not tell apart from it, down to the first it does: "
         "the 95% interval of a row's difference from the best (*vs best, paired 95%*: a bootstrap that resamples "
