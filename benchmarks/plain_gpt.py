@@ -88,6 +88,7 @@ def main() -> None:
         os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
     from recipe_zoo.core.budget import parse_budget
     from recipe_zoo.core.envinfo import hardware
+    from recipe_zoo.recipes.llm import datasets  # noqa: F401  (declares tinyshakespeare and the other corpora)
     from recipe_zoo.recipes.llm.scoring import bits_per_byte
     from recipe_zoo.recipes.llm.text_splits import eval_text, load_text
     from recipe_zoo.recipes.llm.tokenization import encode_docs, token_bytes, train_bpe
