@@ -482,3 +482,30 @@ def test_exclude_pretrains_without_a_later_fine_tunes_molecules(tmp_path, logp_c
               tmp_path / "bad", "exclude=", "none.csv: no such CSV file")
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", f"exclude={logp_csv}", "smiles=smiles"],
               tmp_path / "bad", "no molecules left")
+
+
+def test_dmpnn_fine_tune_can_train_its_head_first_on_the_frozen_encoder(tmp_path, logp_csv, capfd):
+    """head_fraction: the FFN head alone trains on the source's frozen encoder for that fraction of the budget,
+    then everything. At 1 the encoder is the source's to the bit; at 0.5 it moves, from the step the log names.
+    Without weights= it is refused in one line."""
+    from conftest import train_in_process
+    from recipe_zoo.core import artifact
+
+    small = ["target=y", "hidden=16", "ffn_hidden=16", "batch_size=32"]
+    source = train_in_process(tmp_path / "pre", "molecules/dmpnn", f"data={logp_csv}", *small, budget="4steps")
+    before = artifact.load_tensors(source / json.loads((source / "model.json").read_text())["weights"][0])
+
+    def encoder_moved(fraction: str) -> tuple[bool, bool, str]:
+        run = train_in_process(tmp_path / fraction, "molecules/dmpnn", f"data={logp_csv}", "target=y",
+                               "batch_size=32", f"weights={source}", f"head_fraction={fraction}", "lr=0.01",
+                               "eval_every=1", budget="6steps")
+        after = artifact.load_tensors(run / json.loads((run / "model.json").read_text())["weights"][0])
+        moved = {k.startswith("head.") for k in before if not torch.equal(before[k], after[k])}
+        return False in moved, True in moved, (run / "log.txt").read_text()
+
+    encoder, head, log = encoder_moved("1")
+    assert not encoder and head and "the encoder trains from" not in log
+    encoder, head, log = encoder_moved("0.5")
+    assert encoder and head and "head_fraction=0.5: the encoder trains from step 3 on" in log
+    bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", "head_fraction=0.2"], tmp_path / "bad",
+              "head_fraction=0.2: a fine-tune's first stage; give weights=RUN_DIR")

@@ -48,6 +48,8 @@ class DMPNNConfig(MolConfig, LoopSettings):
     lr_final: NonNegative = 0.1  # LR multiplier at the end (cosine)
     eval_every: Unit = 0.02  # validation this often; the best validation checkpoint is kept
     weights: str = ""  # fine-tune from a finished molecules/dmpnn run (its folder): its encoder and featuriser
+    head_fraction: Unit = 0.0  # fine-tune stage 1: this fraction of the budget trains the FFN head alone, on the
+    # source's frozen encoder, then everything (chemprop's frozen-encoder transfer, then unfrozen)
 
 
 @dataclass

@@ -122,7 +122,8 @@ def train_dmpnn_split(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, de
     settings = LoopSettings.of(cfg)
     result = fit(model, optimizer, batches, loss_fn, run.part(budget, main=label == ""), device=device,
                  evaluate=evaluate, update_hparams=functools.partial(schedule.apply_schedules, lr=lr),
-                 settings=settings, keep={"best": best})
+                 settings=settings, keep={"best": best},
+                 on_step=head_first(model, cfg.head_fraction, run.log if label == "" else None) if start else None)
     best.restore(model)  # the best validation checkpoint, as chemprop keeps
     stats = result.stats()
     stats[f"best_val_{metric}"] = best.value
@@ -172,8 +173,29 @@ class Start:
                 f"{self.state[out[0]].shape[0]}): {', '.join(out)} initialised afresh")
 
 
+def head_first(model: nn.Module, fraction: float, log=None):
+    """A fine-tune's stages as a function of progress: the FFN head alone on the frozen encoder until
+    ``fraction`` of the budget, then every parameter (``fraction`` 0: every parameter from the start)."""
+    encoder = [p for name, p in model.named_parameters() if not name.startswith("head.")]
+    state = {"frozen": None}
+
+    def on_step(progress: float, step: int) -> None:
+        frozen = progress < fraction
+        if frozen != state["frozen"]:
+            for p in encoder:
+                p.requires_grad_(not frozen)
+            if log is not None and state["frozen"] is not None:
+                log(f"head_fraction={fraction:g}: the encoder trains from step {step} on")
+            state["frozen"] = frozen
+
+    return on_step
+
+
 def from_source(cfg: DMPNNConfig, run) -> tuple[DMPNNConfig, Start | None]:
     if not cfg.weights:
+        if cfg.head_fraction > 0:
+            raise ZooError(f"head_fraction={cfg.head_fraction:g}: a fine-tune's first stage; give weights=RUN_DIR "
+                           "(a molecules/dmpnn run) or leave it at 0")
         return cfg, None
     source = finetune.read_source(cfg.weights, ("molecules/dmpnn",))
     theirs = {name: source.config[name] for name in ENCODER_FIELDS if name in source.config}
