@@ -139,7 +139,9 @@ def main() -> None:
         report[f"val_gain_over_{arm.replace(' ', '_').replace(',', '')}"] = {"mean": statistics.fmean(gains),
                                                                                "by_seed": gains}
     print(json.dumps({"summary": report}), flush=True)
-    if args.record:
+    if args.record:  # the data cache's folder as the variable a reader sets, not this machine's path
+        cache = os.environ.get("ZOO_DATA")
+        report = json.loads(json.dumps(report).replace(cache, "$ZOO_DATA")) if cache else report
         board.append_rows([report], Path(__file__).with_name("transfer.jsonl"))
 
 
