@@ -197,7 +197,8 @@ def _transfer_tables(rows) -> list[str]:
 def _arm_text(arm) -> str:
     if not arm:
         return "-"
-    return f"{number_text(arm.get('val_mean'))} / {number_text(arm.get('test_mean'))}"
+    return " / ".join(f"{v:,.0f}" if v is not None and abs(v) >= 1000 else number_text(v)
+                      for v in (arm.get("val_mean"), arm.get("test_mean")))
 
 
 def _gain_text(gain) -> str:
