@@ -41,6 +41,7 @@ def test_transfer_rows_render_in_their_own_table_never_ranked():
     moved = {"recipe": "molecules/dmpnn", "source": ["data=lipophilicity", "exclude=esol"], "source_budget": "1m",
              "benchmark": "esol", "metric": "test_rmse", "higher_is_better": False, "budget": "30s",
              "total_budget": "90s", "hardware": CPU, "n": 3, "commit": "abc1234", "date": "2026-12-04",
+             "finetune": ["head_fraction=0.25"],
              "command": "python benchmarks/transfer.py ...",
              "arms": {"scratch": arm(0.52, 0.50), "fine-tuned": arm(0.48, 0.47),
                       "scratch, same total compute": arm(0.50, 0.49)},
@@ -49,7 +50,8 @@ def test_transfer_rows_render_in_their_own_table_never_ranked():
     text = board_render.render([row("a", 0.7, benchmark="esol")], [], transfer=[moved])
     table = text.split("## esol · test_rmse · transfer")[1]
     assert text.index("## esol · accuracy · 5m") < text.index("# Transfer")
-    assert ("| molecules/dmpnn | data=lipophilicity exclude=esol @ 1m | 30s | 0.5200 / 0.5000 | 0.4800 / 0.4700 | "
+    assert ("| molecules/dmpnn | data=lipophilicity exclude=esol @ 1m | 30s, head_fraction=0.25 | 0.5200 / 0.5000 | "
+            "0.4800 / 0.4700 | "
             "+0.04 (3 of 3) | 0.5000 / 0.4900 @ 90s | +0.02 (2 of 3) | 3 |") in table
     assert "lower is better" in table and "rank" not in table.split("\n\n")[2]
     assert "# Transfer" not in board_render.render([row("a", 0.7)], [])

@@ -16,8 +16,8 @@ from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_row
 
 
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed.jsonl` and `transfer.jsonl`; do "
-        "not edit by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is the "
-        "bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
+        "not edit by hand. The value is the test metric, mean ± std over n seeds (one seed shows no ±); *test 95%* is "
+        "the bootstrap interval over the test items (the test set's own noise, averaged over seeds). Rank =1 means the "
         "best row and the next-best rows that this data does not tell apart from it, down to the first it does: "
         "the 95% interval of a row's difference from the best (*vs best, paired 95%*: a bootstrap that resamples "
         "both rows' seeds and, the same draw for both, the test items they were scored on, in blocks where "
@@ -179,12 +179,13 @@ def _transfer_tables(rows) -> list[str]:
     for (bench, metric), table in sorted(by_target.items()):
         better = "higher" if table[0]["higher_is_better"] else "lower"
         out += [f"## {bench} · {metric} · transfer", "", f"Metric: **{metric}** ({better} is better).", "",
-                "| recipe | pretrained on | fine-tune budget | from scratch | fine-tuned | gain | from scratch, same "
+                "| recipe | pretrained on | fine-tune (budget, settings) | from scratch | fine-tuned | gain | from scratch, same "
                 "total compute | gain | n | hardware | commit | date | command |",
                 "|---|---|---|---|---|---|---|---|---:|---|---|---|---|"]
         for r in sorted(table, key=lambda r: (r["recipe"], r["source"], r["budget"])):
             arms = r["arms"]
-            out.append(f"| {r['recipe']} | {' '.join(r['source'])} @ {r['source_budget']} | {r['budget']} | "
+            tune = ", ".join([r["budget"], *r.get("finetune", [])])
+            out.append(f"| {r['recipe']} | {' '.join(r['source'])} @ {r['source_budget']} | {tune} | "
                        f"{_arm_text(arms.get('scratch'))} | {_arm_text(arms.get('fine-tuned'))} | "
                        f"{_gain_text(r.get('val_gain_over_scratch'))} | "
                        f"{_arm_text(arms.get('scratch, same total compute'))} @ {r['total_budget']} | "
