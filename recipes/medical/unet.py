@@ -293,7 +293,9 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
 # precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on ISBI (folds=0), AMD EPYC family 25 model 17 (AVX-512
 # BF16), 2 threads, 30 s, seeds 0-2 paired: bf16 1.20x the patches/s (28.7 against 23.9, medians), under the 1.3x the
 # rule asks; validation Dice +0.002..+0.023 from the extra steps (0.748 -> 0.759, means). The second budget was not
-# run: speed alone decides.
+# run: speed alone decides. Again after the bf16 sizing refit (issue 44), 60 s, seeds 0-2, where each dtype's plan
+# differs (fp32 1.63 M params, bf16 3.73 M with a 128x256 patch): bf16 1.27x the model FLOP/s (59.4 against 46.9
+# GFLOP/s, medians) and validation Dice worse on every seed (0.7933 -> 0.7874, means): fp32 stays.
 @recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU",
         predict=segment, predict_options=MedicalPredictOptions, hooks={"size": size_hook})
