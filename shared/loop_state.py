@@ -242,7 +242,7 @@ class LoopState:
         c = self.counters
         if self.capped and c.train_seconds < self.budget.amount:
             self.log(f"epoch_cap={self.s.epoch_cap:g}: stopped after {c.step / self.steps_per_epoch:.2f} epochs, "
-                     f"{c.train_seconds:.1f}s of the {self.budget} budget")
+                     f"{c.train_seconds:.1f}s of its {self.budget.amount:.1f}s")
 
     def release(self) -> None:
         """Whether the loop ended or failed: a trace cut short is dropped, and the collector runs again."""
