@@ -265,8 +265,11 @@ def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, di
 
 # precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
 # model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 278.6 -> 396.7 images/s (1.42x); validation kNN accuracy
-# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. (contrastive/byol is not
-# measured: fp32.)
+# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. contrastive/byol, the same
+# procedure: 205 -> 318 images/s (1.55x); validation kNN accuracy +0.0048 at 30 s (every seed) and +0.0013 at 90 s
+# (2 of 3 seeds: +0.0038, -0.0038, +0.0038), so the rule would pick bf16; not switched yet: under bf16 the
+# kill-and-resume test (tests/test_reliability.py) finds one kNN prediction of the saved run not given again by its
+# weights (a near-tie flipped), and that promise comes first. fp32 until the cause is found.
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe",
