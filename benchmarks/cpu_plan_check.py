@@ -15,12 +15,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from cpu_precision import zoo_run  # benchmarks/ is this script's folder
+from cpu_precision import zoo, zoo_run  # benchmarks/ is this script's folder
 
 CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is one run's)
     "llm/gpt": [],
@@ -29,15 +27,8 @@ CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is
 }
 
 
-def plan(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "recipe_zoo", "plan", *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"zoo plan {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return proc.stdout
-
-
 def case(recipe: str, budget: str, precision: str, extra: list[str], out: Path) -> dict:
-    text = plan("--recipe", recipe, "--budget", budget, f"precision={precision}", *extra)
+    text = zoo(["plan", "--recipe", recipe, "--budget", budget, f"precision={precision}", *extra]).stdout
     predicted = int(re.search(r"steps:\s+([\d,]+) \(predicted\)", text).group(1).replace(",", ""))
     shape = re.search(r"shape:\s+(.*)", text).group(1)
     summary, _ = zoo_run([recipe, "--budget", budget, "--seed", "0", f"precision={precision}", *extra], out)

@@ -28,15 +28,22 @@ from pathlib import Path
 SPEEDUP = 1.3
 
 
-def zoo_run(args: list[str], out: Path) -> tuple[dict, Path]:
-    """``zoo run ARGS --out OUT`` from this checkout, in a process of its own (the benchmarks' runs: this one's,
-    cpu_plan_check.py's, transfer.py's): its summary and run folder, the newest under OUT; the command and its stderr's end on failure."""
-    cmd = [sys.executable, "-m", "zoo", "run", *args, "--out", str(out)]
-    checkout = str(Path(__file__).resolve().parents[1])  # this checkout's code, even where another is installed
+def zoo(args: list[str]) -> subprocess.CompletedProcess:
+    """``zoo ARGS`` from this checkout (``python -m zoo`` with it first on ``PYTHONPATH``, even where another copy
+    is installed), in a process of its own; the command and its stderr's end on failure."""
+    cmd = [sys.executable, "-m", "zoo", *args]
+    checkout = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def zoo_run(args: list[str], out: Path) -> tuple[dict, Path]:
+    """``zoo run ARGS --out OUT`` (the benchmarks' runs: this one's, cpu_plan_check.py's, transfer.py's): its
+    summary and run folder, the newest under OUT."""
+    zoo(["run", *args, "--out", str(out)])
     path = max(out.rglob("summary.json"), key=os.path.getmtime)
     return json.loads(path.read_text()), path.parent
 
