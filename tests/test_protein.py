@@ -649,23 +649,21 @@ def test_bootstrap_statistic_is_the_metric():
         (scores[idx].argmax(1) == labels[idx]).mean())
 
 
-class CountedSeconds:
-    """The closed form's clock (``closed_form.time``, and ``heads.time`` that adds it to train_seconds) moved by the
-    work done, not by this CPU: a Cholesky fit of an r x r system costs (r / 1000)^3 s (about what a busy 2-core
-    machine takes), everything else nothing. What the grid shrinks to, and the seconds counted, are then the same
-    on any machine."""
+class WallClock:
+    """The closed form's wall clock (``closed_form.time``, and ``heads.time`` that adds it to train_seconds) moved by
+    the fits only: each Cholesky fit of an r x r system takes ``slow`` x (r / 1000)^3 s, everything else nothing."""
 
-    def __init__(self):
-        self.now = 0.0
+    def __init__(self, slow: float = 1.0):
+        self.now, self.slow = 0.0, slow
 
     def perf_counter(self) -> float:
         return self.now
 
     def charging(self, solve):
-        def counted(M, alpha, Y):
-            self.now += (len(M) / 1000) ** 3
+        def timed(M, alpha, Y):
+            self.now += self.slow * (len(M) / 1000) ** 3
             return solve(M, alpha, Y)
-        return counted
+        return timed
 
 
 def _big_embeddings(n=2000):
@@ -677,16 +675,27 @@ def _big_embeddings(n=2000):
                                     split=(np.arange(cut[0]), np.arange(*cut), np.arange(cut[1], n)))
 
 
-def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path, monkeypatch):
-    """1,600 training rows at (r / 1000)^3 s a fit: the full kernel ridge grid (25 fits of 1,600 x 1,600, 102 s)
-    does not fit in 20 s after the 1 s probe; half the rows (25 x 0.51 s) do, so the grid shrinks to them (said in
-    the log), all 25 candidates are fitted, and train_seconds counts the probe and the fits: 13.8 s, within 20."""
-    from recipe_zoo.recipes.protein.config import OnehotConfig
-
-    clock = CountedSeconds()
+def _counted(monkeypatch, slow: float = 1.0) -> WallClock:
+    """The plan counts a fit of r rows as (r / 1000)^3 s (r^3 FLOPs at 1 GFLOP/s); the wall clock takes ``slow``
+    times that."""
+    clock = WallClock(slow)
     monkeypatch.setattr(closed_form, "time", clock)
     monkeypatch.setattr(heads, "time", clock)
     monkeypatch.setattr(closed_form, "solve_spd", clock.charging(closed_form.solve_spd))
+    monkeypatch.setattr(closed_form, "fit_flops", lambda rows: float(rows) ** 3)
+    monkeypatch.setattr(closed_form, "closed_form_rate", lambda device: 1e9)
+    return clock
+
+
+@pytest.mark.parametrize("slow", [1.0, 1.9])
+def test_a_seconds_budget_shrinks_the_closed_form_grid_by_counted_work(tmp_path, monkeypatch, slow):
+    """1,600 training rows at (r / 1000)^3 s a fit: the full kernel ridge grid (25 fits of 1,600 x 1,600, 102 s)
+    does not fit in 90% of 20 s; half the rows (25 x 0.51 s) do, so the grid shrinks to them (said in the log), all
+    25 candidates are fitted, and train_seconds counts the fits' wall time. The plan reads the counted work, not
+    the clock: on a machine 1.9x slower than planned the grid is the same (no probe, no fit dropped)."""
+    from recipe_zoo.recipes.protein.config import OnehotConfig
+
+    clock = _counted(monkeypatch, slow)
     X, data = _big_embeddings()
     logs = []
     metrics, head, _ = heads.fit_head(OnehotConfig(head="krr"), _run(tmp_path, "20s", log=logs.append), data, X,
@@ -694,14 +703,27 @@ def test_a_seconds_budget_shrinks_the_closed_form_grid_and_counts_it(tmp_path, m
     text = "\n".join(logs)
     assert "the grid shrinks: kernel ridge on 800 of the 1600 training rows" in text, text
     assert "closed form: 25 candidates" in text and head.head == "krr" and len(head.basis) == 800
-    assert metrics["train_seconds"] == pytest.approx(1 + 25 * 0.8 ** 3, abs=1e-3)  # the probe (+ 64 rows' warm-up)
-    assert metrics["train_seconds"] == pytest.approx(clock.now) and metrics["test_spearman"] > 0.5
+    assert f"counted {25 * 0.8 ** 3:.1f}s" in text and "dropped" not in text
+    assert metrics["train_seconds"] == pytest.approx(slow * 25 * 0.8 ** 3, abs=1e-3) == pytest.approx(clock.now)
+    assert metrics["test_spearman"] > 0.5
     # head=auto: the closed form gets half the budget (10 s): kernel ridge a quarter of the rows, ridge all alphas
     logs.clear()
     cands, _ = closed_form.select_closed_form(data, X, True, ["ridge", "krr"], limit=10.0, log=logs.append)
     assert "kernel ridge on 400 of the 1600 training rows" in "\n".join(logs)
     assert len(cands) == len(closed_form.RIDGE_ALPHAS) + 25
     assert all(c["rows"] == 400 for c in cands if c["head"] == "krr")
+
+
+def test_a_machine_far_slower_than_planned_drops_the_fits_past_twice_the_limit(monkeypatch):
+    """The wall clock is only a safety valve: fits taking 100x what was planned stop once the wall clock passes twice
+    the limit, and the log says the grid is not the planned one."""
+    _counted(monkeypatch, slow=100.0)
+    X, data = _big_embeddings()
+    logs = []
+    cands, _ = closed_form.select_closed_form(data, X, True, ["krr"], limit=10.0, log=logs.append)
+    text = "\n".join(logs)
+    assert "kernel ridge on 400 of the 1600 training rows" in text  # planned: 25 x 0.064 s counted
+    assert len(cands) == 4 and "21 closed-form fits dropped" in text and "not the planned one" in text, text
 
 
 def test_position_mean_on_a_random_split_and_on_held_out_positions(tmp_path):

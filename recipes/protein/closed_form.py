@@ -95,34 +95,59 @@ def closed_form_device(run) -> torch.device:
     return device if device.type == "cuda" else torch.device("cpu")
 
 
-class Clock:
-    """Seconds since the start, and what one Cholesky fit of a (rows x rows) system costs: as timed at that size,
-    else scaled by rows^3 from the nearest size timed."""
+# Under a seconds budget the grid is planned from counted work, never from a timing (a timed probe planned a
+# different grid on one run in four, and kernel ridge on half the rows where the whole grid fitted: on TEM-1 it
+# predicted 33-50 s for fits that took 3.7 s). One fit of an r x r system is r^3 / 3 FLOPs of Cholesky and 2 r^2 per
+# target of triangular solves, at this share of the device's fp32 peak (flops.peak_flops, measured once per CPU and
+# cached): the same machine plans the same grid on every run, whatever else it is doing.
+CHOLESKY_SHARE = {
+    # benchmarks/cholesky_share.py, AMD EPYC family 25 model 17, 2 threads, peak 180 GFLOP/s: 14% of it at 500 rows,
+    # 24% at 1,000, 30% at 2,000, 27% at 4,157 (TEM-1's training rows, 0.49 s a fit). 20%: the plan errs on the
+    # side of the budget, and the kernels and scoring around the fits are not counted.
+    "cpu": 0.2,
+    "cuda": 0.005,  # a guess, unmeasured (fp64 Cholesky on an H200 against its dense bf16 datasheet peak)
+}
 
-    def __init__(self, device: torch.device, limit: float | None):
+
+def fit_flops(rows: int, targets: int = 1) -> float:
+    """The work of one closed-form fit of a (rows x rows) system: Cholesky, then two triangular solves."""
+    return rows**3 / 3 + 2 * rows**2 * targets
+
+
+def closed_form_rate(device: torch.device) -> float:
+    """FLOP/s the closed-form fits are planned at on ``device``: its fp32 peak x CHOLESKY_SHARE."""
+    from recipe_zoo.core.flops import peak_flops
+
+    peak = peak_flops(device, "fp32") or peak_flops(torch.device("cpu"), "fp32")
+    return peak * CHOLESKY_SHARE.get(device.type, CHOLESKY_SHARE["cpu"])
+
+
+class Clock:
+    """The closed form's time limit, counted: each fit is charged ``fit_flops`` at ``rate`` FLOP/s and the plan reads
+    only that count. The wall clock is a safety valve, not a decision: a machine running far slower than planned
+    (past twice the limit) drops the fits left, and says so."""
+
+    def __init__(self, device: torch.device, limit: float | None, rate: float | None = None):
         self.device, self.limit, self.start = device, limit, time.perf_counter()
-        self.seen: dict[int, float] = {}  # rows -> seconds of the last fit timed at that size
+        self.rate = rate if rate is not None or limit is None else closed_form_rate(device)
+        self.counted = 0.0  # seconds charged for the fits done so far
 
     def elapsed(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - self.start
 
-    def timed(self, fn, rows: int):
-        t = self.elapsed()
-        out = fn()
-        self.seen[rows] = self.elapsed() - t
-        return out
-
     def fit_seconds(self, rows: int) -> float:
-        if rows in self.seen:
-            return self.seen[rows]
-        near = min(self.seen, key=lambda r: abs(np.log(r / rows)))
-        return self.seen[near] * (rows / near) ** 3
+        return fit_flops(rows) / self.rate
 
-    def fits(self, seconds: float) -> bool:
-        """Whether a step of about ``seconds`` ends within the limit (with half a step to spare: timings vary)."""
-        return self.limit is None or self.elapsed() + 1.5 * seconds <= self.limit
+    def fit(self, solve, rows: int):
+        if self.limit is not None:
+            self.counted += self.fit_seconds(rows)
+        return solve()
+
+    def overrun(self) -> bool:
+        """The wall clock past twice the limit: the plan was far off on this machine (or it is very busy)."""
+        return self.limit is not None and self.elapsed() > 2 * self.limit
 
 
 def solve_spd(M: torch.Tensor, alpha: float, Y: torch.Tensor) -> torch.Tensor:
@@ -137,16 +162,14 @@ def solve_spd(M: torch.Tensor, alpha: float, Y: torch.Tensor) -> torch.Tensor:
 
 
 def plan_grid(clock: Clock, kinds: list[str], k: int, n: int, log) -> tuple[list[float], int]:
-    """Under a time limit, what of the grid fits: (ridge alphas, kernel ridge rows; 0 = none). Kernel ridge shrinks
-    first (the largest sizes dropped: half the rows, a quarter, ...), then ridge keeps an evenly spread subset."""
+    """Under a time limit, what of the grid fits in its counted seconds: (ridge alphas, kernel ridge rows; 0 = none).
+    Kernel ridge shrinks first (the largest sizes dropped: half the rows, a quarter, ...), then ridge keeps an evenly
+    spread subset."""
     alphas = list(RIDGE_ALPHAS) if "ridge" in kinds else []
     krr_fits = len(KRR_GAMMAS) * len(KRR_ALPHAS) if "krr" in kinds else 0
     if clock.limit is None:
         return alphas, n if krr_fits else 0
-    solve_spd(*probe_system(64, clock.device))  # the first call into the solver warms it up: not a timing
-    probe = probe_system(min(n, 1000), clock.device)
-    clock.timed(lambda: solve_spd(*probe), len(probe[0]))
-    left = 0.9 * (clock.limit - clock.elapsed())  # a margin for the kernels and the scoring around the fits
+    left = 0.9 * clock.limit  # a margin for the kernels and the scoring around the fits
     ridge_cost = len(alphas) * clock.fit_seconds(k)
     full = ridge_cost + krr_fits * clock.fit_seconds(n)
     if full <= left:
@@ -161,15 +184,9 @@ def plan_grid(clock: Clock, kinds: list[str], k: int, n: int, log) -> tuple[list
     if krr_fits:
         parts.append(f"kernel ridge on {rows} of the {n} training rows (a hash-chosen subsample)" if rows else
                      f"kernel ridge dropped (not even {KRR_MIN_ROWS} rows fit)")
-    log(f"budget: the full closed-form grid would take ~{full + clock.elapsed():.1f}s of the {clock.limit:.1f}s it "
-        f"has; the grid shrinks: {'; '.join(parts)}")
+    log(f"budget: the full closed-form grid counts ~{full:.1f}s at {clock.rate / 1e9:,.1f} GFLOP/s of the "
+        f"{clock.limit:.1f}s it has; the grid shrinks: {'; '.join(parts)}")
     return alphas, rows
-
-
-def probe_system(m: int, device: torch.device) -> tuple[torch.Tensor, float, torch.Tensor]:
-    """A well-conditioned m x m system to time one Cholesky fit on."""
-    A = torch.randn(m, m, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
-    return A @ A.T / m, 1.0, torch.ones(m, 1, dtype=torch.float64, device=device)
 
 
 def select_closed_form(data: ProteinData, X: np.ndarray, scale: bool, kinds: list[str], limit: float | None = None,
@@ -177,8 +194,7 @@ def select_closed_form(data: ProteinData, X: np.ndarray, scale: bool, kinds: lis
                        clock: Clock | None = None) -> tuple[list[dict], ClosedForm | None]:
     """Every (head, hyperparameter) candidate fitted on train and scored on validation; the best one, fitted.
     ``limit``: seconds for all of it (the grid shrinks to fit, said in ``log``); None: the full grid. ``clock``:
-    what times the fits and holds the limit (default: the wall clock on ``device``; tests give one that counts
-    work, so what shrinks is the same on any CPU)."""
+    what counts the fits against the limit (default: ``device``'s planned rate)."""
     train, val, _ = data.split
     clock = clock or Clock(device or torch.device("cpu"), limit)
     metric = primary_metric(data.task)[0]
@@ -207,10 +223,10 @@ def select_closed_form(data: ProteinData, X: np.ndarray, scale: bool, kinds: lis
             gram = Xt @ Xt.T
             A, B, cross = gram, Y, Xv @ Xt.T
         for alpha in alphas:
-            if out and not clock.fits(clock.fit_seconds(len(A))):
+            if out and clock.overrun():
                 dropped += 1
                 continue
-            W = clock.timed(functools.partial(solve_spd, A, float(alpha), B), len(A))
+            W = clock.fit(functools.partial(solve_spd, A, float(alpha), B), len(A))
             consider({"head": "ridge", "alpha": float(alpha)}, Xv @ W if primal else cross @ W,
                      ClosedForm("ridge", float(alpha), feats, W, None if primal else Xt, mean=mean, std=std))
     if krr_rows:
@@ -227,16 +243,19 @@ def select_closed_form(data: ProteinData, X: np.ndarray, scale: bool, kinds: lis
             K, Kv = torch.exp(-(g / scale_sq) * D), torch.exp(-(g / scale_sq) * Dv)
             Yb = Y[rows]
             for alpha in KRR_ALPHAS:
-                if out and not clock.fits(clock.fit_seconds(len(K))):
+                if out and clock.overrun():
                     dropped += 1
                     continue
-                c = clock.timed(functools.partial(solve_spd, K, alpha, Yb), len(K))
+                c = clock.fit(functools.partial(solve_spd, K, alpha, Yb), len(K))
                 consider({"head": "krr", "alpha": alpha, "gamma": g / scale_sq, "gamma_rel": g, "rows": len(K)},
                          Kv @ c, ClosedForm("krr", alpha, feats, c, Xb, gamma=g / scale_sq, mean=mean, std=std))
     if dropped:
-        log(f"budget: {dropped} more closed-form fits would not fit in the {clock.limit:.1f}s: dropped")
+        log(f"budget: {dropped} closed-form fits dropped: {clock.elapsed():.1f}s on the wall clock, past twice the "
+            f"{clock.limit:.1f}s planned (this machine ran far slower than the plan's rate; this grid is not the "
+            "planned one)")
     how = [f"ridge on the {'primal' if primal else 'dual'} {min(n, d)} x {min(n, d)} system"] if alphas else []
     how += [f"kernel ridge on {krr_rows} x {krr_rows}"] if krr_rows else []
-    log(f"closed form: {len(out)} candidates fitted on train and scored on validation in {clock.elapsed():.1f}s "
-        f"({', '.join(how)})")
+    counted = f", counted {clock.counted:.1f}s" if clock.limit is not None else ""
+    log(f"closed form: {len(out)} candidates fitted on train and scored on validation in {clock.elapsed():.1f}s"
+        f"{counted} ({', '.join(how)})")
     return out, best[1]
