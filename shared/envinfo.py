@@ -106,9 +106,17 @@ def fingerprint(code_dir: Path, ignore: tuple[str, ...] = ()) -> dict:
 
 def installed_packages() -> dict[str, str]:
     """Every installed distribution's name and version. Reading their metadata takes ~0.2 s (150 packages), so it is
-    read again only when a folder on the import path changed (a package installed or removed changes its folder)."""
-    folders = tuple((p, os.stat(p).st_mtime_ns) for p in sys.path if p and os.path.isdir(p))
+    read again only when a folder on the import path that holds distributions changed (a package installed or
+    removed changes its folder); a folder of scripts put on the path (a recipe file's) changes nothing."""
+    folders = tuple((p, m) for p in sys.path if p and os.path.isdir(p)
+                    for m in [os.stat(p).st_mtime_ns] if _holds_distributions(p, m))
     return dict(_read_packages(folders))
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_distributions(folder: str, mtime: int) -> bool:
+    with os.scandir(folder) as entries:
+        return any(e.name.endswith((".dist-info", ".egg-info")) for e in entries)
 
 
 @functools.lru_cache(maxsize=4)

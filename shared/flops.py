@@ -34,6 +34,9 @@ def computed_cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zoo"
 
 
+_CHECKED: set[tuple[str, str, float]] = set()  # (cache file, key, figure) this process has checked or measured
+
+
 def cpu_peak_flops(cache_dir: Path | None = None, dtype: str = "fp32") -> float:
     """``dtype`` ("fp32" or "bf16") matmul throughput measured once per CPU model and thread count, then cached.
 
@@ -51,15 +54,19 @@ def cpu_peak_flops(cache_dir: Path | None = None, dtype: str = "fp32") -> float:
         table = {}
     if key in table:
         cached = float(table[key])
+        if (str(cache), key, cached) in _CHECKED:  # this process checked this figure already (runs in one process)
+            return cached
         # A figure measured while the CPU was busy is too low, and the sizing that reads it (llm depth, medical
         # batch, diffusion width) follows it: a quick check on a smaller product (~30 ms) that beats it by
         # 20% means the cache was measured under load, and the full measure runs again.
         if _measure_matmul_flops(n=1024, trials=1, dtype=dtype) < 1.2 * cached:
+            _CHECKED.add((str(cache), key, cached))
             return cached
         peak = max(cached, _measure_matmul_flops(dtype=dtype))
     else:
         peak = _measure_matmul_flops(dtype=dtype)
     table[key] = peak
+    _CHECKED.add((str(cache), key, peak))
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # processes of one job may write at once

@@ -70,6 +70,8 @@ def _isolated_env(request, tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path / "board"))  # never the committed leaderboard
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # the hub cache ESM weights are looked up in
+    # no curves.png (0.2-0.4 s of matplotlib a run, most of a tiny run's time): test_cli's smoke run draws one
+    monkeypatch.setenv("ZOO_PLOTS", "0")
     if request.node.get_closest_marker("own_cache"):
         monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "zoo-cache"))
 

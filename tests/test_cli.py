@@ -3,10 +3,11 @@ import json
 import multiprocessing
 import sqlite3
 import zlib
+from pathlib import Path
 
 import pytest
 
-from conftest import summary_block, zoo, zoo_in_process
+from conftest import run_ok, summary_block, zoo, zoo_in_process
 from recipe_zoo import registry, results
 
 TINY = ["width=8", "eval_every=0.5"]
@@ -58,7 +59,8 @@ def test_show_prints_fields_with_comments():
 
 def test_vision_smoke_run_writes_everything(tmp_path):
     out = tmp_path / "runs"
-    proc = zoo("run", "vision/resnet", *TINY, "--budget", "12steps", "--out", out, "--seed", "3")
+    proc = zoo("run", "vision/resnet", *TINY, "--budget", "12steps", "--out", out, "--seed", "3",
+               env={"ZOO_PLOTS": "1"})  # the tests' runs skip curves.png (conftest): this one draws it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     block = summary_block(proc.stdout)
     assert block["recipe"] == "vision/resnet" and block["benchmark"] == "digits" and block["status"] == "ok"
@@ -142,6 +144,14 @@ def test_bad_input_one_line_exit_2(tmp_path, case):
     assert expect in err_lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert all(r["status"] != "ok" for r in index_rows(out))
+
+
+def test_zoo_plots_0_skips_the_curves_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_PLOTS", "0")
+    summary, _ = run_ok("vision/resnet", *TINY, "--out", tmp_path / "runs", budget="4steps")
+    run_dir = Path(summary["run_dir"])
+    assert not (run_dir / "curves.png").exists() and (run_dir / "model.safetensors").is_file()
+    assert summary["status"] == "ok"
 
 
 def test_diverged_run_exits_3(tmp_path):

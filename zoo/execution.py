@@ -374,7 +374,9 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _plot_curves(run: Run) -> None:
-    if not run.eval_rows:
+    """curves.png, unless ``ZOO_PLOTS=0`` (many short runs: a sweep's, the tests'): matplotlib takes 0.2-0.4 s a
+    picture, most of a short run's last second."""
+    if not run.eval_rows or os.environ.get("ZOO_PLOTS") == "0":
         return
     from recipe_zoo.plots import plot_curves
 
