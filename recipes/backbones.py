@@ -191,6 +191,20 @@ def _read_state(file: Path) -> dict:
     return state
 
 
+def source_channels(name: str, weights: str) -> int | None:
+    """The image channels a zoo-net / zoo-resnet source (a run folder or weights file) was trained on: its stem's
+    input channels; None for a timm model, no weights, or a file that is not one of these."""
+    if name not in OWN_MODELS or not weights:
+        return None
+    file = Path(weights)
+    file = file / "model.safetensors" if file.is_dir() else file
+    if not file.is_file():
+        return None  # build_model says it is missing
+    stem = next(k for k, v in OWN_MODELS[name](1, 2, 8, 32).state_dict().items() if v.ndim == 4)
+    tensor = _read_state(file).get(stem)
+    return int(tensor.shape[1]) if tensor is not None and tensor.ndim == 4 else None
+
+
 def _load_own_weights(model: nn.Module, path: str, name: str) -> None:
     """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
     file = Path(path)

@@ -2,6 +2,7 @@
 fine-tuning path, and the protocol: selection reads validation, test is scored once at the end."""
 import csv
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,39 @@ def test_finetune_from_local_timm_weights(tmp_path):
     # stage 2 (last half) trained the backbone at the lower LR: it moved, but the stem kept its pretrained shape
     assert tuned[stem_key].shape == pretrained.state_dict()[stem_key].shape
     assert not torch.equal(tuned[stem_key], pretrained.state_dict()[stem_key])
+
+
+def test_an_rgb_run_fine_tunes_on_grey_images_through_its_own_stem(tmp_path):
+    """A zoo-net run on RGB images starts a fine-tune on grey digits: its whitening stem (as many filters as the
+    channels make) is kept, the grey images reach it in all three channels (the log says so), the card records the
+    three channels, and zoo predict reads the grey test images the same way."""
+    rgb = tmp_path / "rgb"
+    for cls, colour in (("red", (200, 10, 10)), ("blue", (10, 10, 200))):
+        for i in range(12):
+            _png(rgb / cls / f"{i}.png", colour)
+    source, _ = conftest.run_ok("vision/resnet", f"data={rgb}", "width=8", "tta=0", "--out", tmp_path / "src",
+                                budget="3steps")
+    assert backbones.source_channels("zoo-net", source["run_dir"]) == 3
+    tuned, r = conftest.run_ok("vision/resnet", "data=digits", f"weights={source['run_dir']}", "width=8", "tta=0",
+                               "--out", tmp_path / "ft", budget="3steps")
+    assert "the source was trained on RGB images; these grey images are given to its stem in all three channels" \
+        in r.stdout + r.stderr
+    assert tuned["status"] == "ok"
+    card = json.loads((Path(tuned["run_dir"]) / "model.json").read_text())
+    assert card["preprocess"]["channels"] == 3, card
+    conftest.roundtrip(Path(tuned["run_dir"]))  # zoo predict of the grey test split gives the run's predictions
+    assert backbones.source_channels("zoo-net", tuned["run_dir"]) == 3
+    assert backbones.source_channels("resnet18", source["run_dir"]) is None
+
+
+def _png(path: Path, colour, size=8):
+    """A noisy RGB image around ``colour`` (noise, so that the whitening stem has a covariance to whiten)."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(zlib.crc32(f"{path.parent.name}/{path.name}".encode()))
+    pixels = np.clip(np.array(colour) + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
 
 
 def test_stage_hook_freezes_backbone_in_stage_one():

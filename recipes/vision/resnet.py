@@ -234,10 +234,14 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     lazy = streams.is_lazy(data.train_x)  # streamed: read as used, ahead of training by `workers` processes
     workers = image_streams.default_workers(cfg.workers) if lazy else 0
     pretrained_timm = bool(cfg.weights) and cfg.model not in backbones.OWN_MODELS
-    if pretrained_timm and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
+    source_rgb = backbones.source_channels(cfg.model, cfg.weights) == 3  # a zoo-net / zoo-resnet run on RGB images
+    if (pretrained_timm or source_rgb) and data.train_x.shape[1] == 1:  # grey images into an RGB-pretrained stem
         data.train_x, data.val_x, data.test_x = (
             streams.mapped(t, lambda b: b.expand(-1, 3, -1, -1), (3, *t.shape[2:]))
             for t in (data.train_x, data.val_x, data.test_x))
+        if source_rgb:  # zoo-net's whitening stem has as many filters as channels allow: the source's is kept
+            run.log(f"weights={cfg.weights}: the source was trained on RGB images; these grey images are given to "
+                    "its stem in all three channels")
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
     model, head = backbones.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
                                         data.train_x.shape[-1])
