@@ -2,10 +2,13 @@
 
     python benchmarks/transfer.py --recipe molecules/dmpnn --source data=lipophilicity --target data=freesolv \
         --source-budget 1m --budget 30s --seeds 3 [--finetune lr=3e-4] [--zoo-data ../shared/data] [--record]
+    python benchmarks/transfer.py --recipe vision/resnet --source-recipe contrastive/simclr \
+        --source data=cifar10-subset --target data=mnist-test --budget 30s --seeds 3
     python benchmarks/transfer.py --recipe tabular/mlp --halves california-housing --source data={half1} \
         --target data={half2} --source-budget 1m --budget 1m --seeds 3 [--zoo-data ../shared/data]
 
-The source is one run (seed 0) of ``zoo run RECIPE SOURCE --budget SOURCE_BUDGET``. Then, per seed, three arms on
+The source is one run (seed 0) of ``zoo run RECIPE SOURCE --budget SOURCE_BUDGET`` (``--source-recipe R``: of
+another recipe whose runs RECIPE takes as ``weights=``, e.g. a contrastive/simclr run for vision/resnet). Then, per seed, three arms on
 the target, each ``zoo run RECIPE TARGET --seed S`` in a process of its own, one at a time: from scratch at
 ``--budget``, fine-tuned (``weights=SOURCE_RUN`` and the ``--finetune`` settings, e.g. a lower LR) at ``--budget``,
 and from scratch at the same total compute (``--budget`` plus the source's training seconds, or steps). Prints one
@@ -80,6 +83,8 @@ def halves(name: str, seed: int, folder: Path) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipe", required=True)
+    parser.add_argument("--source-recipe", help="the source run's recipe, where it is another (contrastive/simclr "
+                                               "for vision/resnet); default: --recipe")
     parser.add_argument("--source", nargs="+", required=True, metavar="KEY=VALUE")
     parser.add_argument("--target", nargs="+", required=True, metavar="KEY=VALUE")
     parser.add_argument("--finetune", nargs="+", default=[], metavar="KEY=VALUE",
@@ -103,7 +108,7 @@ def main() -> None:
         source_settings = [s.format(**names) for s in args.source]
         target = [s.format(**names) for s in args.target]
         shown = {k: f"{args.halves}-{k}" for k in names}  # what a row names for the temporary files
-        source = run(args.recipe, source_settings, args.source_budget, 0, tmp / "source")
+        source = run(args.source_recipe or args.recipe, source_settings, args.source_budget, 0, tmp / "source")
         print(json.dumps({"arm": "source", **source}), flush=True)
         total = total_budget(args.budget, source)
         arms = {"scratch": (target, args.budget),
@@ -115,8 +120,8 @@ def main() -> None:
                 row = run(args.recipe, settings, budget, seed, tmp / arm.replace(" ", "_").replace(",", ""))
                 print(json.dumps({"arm": arm, **row}), flush=True)
                 rows[arm].append(row)
-    sign = 1 if source["higher"] else -1
     scratch = rows["scratch"][0]
+    sign = 1 if scratch["higher"] else -1
     report = {"recipe": args.recipe, "source": [s.format(**shown) for s in args.source],
               "source_budget": args.source_budget, "source_benchmark": source["benchmark"],
               "source_val": source["val"], "target": [s.format(**shown) for s in args.target],
@@ -126,6 +131,8 @@ def main() -> None:
               "hardware": scratch["hardware"], "commit": scratch["commit"], "date": time.strftime("%Y-%m-%d"),
               "command": "python benchmarks/transfer.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]
                                                                       if a != "--record"), "arms": {}}
+    if args.source_recipe and args.source_recipe != args.recipe:
+        report["source_recipe"] = args.source_recipe
     if args.halves:  # the target's table is named by its half, not by the temporary file's content key
         report["halves"] = {"data": args.halves, "seed": args.halves_seed}
         report["benchmark"] = next(shown[k] for k in shown if any("{" + k + "}" in t for t in args.target))

@@ -185,7 +185,8 @@ def _transfer_tables(rows) -> list[str]:
         for r in sorted(table, key=lambda r: (r["recipe"], r["source"], r["budget"])):
             arms = r["arms"]
             tune = ", ".join([r["budget"], *r.get("finetune", [])])
-            out.append(f"| {r['recipe']} | {' '.join(r['source'])} @ {r['source_budget']} | {tune} | "
+            source = " ".join([*([r["source_recipe"] + ":"] if r.get("source_recipe") else []), *r["source"]])
+            out.append(f"| {r['recipe']} | {source} @ {r['source_budget']} | {tune} | "
                        f"{_arm_text(arms.get('scratch'))} | {_arm_text(arms.get('fine-tuned'))} | "
                        f"{_gain_text(r.get('val_gain_over_scratch'))} | "
                        f"{_arm_text(arms.get('scratch, same total compute'))} @ {r['total_budget']} | "
