@@ -726,6 +726,19 @@ def test_a_machine_far_slower_than_planned_drops_the_fits_past_twice_the_limit(m
     assert len(cands) == 4 and "21 closed-form fits dropped" in text and "not the planned one" in text, text
 
 
+def test_the_mlp_heads_dropout_follows_the_split_unless_set():
+    """dropout=-1: 0.5 on fixed features with whole positions held out (measured on TEM-1), 0.1 otherwise and for
+    esm-finetune's head; a value set is kept; a negative one other than -1 is one line."""
+    from recipe_zoo.core.errors import ZooError
+    from recipe_zoo.recipes.protein.config import OnehotConfig, head_dropout
+
+    assert head_dropout(OnehotConfig(split="positions")) == 0.5 and head_dropout(OnehotConfig()) == 0.1
+    assert head_dropout(OnehotConfig(split="positions", dropout=0.2)) == 0.2
+    assert head_dropout(OnehotConfig(split="low_vs_high")) == 0.1
+    with pytest.raises(ZooError, match=r"dropout=-0.5: must be in \[0, 1\), or -1"):
+        head_dropout(OnehotConfig(dropout=-0.5))
+
+
 def test_position_mean_on_a_random_split_and_on_held_out_positions(tmp_path):
     seqs, y, names = variants(1500, 0)
     table = _scan_csv(tmp_path / "scan.csv", seqs, y, names)

@@ -17,7 +17,7 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.distributed import is_main
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision
-from recipe_zoo.recipes.protein.config import FinetuneConfig
+from recipe_zoo.recipes.protein.config import FinetuneConfig, head_dropout
 from recipe_zoo.recipes.protein.esm2 import check_digest, load_esm, pool_tokens, resolve_layer, tokenize, weights_digest
 from recipe_zoo.recipes.protein.inference import (SequenceOptions, prediction_columns, read_new, split_metrics,
                                                   split_rows)
@@ -223,7 +223,9 @@ def train_esm_finetune(cfg: FinetuneConfig, run) -> dict[str, float]:
         backbone = get_peft_model(backbone, lora)
     torch.manual_seed(run.seed)
     out = 1 if data.task == "regression" else len(data.classes)
-    model = ESMRegressor(backbone, alphabet, layer, cfg.pool, out, cfg.hidden, cfg.dropout).to(device)
+    # -1: 0.1 on every split (head_dropout's rule for held-out positions is measured on fixed features only)
+    dropout = 0.1 if cfg.dropout == -1 else head_dropout(cfg)
+    model = ESMRegressor(backbone, alphabet, layer, cfg.pool, out, cfg.hidden, dropout).to(device)
     lr = cfg.lr or (1e-3 if scratch or mode == "lora" else 3e-5)
     optimizer = optim.adamw(finetune_groups(model, num_layers, lr, cfg), lr=lr)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

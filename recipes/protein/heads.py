@@ -16,7 +16,7 @@ from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.protein.closed_form import (KRR_MAX_ROWS, ClosedForm, Features, closed_form_device,
                                                     select_closed_form)
-from recipe_zoo.recipes.protein.config import HeadFields
+from recipe_zoo.recipes.protein.config import HeadFields, head_dropout
 from recipe_zoo.recipes.protein.scoring import final_metrics, primary_metric
 from recipe_zoo.recipes.protein.sequences import ProteinData
 from recipe_zoo.recipes.protein.supervised import MLPHead, predict_rows, target_scaling, train_supervised, unscaled
@@ -47,7 +47,10 @@ def train_mlp_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale
     inputs = feats(X).float()
     torch.manual_seed(run.seed)
     out = 1 if data.task == "regression" else len(data.classes)
-    model = MLPHead(inputs.size(1), cfg.hidden, out, cfg.dropout).to(device)
+    dropout = head_dropout(cfg)
+    if cfg.dropout < 0:
+        run.log(f"mlp head: dropout {dropout:g} (dropout=-1, split={getattr(cfg, 'split', '') or 'random'})")
+    model = MLPHead(inputs.size(1), cfg.hidden, out, dropout).to(device)
     optimizer = optim.adamw(optim.decay_groups(model, cfg.weight_decay), lr=cfg.lr or 1e-3)
     model, stats, _ = train_supervised(cfg, run, data, model, inputs, cfg.batch_size or 64, optimizer, device,
                                        functools.partial(predict_rows, device=device))
