@@ -32,7 +32,11 @@ settings.load_profile("ci" if os.environ.get("CI") else "zoo")
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked gpu runs only with ZOO_TEST_GPU=1 and a GPU visible; it is skipped otherwise."""
+    """The tests marked slow first (the long ones are among them): pytest-xdist hands each worker a share of the
+    list in order and an idle worker steals from the end of another's, so the run ends on short tests, not with
+    one worker alone in a minute-long one. A test marked gpu runs only with ZOO_TEST_GPU=1 and a GPU visible; it is
+    skipped otherwise."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order within each part
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
