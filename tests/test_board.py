@@ -55,7 +55,8 @@ def test_transfer_rows_render_in_their_own_table_never_ranked():
             "+0.04 (3 of 3) | 0.5000 / 0.4900 @ 90s | +0.02 (2 of 3) | 3 |") in table
     assert "lower is better" in table and "rank" not in table.split("\n\n")[2]
     assert "# Transfer" not in board_render.render([row("a", 0.7)], [])
-    other = {**moved, "recipe": "vision/resnet", "source_recipe": "contrastive/simclr", "source": ["data=cifar10-subset"]}
+    other = {**moved, "recipe": "vision/resnet", "source_recipe": "contrastive/simclr",
+             "source": ["data=cifar10-subset"]}
     text = board_render.render([], [], transfer=[other])  # a source run of another recipe names it
     assert "| vision/resnet | contrastive/simclr: data=cifar10-subset @ 1m | 30s" in text
 

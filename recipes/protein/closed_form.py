@@ -127,9 +127,9 @@ class Clock:
     only that count. The wall clock is a safety valve, not a decision: a machine running far slower than planned
     (past twice the limit) drops the fits left, and says so."""
 
-    def __init__(self, device: torch.device, limit: float | None, rate: float | None = None):
+    def __init__(self, device: torch.device, limit: float | None):
         self.device, self.limit, self.start = device, limit, time.perf_counter()
-        self.rate = rate if rate is not None or limit is None else closed_form_rate(device)
+        self.rate = None if limit is None else closed_form_rate(device)
         self.counted = 0.0  # seconds charged for the fits done so far
 
     def elapsed(self) -> float:
