@@ -8,13 +8,13 @@
         --target data={half2} --source-budget 1m --budget 1m --seeds 3 [--zoo-data ../shared/data]
 
 The source is one run (seed 0) of ``zoo run RECIPE SOURCE --budget SOURCE_BUDGET`` (``--source-recipe R``: of
-another recipe whose runs RECIPE takes as ``weights=``, e.g. a contrastive/simclr run for vision/resnet). Then,
-per seed, three arms on the target, each ``zoo run RECIPE TARGET --seed S`` in a process of its own, one at a time: from scratch at
-``--budget``, fine-tuned (``weights=SOURCE_RUN`` and the ``--finetune`` settings, e.g. a lower LR) at ``--budget``,
-and from scratch at the same total compute (``--budget`` plus the source's training seconds, or steps). Prints one
-JSON line per run, then per arm the validation and test metric by seed with their means, and the fine-tune's
-paired validation difference from each scratch arm (sign turned so that positive is better): selection reads
-validation; test is reported.
+another recipe whose runs RECIPE takes as ``weights=``, e.g. a contrastive/simclr run for vision/resnet). Then, per
+seed, three arms on the target, each ``zoo run RECIPE TARGET --seed S`` in a process of its own, one at a time: from
+scratch at ``--budget``, fine-tuned (``weights=SOURCE_RUN`` and the ``--finetune`` settings, e.g. a lower LR) at
+``--budget``, and from scratch at the same total compute (``--budget`` plus the source's training seconds, or
+steps). Prints one JSON line per run, then per arm the validation and test metric by seed with their means, and the
+fine-tune's paired validation difference from each scratch arm (sign turned so that positive is better): selection
+reads validation; test is reported.
 
 ``--record``: the summary, with the hardware and commit the runs name, appended to ``benchmarks/transfer.jsonl``:
 the board's transfer table (``zoo board --write``). Like a bench row it must name its code: a clean checkout.

@@ -735,6 +735,7 @@ def test_the_mlp_heads_dropout_follows_the_split_unless_set():
     assert head_dropout(OnehotConfig(split="positions")) == 0.5 and head_dropout(OnehotConfig()) == 0.1
     assert head_dropout(OnehotConfig(split="positions", dropout=0.2)) == 0.2
     assert head_dropout(OnehotConfig(split="low_vs_high")) == 0.1
+    assert head_dropout(OnehotConfig(split="positions"), by_split=False) == 0.1  # esm-finetune's head
     with pytest.raises(ZooError, match=r"dropout=-0.5: must be in \[0, 1\), or -1"):
         head_dropout(OnehotConfig(dropout=-0.5))
 

@@ -223,8 +223,7 @@ def train_esm_finetune(cfg: FinetuneConfig, run) -> dict[str, float]:
         backbone = get_peft_model(backbone, lora)
     torch.manual_seed(run.seed)
     out = 1 if data.task == "regression" else len(data.classes)
-    # -1: 0.1 on every split (head_dropout's rule for held-out positions is measured on fixed features only)
-    dropout = 0.1 if cfg.dropout == -1 else head_dropout(cfg)
+    dropout = head_dropout(cfg, by_split=False)  # the rule for held-out positions is measured on fixed features only
     model = ESMRegressor(backbone, alphabet, layer, cfg.pool, out, cfg.hidden, dropout).to(device)
     lr = cfg.lr or (1e-3 if scratch or mode == "lora" else 3e-5)
     optimizer = optim.adamw(finetune_groups(model, num_layers, lr, cfg), lr=lr)
