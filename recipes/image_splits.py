@@ -72,3 +72,31 @@ def carve_validation(x: torch.Tensor, y: torch.Tensor, keys: list, train: np.nda
     how = (f"{len(parts[0])} train / {len(parts[1])} validation (hash of each image, {val_fraction:g} of train) / "
            f"{len(parts[2])} test ({test_how})")
     return split_by_index(x, y, keys, parts, classes, name, how)
+
+
+def keep_classes(data: ImageSplits, names: str, what: str, log=print) -> ImageSplits:
+    """Only the images of the classes ``names`` lists (comma-separated class names), in every part, labelled in
+    the data's class order; how many images each part kept is logged and added to ``how``. A name that is not a
+    class of ``what`` is one line naming the classes there are."""
+    wanted = [c.strip() for c in names.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in data.classes]
+    if unknown or len(set(wanted)) != len(wanted) or not wanted:
+        problem = f"{unknown[0]!r} is not a class of {what}" if unknown else "each class once, at least one"
+        raise ZooError(f"classes={names}: {problem} (its classes: {', '.join(data.classes)})")
+    kept = [c for c in data.classes if c in wanted]
+    relabel = torch.full((len(data.classes),), -1, dtype=torch.long)
+    relabel[[data.classes.index(c) for c in kept]] = torch.arange(len(kept))
+    tensors, keys, counts = [], {}, []
+    for part, short in zip(PARTS, ("train", "val", "test")):
+        x, y = getattr(data, f"{short}_x"), getattr(data, f"{short}_y")
+        idx = torch.nonzero(relabel[y] >= 0).flatten()
+        if len(idx) == 0:
+            raise ZooError(f"classes={names}: no {part} images of these classes in {what}")
+        tensors += [x[idx], relabel[y[idx]]]
+        if part in data.keys:
+            keys[part] = [data.keys[part][i] for i in idx.tolist()]
+        counts.append(f"{len(idx)} of {len(y)} {part}")
+    line = f"classes {', '.join(kept)} only: {', '.join(counts)} images kept"
+    log(f"{what}: {line}")
+    return ImageSplits(*tensors, kept, data.name, keys=keys, how=f"{data.how}; {line}")
+

@@ -379,3 +379,22 @@ def test_a_diffusion_run_fine_tunes_from_another_with_its_unet(tmp_path, capfd):
                        tmp_path / "bad", "levels=2: the source run", "was trained with levels=3")
     conftest.bad_input(capfd, ["diffusion/flow", *tiny, "image_size=16", f"weights={source}"], tmp_path / "bad",
                        "trained on 8 px images with 1 channel(s), and this data is 16 px with 1")
+    # a class subset (classes=): its test images are the source's test images of those classes, never its training
+    subset = train_in_process(tmp_path / "sub", "diffusion/flow", *tiny, "classes=1,3,7", f"weights={source}",
+                              budget="2steps")
+    kept = json.loads((subset / "summary.json").read_text())
+    assert "classes 1, 3, 7 only" in kept["extra"]["split"] and kept["benchmark"].startswith("digits:classes=1,3,7:")
+    assert json.loads((subset / "model.json").read_text())["source"]["run_id"] == source.name
+    assert set(_split_items(subset, "test")) < set(_split_items(source, "test"))
+    # a larger test share would score the fine-tune on images its source trained on: refused, counted
+    conftest.bad_input(capfd, ["diffusion/flow", *tiny, "test_fraction=0.4", f"weights={source}"], tmp_path / "bad",
+                       "test images were in the source run's training or validation data")
+    conftest.bad_input(capfd, ["diffusion/flow", *tiny, "classes=1,ten"], tmp_path / "bad",
+                       "classes=1,ten: 'ten' is not a class of digits (its classes: 0, 1, 2")
+
+
+def _split_items(run_dir, part: str) -> list[str]:
+    import csv
+
+    with open(run_dir / "split.csv", newline="") as f:
+        return [row["item"] for row in csv.DictReader(f) if row["split"] == part]

@@ -12,7 +12,7 @@ from recipe_zoo.core import datasets
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.diffusion.datasets import MNIST
 from recipe_zoo.recipes.image_datasets import CIFAR10_SUBSET, DIGITS
-from recipe_zoo.recipes.image_splits import ImageSplits, content_keys, hash_parts, split_by_index
+from recipe_zoo.recipes.image_splits import ImageSplits, content_keys, hash_parts, keep_classes, split_by_index
 from recipe_zoo.recipes.images import default_flip, load_dataset, load_folder_splits, resize_splits
 
 # the declared datasets the diffusion recipes read by name, in the order their message lists them
@@ -57,6 +57,8 @@ def load_data(cfg, run) -> ImageSplits:
             run.report("image_size", data.train_x.shape[-1])
     else:
         raise ZooError(f"data={cfg.data!r}: not a diffusion dataset ({', '.join(NAMED_SETS)}) nor an existing folder")
+    if cfg.classes:
+        data = keep_classes(data, cfg.classes, cfg.data, run.log)
     if size and data.train_x.shape[-1] != size:
         resize_splits(data, size)
     if min(len(data.val_y), len(data.test_y)) < 2:

@@ -53,13 +53,14 @@ Images = Annotated[int, Range(2)]  # two images or more (train refuses fewer: a 
 
 @dataclass
 class DiffusionConfig(LoopSettings):
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("image_size", "val_fraction", "test_fraction", "conditional",
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("classes", "image_size", "val_fraction", "test_fraction", "conditional",
                                              "n_samples", "n_real")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "precision", "tf32")
     CHOSEN_ON_TEST: ClassVar[str] = ("lr and the width rule, set on the 1,000 held-out mnist images that are now "
                                      "validation and test")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
+    classes: str = ""  # only these classes, comma-separated names (e.g. 0,1,2: a class subset); '' = all
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)
     test_fraction: Share = 0.1  # test: this share of the images, hash-chosen (data without a test split of its own)
@@ -291,6 +292,8 @@ def train(cfg: DiffusionConfig, run) -> dict[str, float]:
     # a bad weights file fails before the data loads and the fid_zoo classifier trains
     inception = InceptionFeatures(cfg.inception_weights, device) if cfg.inception_weights else None
     data = load_data(cfg, run)
+    if source is not None:  # scored on images the source never trained on
+        finetune.check_unseen(source, data.keys["test"], "images")
     if len(data.classes) < 2:  # before the network is sized and built: fid_zoo's classifier needs two classes
         raise ZooError(f"data={cfg.data}: one class folder ({data.classes[0]!r}); fid_zoo trains its feature "
                        "classifier on class labels: put the images in two or more class subfolders")
