@@ -214,6 +214,23 @@ def test_folds_follow_the_dataset_and_refuse_what_cannot_split():
         medsplit.split_cases(meddata.SegData(cases[:2], ["background", "x"], "cells"), 0, 0.2, 0.2)
 
 
+
+def test_train_cases_keeps_a_few_of_each_folds_training_cases_and_nothing_else():
+    cases = [meddata.RawCase(f"c{i}", np.zeros((1, 4, 4), np.float32), np.zeros((1, 4, 4), np.uint8), (1.0, 1.0),
+                             key=f"images/c{i}.png") for i in range(30)]
+    data = meddata.SegData(cases, ["background", "x"], "cells", folds=5)
+    for folds in (0, 5):
+        whole, few = medsplit.split_cases(data, folds, 0.2, 0.2), medsplit.split_cases(data, folds, 0.2, 0.2, 3)
+        for a, b in zip(whole, few):
+            assert (b.val, b.test) == (a.val, a.test) and len(b.train) == 3 and not a.unused
+            assert sorted(c.key for c in b.train + b.unused) == sorted(c.key for c in a.train)
+        assert [[c.key for c in f.train] for f in few] == [[c.key for c in f.train] for f in
+                                                           medsplit.split_cases(data, folds, 0.2, 0.2, 3)]
+    assert len({tuple(c.key for c in f.train) for f in medsplit.split_cases(data, 5, 0.2, 0.2, 3)}) > 1
+    with pytest.raises(ZooError, match="train_cases=21: cells.s folds have 20 training cases at the fewest"):
+        medsplit.split_cases(data, 5, 0.2, 0.2, 21)
+
+
 def run_in_process(root: Path, tmp: Path, seed: int = 0, **cfg):
     """``medical/unet`` on ``root`` through a SimpleRun: (its metrics, the run: eval rows, split, reports)."""
     from recipe_zoo import registry

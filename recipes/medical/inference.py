@@ -103,7 +103,7 @@ def predict_test(cfg, opts, run, net: Network) -> artifact.Predictions:
     card, device = run.card, choose_device(run.device)
     classes, values = card["classes"], card["preprocess"]["label_values"]
     data = load_data(cfg.data, cfg.label_values)
-    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction, cfg.train_cases)
     if len(folds) != len(card["models"]):
         raise ZooError(f"data={cfg.data}: now splits into {len(folds)} fold(s), and the run saved "
                        f"{len(card['models'])} model(s); has the data changed since?")

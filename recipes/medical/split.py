@@ -5,7 +5,7 @@ seed or their order; and the doctor's view of a split's cases.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ class Fold:
     train: list[RawCase]  # what the network trains on and the plan reads
     val: list[RawCase]  # every evaluation during training, and val_dice
     test: list[RawCase]  # scored once, after training
+    unused: list[RawCase] = field(default_factory=list)  # training cases left out by train_cases (a low-data run)
 
 
 def hash_order(keys: list[str], salt: str) -> list[str]:
@@ -54,8 +55,11 @@ def split_keys(keys: list[str], folds: int, val_fraction: float, test_fraction: 
     return parts
 
 
-def split_cases(data: SegData, folds: int, val_fraction: float, test_fraction: float) -> list[Fold]:
-    """The folds (one for ``folds=0``); ``folds=-1``: the dataset's own choice (``SegData.folds``)."""
+def split_cases(data: SegData, folds: int, val_fraction: float, test_fraction: float,
+                train_cases: int = 0) -> list[Fold]:
+    """The folds (one for ``folds=0``); ``folds=-1``: the dataset's own choice (``SegData.folds``).
+    ``train_cases``: each fold trains on only that many of its training cases, the first in a hash order of their
+    own (the low-data case; validation and test stay as they were); 0 = all."""
     n = len(data.cases)
     folds = data.folds if folds == -1 else folds
     if folds < 0 or folds == 1 or folds > n:
@@ -70,6 +74,14 @@ def split_cases(data: SegData, folds: int, val_fraction: float, test_fraction: f
     if len(by_key) < n:
         raise ZooError(f"{data.name}: two cases share a key ({n - len(by_key)} duplicate image paths)")
     parts = split_keys(list(by_key), folds, val_fraction, test_fraction, data.name)
+    if train_cases:
+        short = min(len(train) for train, _, _ in parts)
+        if train_cases > short:
+            raise ZooError(f"train_cases={train_cases}: {data.name}'s folds have {short} training cases at the "
+                           "fewest; give at most that (0 = all)")
+        orders = [hash_order(train, f"few-fold{k}") for k, (train, _, _) in enumerate(parts)]
+        parts = [(sorted(order[:train_cases]), val, test, sorted(order[train_cases:]))
+                 for order, (_, val, test) in zip(orders, parts)]
     return [Fold(*([by_key[k] for k in keys] for keys in part)) for part in parts]
 
 

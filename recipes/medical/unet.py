@@ -51,13 +51,15 @@ Dims = Annotated[int, Range(0, 3)]  # 0 plan, 2 or 3 (the plan refuses 1)
 
 @dataclass
 class MedicalConfig(LoopSettings):
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction", "train_cases")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
     folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
     val_fraction: Share = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
     test_fraction: Share = 0.2  # folds=0: test, this fraction (rounded down) of the cases, by hash of their path
+    # a low-data run (a fine-tune on a few slices, say): validation and test stay whole
+    train_cases: NonNegativeInt = 0  # train on only this many of each fold's training cases (hash-chosen); 0 = all
     dims: Dims = 0  # 2 or 3 spatial dims for the network; 0 = plan (2 for images and very anisotropic volumes)
     spacing: str = ""  # target voxel spacing 'a,b[,c]' (mm); '' = plan (median spacing of the data)
     normalize: Literal["auto", "zscore", "ct", "none"] = "auto"  # zscore: per image; ct: clip to fg 0.5-99.5%
@@ -137,7 +139,7 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
     """``zoo plan --recipe medical/unet --budget B --gpu NAME``: fold 0's plan there, from its training cases as a
     run reads them (the budget is shared evenly by the folds, as in a run)."""
     data = load_data(cfg.data, cfg.label_values)
-    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction, cfg.train_cases)
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))
     fp = fingerprint(data, folds[0].train)
     in_channels, net = data.cases[0].image.shape[0], network(cfg)
@@ -279,15 +281,19 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
     if len(folds) == 1:
         (fold,) = folds
         run.record_split({"train": [c.key for c in fold.train], "validation": [c.key for c in fold.val],
-                          "test": [c.key for c in fold.test]})
+                          "test": [c.key for c in fold.test], **({"unused": [c.key for c in fold.unused]}
+                                                                 if fold.unused else {})})
         run.report("split", f"{data.name}: {len(fold.train)} train / {len(fold.val)} validation / {len(fold.test)} "
-                            "test cases by a hash of each case's path (or name)")
+                            "test cases by a hash of each case's path (or name)"
+                            + (f"; {len(fold.unused)} training cases left out (train_cases)" if fold.unused else ""))
         return
     run.record_split({f"test fold {k}": [c.key for c in fold.test] for k, fold in enumerate(folds)})
     sizes = sorted({len(f.test) for f in folds})
     run.report("split", f"{data.name}: {len(folds)}-fold cross-validation of {len(data.cases)} cases by a hash of "
                         f"each case's path ({'-'.join(map(str, sizes))} test cases a fold; of the rest "
-                        f"{len(folds[0].val)} validation by hash, per fold); test_dice = mean over folds")
+                        f"{len(folds[0].val)} validation by hash, per fold"
+                        + (f", {len(folds[0].train)} training (train_cases)" if folds[0].unused else "")
+                        + "); test_dice = mean over folds")
 
 
 # precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on ISBI (folds=0), AMD EPYC family 25 model 17 (AVX-512
@@ -307,7 +313,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     device = choose_device(run.device)
     speed_switches(device, tf32=cfg.tf32)
     data = load_data(cfg.data, cfg.label_values)
-    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction)
+    folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction, cfg.train_cases)
     record_split(run, data, folds)
     if run.inspecting:  # the doctor sees fold 0's training and validation cases, never a test case
         train_view, val_view = inspect_view(folds[0].train, folds[0].val)
