@@ -21,7 +21,8 @@ the board's transfer table (``zoo board --write``). Like a bench row it must nam
 
 ``--halves NAME``: a tabular dataset's rows split in two halves by a seeded permutation (``--halves-seed``), written
 as CSV files that ``{half1}`` and ``{half2}`` name in the source and target settings (new rows of the same columns:
-``tabular/mlp``'s refit).
+``tabular/mlp``'s refit); a medical stack (ISBI 2012) cut at its middle slice into two image/mask folders (the
+other slices pretrain, a few of these fine-tune: ``train_cases=``).
 """
 from __future__ import annotations
 
@@ -65,8 +66,15 @@ def run(recipe: str, settings: list[str], budget: str, seed: int, out: Path) -> 
 
 
 def halves(name: str, seed: int, folder: Path) -> dict[str, str]:
-    """``name``'s rows (as ``tabular/*`` read them) in two halves, as CSV files."""
+    """``name``'s rows (as ``tabular/*`` read them) in two halves, as CSV files; a medical stack's slices in two
+    (``slice_halves``)."""
     import numpy as np
+
+    from recipe_zoo.core import datasets
+    from recipe_zoo.recipes.medical import datasets as _medical  # noqa: F401  (declares the medical sets)
+
+    if name in datasets.DATASETS and datasets.get(name).domain == "medical":
+        return slice_halves(name, folder)
 
     from recipe_zoo.recipes.tabular.config import TabularConfig
     from recipe_zoo.recipes.tabular.data import read_frame
@@ -77,6 +85,24 @@ def halves(name: str, seed: int, folder: Path) -> dict[str, str]:
     for i, rows in enumerate((order[:len(order) // 2], order[len(order) // 2:]), 1):
         paths[f"half{i}"] = str(folder / f"{name}-half{i}.csv")
         frame.iloc[np.sort(rows)].to_csv(paths[f"half{i}"], index=False)
+    return paths
+
+
+def slice_halves(name: str, folder: Path) -> dict[str, str]:
+    """A medical stack of numbered slices (``image/N.png`` with ``label/N.png``: ISBI 2012) in two contiguous halves
+    of the stack, so that neighbouring slices, nearly alike, stay on one side; each half a folder of links to the
+    files, which ``medical/*`` reads as image/mask folders. The seed is not used: the cut is the stack's middle."""
+    from recipe_zoo.core import datasets
+
+    root = datasets.locate(name)
+    slices = sorted((p.name for p in (root / "image").glob("*.png")), key=lambda n: int(Path(n).stem))
+    paths = {}
+    for i, part in enumerate((slices[:len(slices) // 2], slices[len(slices) // 2:]), 1):
+        paths[f"half{i}"] = str(folder / f"{name}-half{i}")
+        for sub in ("image", "label"):
+            (folder / f"{name}-half{i}" / sub).mkdir(parents=True)
+            for file in part:
+                (folder / f"{name}-half{i}" / sub / file).symlink_to(root / sub / file)
     return paths
 
 
@@ -92,7 +118,8 @@ def main() -> None:
     parser.add_argument("--source-budget", default="1m")
     parser.add_argument("--budget", default="30s")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--halves", help="a tabular dataset split in two: {half1} and {half2} in the settings")
+    parser.add_argument("--halves", help="a tabular dataset or a medical stack split in two: {half1} and {half2} in "
+                                         "the settings")
     parser.add_argument("--halves-seed", type=int, default=0)
     parser.add_argument("--zoo-data", help="the data cache ($ZOO_DATA)")
     parser.add_argument("--record", action="store_true", help="append the summary to benchmarks/transfer.jsonl")

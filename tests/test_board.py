@@ -59,6 +59,9 @@ def test_transfer_rows_render_in_their_own_table_never_ranked():
              "source": ["data=cifar10-subset"]}
     text = board_render.render([], [], transfer=[other])  # a source run of another recipe names it
     assert "| vision/resnet | contrastive/simclr: data=cifar10-subset @ 1m | 30s" in text
+    again = {**other, "commit": "def5678", "arms": {**other["arms"], "fine-tuned": arm(0.46, 0.45)}}
+    text = board_render.render([], [], transfer=[other, again])  # the same command again: only the newer row
+    assert "def5678" in text and "abc1234" not in text and "0.4600 / 0.4500" in text
 
 
 def test_rank_line_and_noise():

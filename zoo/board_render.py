@@ -172,9 +172,11 @@ def _transfer_tables(rows) -> list[str]:
            "fine-tune budget, and from scratch at the same total compute (the fine-tune budget plus the source's "
            "training). Each cell is validation / test, means over the seeds; *gain* is the fine-tune's paired "
            "validation difference (positive: the fine-tune is better) and how many seeds it held on. Selection "
-           "reads validation; test is reported. Time budgets: one machine's (the *hardware* column).", ""]
+           "reads validation; test is reported. Time budgets: one machine's (the *hardware* column). A command "
+           "recorded again shows its newest row (`transfer.jsonl` keeps every one).", ""]
+    newest = {r.get("command") or id(r): r for r in rows}  # the same command recorded again: its newer row
     by_target = defaultdict(list)
-    for r in rows:
+    for r in newest.values():
         by_target[(r["benchmark"], r["metric"])].append(r)
     for (bench, metric), table in sorted(by_target.items()):
         better = "higher" if table[0]["higher_is_better"] else "lower"
