@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_zoo.core import artifact
+from recipe_zoo.core import artifact, splits
 from recipe_zoo.core.errors import ZooError
 
 
@@ -101,7 +101,7 @@ def check_unseen(source: Source, test_items, what: str) -> None:
     """One line when any of this run's test items was in the source's training or validation data: a fine-tune
     is scored on items its source never saw (the items compared as both runs' ``split.csv`` names them)."""
     seen = seen_items(source)
-    items = list(dict.fromkeys(test_items))
+    items = list(dict.fromkeys(splits.readable_key(item) for item in test_items))  # as split.csv names them
     leaked = [item for item in items if item in seen]
     if leaked:
         raise ZooError(f"weights={source.folder}: {len(leaked)} of this run's {len(items)} test {what} were in the "
