@@ -75,6 +75,13 @@ def test_byol_predictor_learns_faster_and_the_target_not_at_all():
     assert not any(id(p) in lr_of for p in model.target.parameters())
     decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     assert id(backbone[0].weight) in decayed and id(backbone[0].bias) not in decayed
+    # a fine-tune's backbone at backbone_lr x lr (unset: 0.1), its new projector and predictor as from scratch
+    for share, expected in ((0.5, 5e-4), (-1.0, 1e-4)):
+        tuned = simclr.build_optimizer(simclr.ContrastiveConfig(lr=1e-3, backbone_lr=share), model, fine_tune=True)
+        lr_of = {id(p): g["lr"] for g in tuned.param_groups for p in g["params"]}
+        assert all(lr_of[id(p)] == pytest.approx(expected) for p in model.backbone.parameters())
+        assert {lr_of[id(p)] for p in model.projector.parameters()} == {1e-3}
+        assert {lr_of[id(p)] for p in model.predictor.parameters()} == {1e-2}
 
 
 def test_knn_votes_are_weighted_by_similarity():
@@ -161,6 +168,18 @@ def test_simclr_fine_tunes_from_a_contrastive_or_a_vision_run(tmp_path):
     assert card["architecture"]["width"] == 8 and card["source"]["run_id"] == src.name  # width from the source
     assert card["preprocess"]["mean"] == json.loads((src / "model.json").read_text())["preprocess"]["mean"]
     assert tuned["benchmark"].endswith(":fine-tuned")
+    assert card["selected"] == ("start" if metrics["val_knn_accuracy_start"] > metrics.get(
+        "val_knn_accuracy_tuned", metrics["val_knn_accuracy"]) else "final")
+    # The start is a candidate, chosen on validation: a fine-tune that wrecks the backbone (an LR of 3) keeps the
+    # source's, whose test kNN is then the source's own to 1e-6 (the same training images as its bank).
+    wrecked, _ = run_ok("contrastive/simclr", f"weights={src}", "proj_hidden=64", "lr=3", "--out", tmp_path / "wr",
+                        budget="4steps")
+    metrics = json.loads((Path(wrecked["run_dir"]) / "summary.json").read_text())["metrics"]
+    source_metrics = json.loads((src / "summary.json").read_text())["metrics"]
+    assert metrics["val_knn_accuracy_tuned"] < metrics["val_knn_accuracy"] == metrics["val_knn_accuracy_start"]
+    assert json.loads((Path(wrecked["run_dir"]) / "model.json").read_text())["selected"] == "start"
+    assert "the source's backbone" in wrecked["selected"]
+    assert metrics["test_knn_accuracy"] == pytest.approx(source_metrics["test_knn_accuracy"], abs=1e-6)
     vision, _ = run_ok("vision/resnet", "model=zoo-resnet", "width=8", "eval_every=0", "--out", tmp_path / "vis",
                        budget="4steps")
     from_vision, _ = run_ok("contrastive/byol", f"weights={vision['run_dir']}", "proj_hidden=64", "batch_size=16",
