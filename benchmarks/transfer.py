@@ -162,7 +162,9 @@ def main() -> None:
         report["source_recipe"] = args.source_recipe
     if args.halves:  # the target's table is named by its half, not by the temporary file's content key
         report["halves"] = {"data": args.halves, "seed": args.halves_seed}
-        report["benchmark"] = next(shown[k] for k in shown if any("{" + k + "}" in t for t in args.target))
+        half = next(shown[k] for k in shown if any("{" + k + "}" in t for t in args.target))
+        key = scratch["benchmark"].split(":")  # own:CONTENT:settings...: the half's name and the same settings
+        report["benchmark"] = ":".join([half, *key[2:]] if key[0] == "own" else [half, *key[1:]])
     for arm, found in rows.items():
         report["arms"][arm] = {"val": [r["val"] for r in found], "test": [r["test"] for r in found],
                                "val_mean": statistics.fmean(r["val"] for r in found),
