@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recipe_zoo.core import artifact
 from recipe_zoo.core.checkpoint import read_weights
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.image_streams import channel_stats
@@ -131,14 +132,15 @@ OWN_MODELS = {"zoo-net": ZooNet, "zoo-resnet": ZooResNet}
 # =============================================================================================
 
 def build_model(name: str, width: int, weights: str, in_channels: int, num_classes: int,
-                image_size: int) -> tuple[nn.Module, str]:
+                image_size: int, keep_head: bool = False) -> tuple[nn.Module, str]:
     """``name``: zoo-net, zoo-resnet or a timm model; ``width``: the own backbones' first-group channels;
-    ``weights``: a file or run folder, 'hub' (timm's hub) or '' (from scratch).
+    ``weights``: a file or run folder, 'hub' (timm's hub) or '' (from scratch); ``keep_head``: an own backbone's
+    source head is loaded too (the same classes), else it starts afresh.
     Returns the model and the name of its classifier module."""
     if name in OWN_MODELS:
         model = OWN_MODELS[name](in_channels, num_classes, width, image_size)
         if weights:
-            _load_own_weights(model, weights, name)
+            _load_own_weights(model, weights, name, keep_head)
         return model, "head"
     import timm
 
@@ -205,14 +207,25 @@ def source_channels(name: str, weights: str) -> int | None:
     return int(tensor.shape[1]) if tensor is not None and tensor.ndim == 4 else None
 
 
-def _load_own_weights(model: nn.Module, path: str, name: str) -> None:
-    """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised."""
+def source_classes(weights: str) -> list[str] | None:
+    """The classes a zoo run folder's classifier was trained on (its card's); None for a file, another folder or
+    a run without a classifier head (a contrastive backbone)."""
+    if not weights or not (Path(weights) / artifact.CARD).is_file():
+        return None
+    card = artifact.read_card(weights)
+    return card.get("classes") if card.get("task") == "classification" else None
+
+
+def _load_own_weights(model: nn.Module, path: str, name: str, keep_head: bool = False) -> None:
+    """Weights from a previous zoo run (model.safetensors or checkpoint.pt); the head is re-initialised unless
+    ``keep_head``."""
     file = Path(path)
     file = file / "model.safetensors" if file.is_dir() else file
     if not file.is_file():
         raise ZooError(f"weights={path}: file not found")
     state = _read_state(file)
-    state = {k: v for k, v in state.items() if not k.startswith("head.")}
+    if not keep_head:
+        state = {k: v for k, v in state.items() if not k.startswith("head.")}
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # shape mismatch: another width or channel count

@@ -187,12 +187,29 @@ def test_an_rgb_run_fine_tunes_on_grey_images_through_its_own_stem(tmp_path):
                                "--out", tmp_path / "ft", budget="3steps")
     assert "the source was trained on RGB images; these grey images are given to its stem in all three channels" \
         in r.stdout + r.stderr
+    assert "a new head for these 10 classes" in r.stdout + r.stderr
     assert tuned["status"] == "ok"
     card = json.loads((Path(tuned["run_dir"]) / "model.json").read_text())
     assert card["preprocess"]["channels"] == 3, card
     conftest.roundtrip(Path(tuned["run_dir"]))  # zoo predict of the grey test split gives the run's predictions
     assert backbones.source_channels("zoo-net", tuned["run_dir"]) == 3
     assert backbones.source_channels("resnet18", source["run_dir"]) is None
+
+
+def test_a_run_of_the_same_classes_keeps_its_head_and_starts_at_its_validation_accuracy(tmp_path):
+    """weights=RUN on data of the source's classes keeps its head: before the first step the model scores the
+    source's own validation accuracy to 1e-6 (val_accuracy_start); a contrastive backbone has no head to keep."""
+    source, _ = conftest.run_ok("vision/resnet", "data=digits", "width=8", "--out", tmp_path / "src", budget="3steps")
+    tuned, r = conftest.run_ok("vision/resnet", "data=digits", f"weights={source['run_dir']}", "width=8",
+                               "--out", tmp_path / "ft", budget="2steps")
+    before = json.loads((Path(source["run_dir"]) / "summary.json").read_text())["metrics"]["val_accuracy"]
+    after = json.loads((Path(tuned["run_dir"]) / "summary.json").read_text())["metrics"]
+    assert "the source's head kept (the same classes)" in r.stdout + r.stderr
+    assert after["val_accuracy_start"] == pytest.approx(before, abs=1e-6)
+    assert backbones.source_classes(source["run_dir"]) == [str(d) for d in range(10)]
+    ssl, _ = conftest.run_ok("contrastive/simclr", "width=8", "proj_hidden=32", "--out", tmp_path / "ssl",
+                             budget="2steps")
+    assert backbones.source_classes(ssl["run_dir"]) is None and backbones.source_classes("") is None
 
 
 def _png(path: Path, colour, size=8):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recipe_zoo.core import artifact, datasets, optim, schedule, streams
+from recipe_zoo.core import artifact, datasets, finetune, optim, schedule, streams
 from recipe_zoo.core.artifact import PredictOptions
 from recipe_zoo.core.batches import TensorBatches
 from recipe_zoo.core.diagnose import relative_weight_change, snapshot
@@ -243,8 +243,14 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
             run.log(f"weights={cfg.weights}: the source was trained on RGB images; these grey images are given to "
                     "its stem in all three channels")
     num_classes, in_channels = len(data.classes), data.train_x.shape[1]
+    # a zoo run of these very classes (names and order) keeps its head: its start is the source's model, scored on
+    # validation before the first step (on the source's own data, its val_accuracy); other classes get a new head
+    keep_head = cfg.model in backbones.OWN_MODELS and backbones.source_classes(cfg.weights) == list(data.classes)
     model, head = backbones.build_model(cfg.model, cfg.width, cfg.weights, in_channels, num_classes,
-                                        data.train_x.shape[-1])
+                                        data.train_x.shape[-1], keep_head)
+    if cfg.weights:
+        run.log(f"weights={cfg.weights}: " + ("the source's head kept (the same classes)" if keep_head else
+                                              f"a new head for these {num_classes} classes"))
     if pretrained_timm and not cfg.image_size:
         size = model.pretrained_cfg["input_size"][-1]  # the pretrained model's resolution
         images.resize_splits(data, size)
@@ -288,21 +294,28 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
     elif isinstance(model, backbones.ZooNet):  # the whitening stem's bias settles early, then stays (airbench)
         hooks.append(lambda progress, step: model.whiten.bias.requires_grad_(progress < 0.3))
     on_step = (lambda progress, step: [hook(progress, step) for hook in hooks]) if hooks else None
+
+    def validate(m: nn.Module) -> dict:
+        return evaluate(m, data.val_x, data.val_y, normalize, cfg.tta, cfg.flip == "on", num_classes, workers=workers)
+
+    start = {}
+    if keep_head:
+        score = finetune.score_start(model, validate, device, resolve_precision(device, cfg.precision))
+        start = {"val_accuracy_start": score["val_accuracy"]}
+        run.log(f"validation accuracy before fine-tuning (the source's model): {start['val_accuracy_start']:.6f}")
     settings = LoopSettings.of(cfg)
     if settings.compile and device.type == "cpu" and resolve_precision(device, cfg.precision) == "bf16":
         # torch 2.14's inductor on a CPU: the compiled zoo-net's backward under a bf16 autocast gives NaN gradients
         # (the forward matches eager; `zoo run vision/resnet compile=true` diverged at step 2, fp32 compiled trains)
         run.log("compile=true with bf16 on a CPU: training eager (the compiled backward gives NaN gradients here)")
         settings = dataclasses.replace(settings, compile=False)
-    result = fit(model, optimizer, batches, loss_fn, run, device=device,
-                 evaluate=lambda m: evaluate(m, data.val_x, data.val_y, normalize, cfg.tta, cfg.flip == "on",
-                                             num_classes, workers=workers),
+    result = fit(model, optimizer, batches, loss_fn, run, device=device, evaluate=validate,
                  update_hparams=update, settings=settings, on_step=on_step)
     if initial is not None:
         _report_weight_change(model, initial, head, run)
     test, rows = score_test(result.eval_model, data, normalize, cfg, device, workers)  # once, after training
     save_model(run, cfg, result.eval_model, head, data, mean, std, rows)
-    return {**result.stats(), **result.metrics, **test}
+    return {**result.stats(), **result.metrics, **test, **start}
 
 
 def _report_weight_change(model: nn.Module, initial: dict, head: str, run) -> None:
