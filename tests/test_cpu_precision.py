@@ -109,3 +109,25 @@ def test_the_recipes_measured_to_gain_from_bf16_are_the_ones_registered_for_it(c
     assert chosen == {"vision/resnet", "contrastive/simclr", "llm/gpt"}
     assert main(["show", "contrastive/simclr"]) == 0
     assert "on a CPU bf16 where its bf16 matmul" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recipe, args", [
+    ("contrastive/simclr", ["width=8", "proj_hidden=32"]),
+    ("contrastive/byol", ["width=8", "proj_hidden=32", "batch_size=16"]),
+    ("vision/resnet", ["width=8"]),
+    ("llm/gpt", ["depth=1", "aspect=32", "head_dim=16", "seq_len=32", "micro_batch=4", "batch_tokens=128",
+                 "eval_bytes=1500", "vocab_size=300", "compile=false", "samples=0"])])
+def test_a_bf16_run_of_the_recipes_auto_gives_bf16_predicts_its_test_split_again(tmp_path, recipe, args):
+    """The recipes that precision=auto runs in bf16 on a CPU, run in bf16: `zoo predict` on the machine that
+    trained them recomputes their test metrics to 1e-6 (the same precision and batching as the run's evaluation)
+    and their predictions.csv rows."""
+    from conftest import run_ok
+
+    if recipe == "llm/gpt":  # a small text file of its own (the bundled corpus is long to tokenize)
+        text = tmp_path / "text.txt"
+        text.write_text(("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak.\n\n") * 120)
+        args = [*args, f"data={text}"]
+    summary, _ = run_ok(recipe, *args, "precision=bf16", "--out", tmp_path / "runs", budget="3steps")
+    assert summary["precision"] == "bf16"
+    roundtrip(Path(summary["run_dir"]))
+
