@@ -125,7 +125,7 @@ def test_a_bf16_run_of_the_recipes_auto_gives_bf16_predicts_its_test_split_again
 
     if recipe == "llm/gpt":  # a small text file of its own (the bundled corpus is long to tokenize)
         text = tmp_path / "text.txt"
-        text.write_text(("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak.\n\n") * 120)
+        text.write_text(("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak.\n\n") * 250)
         args = [*args, f"data={text}"]
     summary, _ = run_ok(recipe, *args, "precision=bf16", "--out", tmp_path / "runs", budget="3steps")
     assert summary["precision"] == "bf16"

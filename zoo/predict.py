@@ -40,9 +40,11 @@ class Model:
         opts = options if options is not None else self.options(values)
         out_path = Path(out) if out is not None else self.dir / "predict" / f"{_stem(opts, self.card)}.csv"
         run = self.open(out_path, log)
-        from recipe_zoo.core.precision import torch_state_kept
+        from recipe_zoo.core.precision import choose_device, speed_switches, torch_state_kept
 
-        with torch_state_kept():  # predict sets the switches its run set (llm: speed_switches); the caller's come back
+        with torch_state_kept():  # predict computes with the switches its run set; the caller's come back
+            if hasattr(self.cfg, "tf32"):  # its matmul precision (on a CPU, oneDNN's reduced fp32) and denormals
+                speed_switches(choose_device(self.device), tf32=self.cfg.tf32)
             result = self.spec.predict(self.cfg, opts, run)
         if getattr(opts, "data", "") and result.metrics:  # new data's scores are never named as the run's test
             plain = {k.removeprefix("test_"): v for k, v in result.metrics.items()}

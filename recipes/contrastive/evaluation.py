@@ -32,15 +32,18 @@ def extract_features(backbone: nn.Module, x_uint8: torch.Tensor, normalize, batc
 def knn_scores(bank: torch.Tensor, bank_y: torch.Tensor, queries: torch.Tensor, k: int, temperature: float,
                num_classes: int, chunk: int = 1024) -> torch.Tensor:
     """Class scores from the k most cosine-similar bank features, each voting exp(similarity / T)
-    (the weighted kNN of Wu et al. 2018, the usual SSL monitor)."""
-    bank = F.normalize(bank.float(), dim=1)
-    queries = F.normalize(queries.float(), dim=1)
-    k = min(k, len(bank))
-    out = []
-    for i in range(0, len(queries), chunk):
-        sim, idx = (queries[i:i + chunk] @ bank.T).topk(k, dim=1)
-        votes = torch.zeros(len(sim), num_classes, dtype=sim.dtype)
-        out.append(votes.scatter_add_(1, bank_y[idx], (sim / temperature).exp()))
+    (the weighted kNN of Wu et al. 2018, the usual SSL monitor). In fp32 under any autocast: a bf16 run's
+    similarities in bf16 would tie neighbours that fp32 tells apart, and its votes would differ from the rows
+    scored outside autocast (predictions.csv)."""
+    with torch.autocast(queries.device.type, enabled=False):
+        bank = F.normalize(bank.float(), dim=1)
+        queries = F.normalize(queries.float(), dim=1)
+        k = min(k, len(bank))
+        out = []
+        for i in range(0, len(queries), chunk):
+            sim, idx = (queries[i:i + chunk] @ bank.T).topk(k, dim=1)
+            votes = torch.zeros(len(sim), num_classes, dtype=sim.dtype)
+            out.append(votes.scatter_add_(1, bank_y[idx], (sim / temperature).exp()))
     return torch.cat(out)
 
 
