@@ -148,13 +148,11 @@ def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run
 # Optimizer: the Muon + AdamW table
 # =============================================================================================
 
-def build_optimizer(cfg: GPTConfig, model: models.GPT, precision: str = "fp32") -> optim.MuonAdamW:
-    """Muon for the blocks' matrices, AdamW for the rest. A run in bf16 orthogonalises in bf16 on any device (on a
-    CPU with bf16 units twice as fast, as the forward and backward are), an fp32 run in fp32 on a CPU."""
+def build_optimizer(cfg: GPTConfig, model: models.GPT) -> optim.MuonAdamW:
     s = optim.width_lr_scale(model.shape.width)
     groups = optim.hybrid_groups(model, head=["lm_head"], matrix_lr=cfg.matrix_lr, embedding_lr=cfg.embedding_lr * s,
                                  head_lr=cfg.head_lr * s, scalar_lr=cfg.scalar_lr * s, matrix_wd=cfg.weight_decay)
-    return optim.MuonAdamW(groups, ns_dtype=torch.bfloat16 if precision == "bf16" else None)
+    return optim.MuonAdamW(groups)
 
 
 # =============================================================================================
@@ -319,11 +317,11 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
     batches = token_windows.TokenWindows(train_tokens, cfg.seq_len, cfg.micro_batch, seed=run.seed,
                                          source=corpus.name, device=device)
     shard(model, cfg.fsdp, world, run.log)  # before the optimizer: it must hold the sharded parameters
-    precision = resolve_precision(device, cfg.precision)
-    optimizer = build_optimizer(cfg, model, precision)
+    optimizer = build_optimizer(cfg, model)
     lr = schedule.make_schedule(cfg.schedule, warmup=cfg.warmup, decay=cfg.warmdown, final=cfg.lr_final)
     update = functools.partial(schedule.apply_schedules, lr=lr, weight_decay=schedule.weight_decay_linear,
                                momentum=schedule.muon_momentum)
+    precision = resolve_precision(device, cfg.precision)
 
     def loss_fn(model: nn.Module, batch) -> torch.Tensor:
         x, y = (t.to(device, non_blocking=True) for t in batch)
