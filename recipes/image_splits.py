@@ -99,4 +99,3 @@ def keep_classes(data: ImageSplits, names: str, what: str, log=print) -> ImageSp
     line = f"classes {', '.join(kept)} only: {', '.join(counts)} images kept"
     log(f"{what}: {line}")
     return ImageSplits(*tensors, kept, data.name, keys=keys, how=f"{data.how}; {line}")
-
