@@ -279,6 +279,24 @@ def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, di
 # (2 of 3 seeds: +0.0038, -0.0038, +0.0038), so the rule would pick bf16; not switched yet: under bf16 the
 # kill-and-resume test (tests/test_reliability.py) finds one kNN prediction of the saved run not given again by its
 # weights (a near-tie flipped), and that promise comes first. fp32 until the cause is found.
+def keep_start(run, trained: nn.Module, metrics: dict, start: dict, begun: dict | None,
+               bank: dict) -> tuple[str, dict]:
+    """A fine-tune's start is a candidate too, chosen on validation like a best state: contrastive training can
+    undo what a supervised source learnt (a vision run's backbone at 0.74 validation kNN, 0.55 after 30 s here).
+    When the start (``begun``, scored as ``start``) is better, ``trained`` gets it back: ("start", the validation
+    figures of the start, the fine-tuned ones beside them as ``..._tuned``); else ("", ``metrics``)."""
+    final_val, scores = metrics.get("val_knn_accuracy", float("-inf")), dict(metrics)
+    if begun is None or start["val_knn_accuracy_start"] <= final_val:
+        return "", scores
+    trained.load_state_dict(begun)
+    bank.pop("last", None)  # the bank is the fine-tuned backbone's
+    scores |= {f"{k}_tuned": v for k, v in scores.items() if k.startswith("val_")}
+    scores |= {k.removesuffix("_start"): v for k, v in start.items()}
+    run.report("selected", f"the source's backbone: validation kNN {start['val_knn_accuracy_start']:.4f} before the "
+                           f"first step, {final_val:.4f} after fine-tuning")
+    return "start", scores
+
+
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe",
@@ -355,18 +373,8 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
                  update_hparams=functools.partial(schedule.apply_schedules, lr=lr_schedule),
                  settings=LoopSettings.of(cfg), on_step=on_step)
     trained = result.eval_model.backbone
-    selected = "ema" if cfg.ema_decay > 0 else "final"
-    # a fine-tune's start is a candidate too, chosen on validation like a best state: contrastive training can
-    # undo what a supervised source learnt (a vision run's backbone at 0.74 validation kNN, 0.55 after 30 s here)
-    final_val, scores = result.metrics.get("val_knn_accuracy", float("-inf")), dict(result.metrics)
-    if begun is not None and start["val_knn_accuracy_start"] > final_val:
-        trained.load_state_dict(begun)
-        bank.pop("last", None)
-        selected = "start"  # the validation figures are the selected backbone's; the fine-tuned one's stay beside
-        scores |= {f"{k}_tuned": v for k, v in scores.items() if k.startswith("val_")}
-        scores |= {k.removesuffix("_start"): v for k, v in start.items()}
-        run.report("selected", f"the source's backbone: validation kNN {start['val_knn_accuracy_start']:.4f} "
-                               f"before the first step, {final_val:.4f} after fine-tuning")
+    selected, scores = keep_start(run, trained, result.metrics, start, begun, bank)
+    selected = selected or ("ema" if cfg.ema_decay > 0 else "final")
     # The test queries, once, on the selected backbone, embedded as fit embeds (the run's precision); fit's last
     # evaluation, at the end of the budget, embedded the bank already (a resumed run may have to embed it again).
     with autocast(device, resolve_precision(device, cfg.precision)):
