@@ -173,16 +173,15 @@ def build_optimizer(cfg: ContrastiveConfig, model: SSLModel, fine_tune: bool = F
     wd = cfg.weight_decay if cfg.weight_decay >= 0 else DEFAULT_WD[cfg.optimizer]
     lr = cfg.lr or (DEFAULT_LR["adamw"] if cfg.optimizer == "adamw"
                     else DEFAULT_LR["lars"] * cfg.batch_size * cfg.accum_steps / 256)
-    predictor = {id(p) for p in model.predictor.parameters()} if model.predictor is not None else set()
-    backbone = {id(p) for p in model.backbone.parameters()}
-    share = (cfg.backbone_lr if cfg.backbone_lr >= 0 else 0.1) if fine_tune else 1.0
+    scale = {id(p): (cfg.backbone_lr if cfg.backbone_lr >= 0 else 0.1) for p in model.backbone.parameters()} \
+        if fine_tune else {}
+    if model.predictor is not None:
+        scale |= {id(p): cfg.pred_lr for p in model.predictor.parameters()}
     groups = []
     for g in optim.decay_groups(model, wd):
-        for part, scale in (("backbone", share), ("head", 1.0), ("predictor", cfg.pred_lr)):
-            params = [p for p in g["params"] if part == ("predictor" if id(p) in predictor else
-                                                         "backbone" if id(p) in backbone else "head")]
-            if params:
-                groups.append({**g, "params": params, "lr": lr * scale})
+        for s in sorted({scale.get(id(p), 1.0) for p in g["params"]}):
+            params = [p for p in g["params"] if scale.get(id(p), 1.0) == s]
+            groups.append({**g, "params": params, "lr": lr * s})
     optim.assert_covers(model, [g["params"] for g in groups])
     if cfg.optimizer == "adamw":
         return optim.adamw(groups, lr)
@@ -270,13 +269,6 @@ def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, di
                              f"validation / {len(splits.test_y)} test images")
 
 
-# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
-# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 278.6 -> 396.7 images/s (1.42x); validation kNN accuracy
-# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. contrastive/byol, the same
-# procedure: 205 -> 318 images/s (1.55x); validation kNN accuracy +0.0048 at 30 s (every seed) and +0.0013 at 90 s
-# (2 of 3 seeds: +0.0038, -0.0038, +0.0038), so the rule would pick bf16; not switched yet: under bf16 the
-# kill-and-resume test (tests/test_reliability.py) finds one kNN prediction of the saved run not given again by its
-# weights (a near-tie flipped), and that promise comes first. fp32 until the cause is found.
 def keep_start(run, trained: nn.Module, metrics: dict, start: dict, begun: dict | None,
                bank: dict) -> tuple[str, dict]:
     """A fine-tune's start (``begun``, scored as ``start``) is a candidate, chosen on validation: contrastive training
@@ -294,6 +286,13 @@ def keep_start(run, trained: nn.Module, metrics: dict, start: dict, begun: dict 
     return "start", scores
 
 
+# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
+# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 278.6 -> 396.7 images/s (1.42x); validation kNN accuracy
+# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. contrastive/byol, the same
+# procedure: 205 -> 318 images/s (1.55x); validation kNN accuracy +0.0048 at 30 s (every seed) and +0.0013 at 90 s
+# (2 of 3 seeds: +0.0038, -0.0038, +0.0038), so the rule would pick bf16; not switched yet: under bf16 the
+# kill-and-resume test (tests/test_reliability.py) finds one kNN prediction of the saved run not given again by its
+# weights (a near-tie flipped), and that promise comes first. fp32 until the cause is found.
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe",
