@@ -130,4 +130,3 @@ def test_a_bf16_run_of_the_recipes_auto_gives_bf16_predicts_its_test_split_again
     summary, _ = run_ok(recipe, *args, "precision=bf16", "--out", tmp_path / "runs", budget="3steps")
     assert summary["precision"] == "bf16"
     roundtrip(Path(summary["run_dir"]))
-

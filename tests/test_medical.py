@@ -214,7 +214,6 @@ def test_folds_follow_the_dataset_and_refuse_what_cannot_split():
         medsplit.split_cases(meddata.SegData(cases[:2], ["background", "x"], "cells"), 0, 0.2, 0.2)
 
 
-
 def test_train_cases_keeps_a_few_of_each_folds_training_cases_and_nothing_else():
     cases = [meddata.RawCase(f"c{i}", np.zeros((1, 4, 4), np.float32), np.zeros((1, 4, 4), np.uint8), (1.0, 1.0),
                              key=f"images/c{i}.png") for i in range(30)]

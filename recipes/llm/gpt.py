@@ -183,7 +183,6 @@ def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifa
 
     prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
-    speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     tok = Tokenizer.from_file(str(run.path(run.card["preprocess"]["tokenizer"])))
     model = models.GPT(models.GPTShape(**run.card["shape"]))

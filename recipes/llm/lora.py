@@ -117,7 +117,6 @@ def predict_lora(cfg: LoRAConfig, opts: LoRAPredictOptions, run) -> artifact.Pre
     or responses; neither: the run's test split scored again. The base model with the saved adapter."""
     prompts = inference.prompts_of(opts)
     device = choose_device(run.device)
-    speed_switches(device, tf32=cfg.tf32)
     precision = resolve_precision(device, cfg.precision)
     model, tokenizer, start = causal_lm.load_trained_lora(cfg.model, cfg.seq_len, run.dir, dtype_of(precision),
                                                           run.log)
