@@ -7,8 +7,9 @@ argument: ``--compare precision=fp32 "precision=bf16 compile=false"``).
 
 Each run is ``zoo run RECIPE --budget B --seed S SETTING`` in a process of its own, one at a time, the two settings'
 runs of one seed and budget back to back (a neighbour's load falls on both). Prints one JSON line per run, then
-per recipe: median samples/s (tokens/s for the LLMs) of each setting and their ratio, and per budget the paired
-validation difference (the second minus the first, sign turned so that positive is better) with its values by seed.
+per recipe: median samples/s (tokens/s for the LLMs, steps/s where a recipe reports neither) of each setting and
+their ratio, and per budget the paired validation difference (the second minus the first, sign turned so that
+positive is better) with its values by seed.
 
 The rule ``precision=auto`` encodes on CPUs (a recipe's ``cpu_precision``): bf16 when its steps are at least 1.3x
 faster and its mean paired validation difference is not negative at either budget; otherwise fp32. Another lever
@@ -53,7 +54,8 @@ def run(recipe: str, budget: str, seed: int, setting: str, extra: list[str], out
     m = summary["metrics"]
     base = summary["metric"].removeprefix("test_").removeprefix("val_")
     return {"recipe": recipe, "budget": budget, "seed": seed, "setting": setting,
-            "rate": m.get("tokens_per_s") or m.get("samples_per_s"), "steps": m.get("steps"),
+            "rate": m.get("tokens_per_s") or m.get("samples_per_s") or m["steps"] / m["train_seconds"],  # else steps/s
+            "steps": m.get("steps"),
             "val": m.get(f"val_{base}"), "test": summary["value"], "metric": summary["metric"],
             "higher": summary["higher_is_better"], "mfu": summary.get("mfu_percent"), "params": summary.get("params_M"),
             "mfu_of": summary.get("extra", {}).get("mfu_of")}

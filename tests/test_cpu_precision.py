@@ -106,7 +106,7 @@ def test_the_recipes_measured_to_gain_from_bf16_are_the_ones_registered_for_it(c
     from recipe_zoo import registry
 
     chosen = {name for name, spec in registry.load_all().items() if spec.cpu_precision == "bf16"}
-    assert chosen == {"vision/resnet", "contrastive/simclr", "llm/gpt"}
+    assert chosen == {"vision/resnet", "contrastive/simclr", "contrastive/byol", "llm/gpt"}
     assert main(["show", "contrastive/simclr"]) == 0
     assert "on a CPU bf16 where its bf16 matmul" in capsys.readouterr().out
 
