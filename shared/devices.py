@@ -75,6 +75,14 @@ CPU_WORK_BF16 = {kind: Work(tuple((w, s * BF16_SPEEDUP[kind][0] / BF16_SPEEDUP[k
                             work.latency, f"{work.source}, scaled by the measured bf16 step speed-up "
                             f"{BF16_SPEEDUP[kind][0]:.2f}x over the bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x")
                  for kind, work in CPU_WORK.items()}
+# torch.compile on a CPU in fp32 (the default of diffusion and medical/unet): each conv share times the step speed-up
+# measured at the same work (benchmarks/cpu_precision.py --compare compile=false compile=true, AMD EPYC family 25
+# model 17, 2 threads, 60 s, seeds 0-2). llm/gpt's matmul share was measured compiled already; bf16 keeps its own.
+COMPILE_SPEEDUP = {"conv": 1.19, "diffusers_unet": 1.22}  # medical/unet on ISBI; diffusion/flow on mnist
+CPU_WORK_COMPILED = {kind: Work(tuple((w, s * COMPILE_SPEEDUP[kind]) for w, s in work.shares), work.latency,
+                                f"{work.source}, scaled by the step speed-up torch.compile measured, "
+                                f"{COMPILE_SPEEDUP[kind]:.2f}x") if kind in COMPILE_SPEEDUP else work
+                     for kind, work in CPU_WORK.items()}
 GPU_WORK = {
     # One H200, torch 2.11, bf16, torch.compile (issue 24's table): llm/gpt depth 6 (width 384) at 4,096 tokens a step
     # took 40.6 ms, almost all of it latency; depth 12 (width 768) at 131,072 tokens 0.46-0.49 s (18-20% of the
@@ -141,19 +149,21 @@ def free_memory(device: torch.device) -> float:
 
 
 def cpu(peak: float | None = None, processes: int = 1, memory: float | None = None,
-        precision: str = "fp32") -> DeviceProfile:
+        precision: str = "fp32", compiled: bool = False) -> DeviceProfile:
     """This machine's CPU (its measured peak), or a CPU of a stated peak (tests, plans for another machine), for a
-    run computing in ``precision``: bf16 against the bf16 matmul peak with its own shares, anything else fp32's."""
+    run computing in ``precision``: bf16 against the bf16 matmul peak with its own shares, anything else fp32's
+    (``compiled``: torch.compile's)."""
     from recipe_zoo.core.envinfo import cpu_model
     from recipe_zoo.core.flops import cpu_peak_flops
 
     dtype = "bf16" if precision == "bf16" else "fp32"
     measured = peak is None
+    work = CPU_WORK_BF16 if dtype == "bf16" else CPU_WORK_COMPILED if compiled else CPU_WORK
     return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
                          "cpu", cpu_peak_flops(dtype=dtype) if measured else peak,
                          f"measured: {dtype} matmul 2048" if measured else f"given ({dtype})",
                          free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
-                         dict(CPU_WORK_BF16 if dtype == "bf16" else CPU_WORK))
+                         dict(work))
 
 
 def gpu(name: str, processes: int = 1, memory: float | None = None) -> DeviceProfile | None:
@@ -169,10 +179,11 @@ def gpu(name: str, processes: int = 1, memory: float | None = None) -> DevicePro
     return DeviceProfile(name, "cuda", peak, "datasheet dense bf16", memory, processes, dict(GPU_WORK))
 
 
-def for_device(device: torch.device, processes: int = 1, precision: str = "fp32") -> DeviceProfile:
+def for_device(device: torch.device, processes: int = 1, precision: str = "fp32",
+               compiled: bool = False) -> DeviceProfile:
     """The profile of the device this process trains on, computing in ``precision`` (a CPU's peak and shares are
-    those of its dtype; a GPU's are bf16's); an accelerator missing from the peak table gets the H200's shares
-    against a 100 TFLOP/s peak, said in the name."""
+    those of its dtype, and of torch.compile when ``compiled``; a GPU's are bf16's); an accelerator missing from the
+    peak table gets the H200's shares against a 100 TFLOP/s peak, said in the name."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         found = gpu(name, processes, free_memory(device))
@@ -181,11 +192,12 @@ def for_device(device: torch.device, processes: int = 1, precision: str = "fp32"
         return DeviceProfile(f"{name} (peak unknown: 100 TFLOP/s assumed)", "cuda", 1e14, "assumed",
                              free_memory(device), processes, dict(GPU_WORK))
     if device.type == "cpu":
-        return cpu(processes=processes, precision=precision)
+        return cpu(processes=processes, precision=precision, compiled=compiled)
     return DeviceProfile(f"{device} (peak unknown: 100 GFLOP/s assumed)", device.type, 1e11, "assumed",
                          free_memory(torch.device("cpu")), processes, dict(CPU_WORK))
 
 
-def named(name: str, processes: int = 1, precision: str = "fp32") -> DeviceProfile | None:
-    """``zoo plan``'s device: ``cpu`` (this machine, computing in ``precision``) or a GPU name."""
-    return cpu(processes=processes, precision=precision) if name.lower() == "cpu" else gpu(name, processes)
+def named(name: str, processes: int = 1, precision: str = "fp32", compiled: bool = False) -> DeviceProfile | None:
+    """``zoo plan``'s device: ``cpu`` (this machine, computing in ``precision``, compiled or not) or a GPU name."""
+    return (cpu(processes=processes, precision=precision, compiled=compiled) if name.lower() == "cpu"
+            else gpu(name, processes))

@@ -23,7 +23,7 @@ from recipe_zoo.core.precision import torch_state_kept
 
 run_ok = functools.partial(conftest.run_ok, budget="40steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
-TINY = ["width=4", "levels=3", "eval_every=0", "tta=false"]
+TINY = ["width=4", "levels=3", "eval_every=0", "tta=false", "compile=false"]
 
 
 def fingerprint(**over) -> dict:

@@ -15,7 +15,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.medical.data import read_image
 from test_medical import nifti, png_folder
 
-TINY = ["width=4", "levels=3", "eval_every=0", "batch_size=2"]
+TINY = ["width=4", "levels=3", "eval_every=0", "batch_size=2", "compile=false"]
 
 
 @pytest.fixture(autouse=True)

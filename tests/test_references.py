@@ -30,6 +30,8 @@ def test_a_reference_pins_every_device_choice_and_names_its_benchmark(ref):
     assert "data" in pinned and benchmark_key(cfg.data) + runs.key_suffix(cfg) == ref.benchmark
     if "precision" in pinned:
         assert cfg.precision in ("fp32", "bf16") and not cfg.tf32
+    if getattr(config.build(spec.config, spec.defaults, None, [], spec.name), "compile", False):
+        assert "compile" in pinned  # a recipe that compiles by default (its rows may predate the default)
     assert references.find(ref.recipe, ref.benchmark) is ref
     assert references.config_hash(ref) == references.config_hash(dataclasses.replace(ref))  # no clock, no machine
 

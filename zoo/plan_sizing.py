@@ -28,7 +28,7 @@ def size_for_budget(args) -> int:
     cfg = config.build(spec.config, spec.defaults, None, args.overrides, spec.name)
     # on this CPU, the dtype a run would compute in (auto resolved as a run resolves it) picks the peak and shares
     cpu_dtype = resolve_precision(torch.device("cpu"), getattr(cfg, "precision", "fp32"), spec.cpu_precision)
-    profile = devices.named(name, args.gpus, cpu_dtype)
+    profile = devices.named(name, args.gpus, cpu_dtype, getattr(cfg, "compile", False))
     if profile is None:
         raise ZooError(f"--gpu {name}: unknown; known: {', '.join(gpu_names())} (or --device cpu)")
     print_sizing(spec, cfg, parse_budget_arg(args.budget), profile)

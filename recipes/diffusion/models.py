@@ -61,7 +61,7 @@ def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device
     if budget.kind != "seconds":
         return 32, "a step or epoch budget: width 32"
     profile = device if isinstance(device, devices.DeviceProfile) else \
-        devices.for_device(device, precision=cfg.precision)  # a bf16 run: bf16's peak and shares
+        devices.for_device(device, precision=cfg.precision, compiled=cfg.compile)  # bf16's or compile's shares
     if profile.peak_source == "assumed":  # an accelerator missing from the peak table
         log(f"no peak FLOP/s known for {device}: width 32 (set width= to size the net yourself)")
         return 32, "no peak FLOP/s known for this device: width 32"
