@@ -265,7 +265,8 @@ def source_model(source: finetune.Source, channels: int, size: int, num_classes:
 # validation fid_zoo worse on every seed (9.15 -> 9.82, means). The second budget was not run: speed alone decides.
 # compile=true by default: benchmarks/cpu_precision.py --compare compile=false compile=true on mnist (diffusion/flow),
 # the same CPU, 60 s, seeds 0-2 paired: 1.22x the images/s (718 against 586, medians; 755/654/677 steps against
-# 627/551/536), validation fid_zoo 6.04 -> 5.13 (means; better on every seed, by 0.51-1.13).
+# 627/551/536), validation fid_zoo 6.04 -> 5.13 (means; better on every seed, by 0.51-1.13); at 120 s (a wider net)
+# 1.14x (1.32x, 1.00x, 1.14x by seed), 4.45 -> 3.77 (better on every seed, by 0.01-1.14).
 @recipe("diffusion/ddpm", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
         exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
