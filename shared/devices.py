@@ -75,10 +75,10 @@ CPU_WORK_BF16 = {kind: Work(tuple((w, s * BF16_SPEEDUP[kind][0] / BF16_SPEEDUP[k
                             work.latency, f"{work.source}, scaled by the measured bf16 step speed-up "
                             f"{BF16_SPEEDUP[kind][0]:.2f}x over the bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x")
                  for kind, work in CPU_WORK.items()}
-# torch.compile on a CPU in fp32 (the default of diffusion and medical/unet): each conv share times the step speed-up
+# torch.compile on a CPU in fp32 (medical/unet's default): each conv share times the step speed-up
 # measured at the same work (benchmarks/cpu_precision.py --compare compile=false compile=true, AMD EPYC family 25
 # model 17, 2 threads, 60 s, seeds 0-2). llm/gpt's matmul share was measured compiled already; bf16 keeps its own.
-COMPILE_SPEEDUP = {"conv": 1.19, "diffusers_unet": 1.22}  # medical/unet on ISBI; diffusion/flow on mnist
+COMPILE_SPEEDUP = {"conv": 1.19}  # medical/unet on ISBI (diffusion: 1.22x on digits, none on mnist: not scaled)
 CPU_WORK_COMPILED = {kind: Work(tuple((w, s * COMPILE_SPEEDUP[kind]) for w, s in work.shares), work.latency,
                                 f"{work.source}, scaled by the step speed-up torch.compile measured, "
                                 f"{COMPILE_SPEEDUP[kind]:.2f}x") if kind in COMPILE_SPEEDUP else work

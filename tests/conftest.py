@@ -375,7 +375,7 @@ def _domain_run_args(name: str, tmp_path) -> list[str]:
         return ["width=8", "levels=3", "tta=false", "compile=false",
                 "patch=64,64" if name == "medical/swinunetr" else "patch=32,32"]
     if name.startswith("diffusion/"):
-        return ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4", "compile=false"]
+        return ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4"]
     if name.startswith("contrastive/"):
         return ["width=8", "proj_hidden=32"]
     raise AssertionError(f"add tiny-run overrides for {name}")

@@ -23,7 +23,7 @@ from recipe_zoo.core.precision import torch_state_kept
 
 run_ok = functools.partial(conftest.run_ok, budget="20steps")
 run_bad = functools.partial(conftest.run_bad, budget="2steps")
-TINY = ["width=8", "n_samples=40", "n_real=40", "sample_steps=3", "grid=4", "compile=false"]
+TINY = ["width=8", "n_samples=40", "n_real=40", "sample_steps=3", "grid=4"]
 
 
 class Oracle(torch.nn.Module):
@@ -237,7 +237,7 @@ def _train_in_process(out, seed=0):
                     spec=SimpleNamespace(name="diffusion/flow"))
     seed_everything(seed)
     cfg = ddpm.DiffusionConfig(method="flow", width=8, n_samples=40, n_real=40, sample_steps=2, grid=0,
-                               eval_every=0.5, compile=False)
+                               eval_every=0.5)
     with torch_state_kept():  # as `zoo run` leaves the caller's torch switches
         return ddpm.train(cfg, run), run
 

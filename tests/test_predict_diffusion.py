@@ -10,7 +10,7 @@ import torch
 
 from conftest import predict_bad, train_in_process
 
-TINY = ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4", "compile=false"]
+TINY = ["width=8", "n_samples=20", "n_real=20", "sample_steps=2", "grid=4"]
 
 
 def _train(out, recipe, *args, budget="3steps", cache=None):

@@ -69,7 +69,7 @@ REFERENCES: tuple[Reference, ...] = (
                *FP32),
               "the planner's 5m choice (5 folds of 1m: 636 steps each predicted at the conv share of then, 40%; "
               "254 at the 16% measured since); 600 steps a fold"),
-    Reference("mnist", "diffusion/flow", "800steps", ("data=mnist", "width=16", "compile=false", *FP32),
+    Reference("mnist", "diffusion/flow", "800steps", ("data=mnist", "width=16", *FP32),
               "sizing's 5m choice (width 16, 787 steps predicted at the conv share of then, 40%; 394 at the 20% "
               "measured since; 64 images a step)"),
     Reference("lipophilicity", "molecules/dmpnn", "3800steps", ("data=lipophilicity", *FP32),

@@ -60,7 +60,6 @@ class DiffusionConfig(LoopSettings):
                                      "validation and test")
 
     data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
-    compile: bool = True  # torch.compile the U-Net for training (1.22x images/s on 2 CPU cores; eager on failure)
     classes: str = ""  # only these classes, comma-separated names (e.g. 0,1,2: a class subset); '' = all
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)
@@ -263,10 +262,10 @@ def source_model(source: finetune.Source, channels: int, size: int, num_classes:
 # precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on mnist (diffusion/flow, width 16), AMD EPYC family 25
 # model 17 (AVX-512 BF16), 2 threads, 30 s, seeds 0-2 paired: bf16 0.88x the images/s (707 against 801, medians) and
 # validation fid_zoo worse on every seed (9.15 -> 9.82, means). The second budget was not run: speed alone decides.
-# compile=true by default: benchmarks/cpu_precision.py --compare compile=false compile=true on mnist (diffusion/flow),
-# the same CPU, 60 s, seeds 0-2 paired: 1.22x the images/s (718 against 586, medians; 755/654/677 steps against
-# 627/551/536), validation fid_zoo 6.04 -> 5.13 (means; better on every seed, by 0.51-1.13); at 120 s (a wider net)
-# 1.14x (1.32x, 1.00x, 1.14x by seed), 4.45 -> 3.77 (better on every seed, by 0.01-1.14).
+# compile: off by default. benchmarks/cpu_precision.py --compare compile=false compile=true on digits (diffusion/flow),
+# the same CPU, seeds 0-2 paired: 1.22x the images/s at 60 s (width sized to 1.54 M params; validation fid_zoo 6.04 ->
+# 5.13, every seed better) and 1.14x at 120 s (2.73 M; 4.45 -> 3.77); but on mnist at 5m (width 16, 0.69 M) a
+# compiled run trained 718 steps in 300 s where the eager 800-step reference takes 301 s: no speed-up there.
 @recipe("diffusion/ddpm", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
         exports={"pretrained": export_pretrained}, hooks={"size": size_hook},
