@@ -5,6 +5,9 @@
 # its one-line error and the others run), the GPU suite's data as one archive, and the commit the rows will name.
 # Needs the data cache (ZOO_DATA) holding the suite's datasets (zoo data fetch linux-python-docs, say). Then, there:
 #   bash benchmarks/gpu_run.sh        (device tool: command "bash benchmarks/gpu_run.sh", carry [".gpu"])
+# With the argument "reference", the data is the reference runs' instead (37 MB, no linux-python-docs), for
+# benchmarks/gpu_references.py (there: bash benchmarks/gpu_run.sh reference). Run it from a clean, committed tree:
+# the rows name the commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -16,9 +19,18 @@ rm -rf .gpu && mkdir -p .gpu/whl
   fair-esm==2.0.0 xgboost-cpu==3.2.0
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
-"$python" -m zoo bench --suite gpu --copy-data "$staging/suite-data"
+if [ "${1:-suite}" = reference ]; then
+  "$python" -m zoo bench --reference --copy-data "$staging/suite-data"
+  # the fid_zoo feature networks this machine trained (1.7 MB): diffusion's rows there are scored by the same
+  # network as the rows here, not by one trained again on that machine's CPU
+  cache=$("$python" -c "from zoo import checkout; checkout.install(); from recipe_zoo.core.flops import \
+computed_cache_root as c; print(c())")
+  mkdir -p .gpu/cache/features && cp -r "$cache/features/fid_zoo" .gpu/cache/features/
+else
+  "$python" -m zoo bench --suite gpu --copy-data "$staging/suite-data"
+fi
 XZ_OPT=-T0 tar cJf .gpu/suite-data.tar.xz -C "$staging" suite-data
-git rev-parse HEAD > .gpu/commit
+git rev-parse --short=9 HEAD > .gpu/commit  # the board names commits by 9 digits
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 total=$(( tree + $(du -sb .gpu | cut -f1) ))
 echo ".gpu: $(du -sh .gpu | cut -f1); with the checkout $((total / 1048576)) MiB to send (64 MiB at most)"

@@ -18,11 +18,30 @@ GPU_PEAK_TFLOPS = {
 }
 
 
-def gpu_peak_flops(name: str) -> float | None:
-    for key, tflops in GPU_PEAK_TFLOPS.items():  # first match wins: specific names come first
+# Plain fp32 (no tensor cores) in TFLOP/s, same datasheets: what a run with TF32 off (tf32=false) computes at best.
+GPU_FP32_TFLOPS = {
+    "H200": 67.0, "H100 SXM": 67.0, "H100 80GB HBM3": 67.0, "H100 PCIe": 51.0, "H100": 67.0,
+    "A100": 19.5, "A10G": 31.2, "A10": 31.2, "L40S": 91.6, "L4": 30.3,
+    "RTX 4090": 82.6, "RTX 3090": 35.6, "V100": 15.7, "T4": 8.1,
+}
+
+
+def gpu_peak_flops(name: str, dtype: str = "bf16") -> float | None:
+    """The datasheet's dense figure for ``dtype``: "bf16" (fp16 too), "tf32" (half the bf16 figure on the tensor
+    cores of every part listed with bf16) or "fp32" (plain fp32)."""
+    table = GPU_FP32_TFLOPS if dtype == "fp32" else GPU_PEAK_TFLOPS
+    for key, tflops in table.items():  # first match wins: specific names come first
         if key in name:
-            return tflops * 1e12
+            return tflops * 1e12 / (2 if dtype == "tf32" else 1)
     return None
+
+
+def gpu_matmul_dtype(precision: str) -> str:
+    """What a GPU run's matmuls compute in: bf16/fp16 under autocast, else TF32 or plain fp32 by the process's
+    float32 matmul precision (the loop's ``tf32`` setting)."""
+    if precision in ("bf16", "fp16"):
+        return "bf16"
+    return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
 def computed_cache_root() -> Path:
@@ -95,9 +114,10 @@ def _measure_matmul_flops(n: int = 2048, trials: int = 4, dtype: str = "fp32") -
 
 def peak_flops(device: torch.device, precision: str = "fp32") -> float | None:
     """The peak a run computing in ``precision`` is measured against: on a CPU the measured matmul of that dtype
-    (fp16, which CPUs run no faster, against fp32's), on a GPU the datasheet's dense bf16 figure."""
+    (fp16, which CPUs run no faster, against fp32's), on a GPU the datasheet's dense figure of the dtype its matmuls
+    compute in (bf16, TF32 or plain fp32: ``gpu_matmul_dtype``)."""
     if device.type == "cuda":
-        return gpu_peak_flops(torch.cuda.get_device_name(device))
+        return gpu_peak_flops(torch.cuda.get_device_name(device), gpu_matmul_dtype(precision))
     if device.type == "cpu":
         return cpu_peak_flops(dtype="bf16" if precision == "bf16" else "fp32")
     return None
@@ -109,7 +129,9 @@ def peak_label(device: torch.device, peak: float, precision: str = "fp32") -> st
     it: a conv net's CPU MFU is its model FLOP/s relative to that matmul, and over 100% says so rather than being
     clamped. ``peak``: ``peak_flops(device, precision)``."""
     if device.type == "cuda":
-        return f"{peak / 1e12:.1f} TFLOP/s, dense bf16 from the {torch.cuda.get_device_name(device)} datasheet"
+        dtype = {"bf16": "dense bf16", "tf32": "dense TF32", "fp32": "plain fp32 (TF32 off)"}[
+            gpu_matmul_dtype(precision)]
+        return f"{peak / 1e12:.1f} TFLOP/s, {dtype} from the {torch.cuda.get_device_name(device)} datasheet"
     dtype = "a bf16" if precision == "bf16" else "an fp32"
     return f"{peak / 1e9:.0f} GFLOP/s, {dtype} 2048x2048 matmul measured on this CPU (convolutions can exceed it)"
 

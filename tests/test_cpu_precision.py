@@ -69,6 +69,22 @@ def test_mfu_is_a_share_of_the_peak_of_the_dtype_it_computes_in(monkeypatch):
         assert f"{'a bf16' if precision == 'bf16' else 'an fp32'} 2048x2048 matmul" in run.extra["mfu_of"]
 
 
+def test_a_gpu_run_is_measured_against_the_datasheet_figure_of_what_its_matmuls_compute_in(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    gpu = torch.device("cuda")
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")  # tf32=false
+        assert flops.peak_flops(gpu, "fp32") == 67e12 and "plain fp32 (TF32 off)" in flops.peak_label(gpu, 67e12)
+        torch.set_float32_matmul_precision("high")  # tf32=true: the tensor cores at half the bf16 rate
+        assert flops.peak_flops(gpu, "fp32") == pytest.approx(989.5e12 / 2)
+        assert "dense TF32" in flops.peak_label(gpu, 4.9e14, "fp32")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert flops.peak_flops(gpu, "bf16") == 989.5e12 and "dense bf16" in flops.peak_label(gpu, 9.9e14, "bf16")
+    assert flops.gpu_peak_flops("NVIDIA H100 PCIe", "fp32") == 51e12 and flops.gpu_peak_flops("Unknown") is None
+
+
 def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
     ckpt = tmp_path / "c.pt"
     tiny_fit("bf16", 2, checkpoint_path=ckpt)

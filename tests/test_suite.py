@@ -109,6 +109,19 @@ def test_copy_data_copies_what_the_suite_reads(tmp_path, monkeypatch):
     assert "ZOO_DATA=" in proc.stdout
 
 
+def test_copy_data_with_reference_copies_what_those_reference_runs_read(tmp_path):
+    cache = tmp_path / "cache-data"
+    make_suite_data(cache)
+    proc = zoo("bench", "llm/gpt", "--reference", "--copy-data", tmp_path / "carry", env={"ZOO_DATA": str(cache)})
+    assert proc.returncode == 0, proc.stderr
+    copied = [str(p.relative_to(tmp_path / "carry")) for p in (tmp_path / "carry").rglob("*") if p.is_file()]
+    assert copied == ["text/tinyshakespeare/input.txt"]
+    # digits ships with scikit-learn: nothing to copy
+    proc = zoo("bench", "vision/resnet", "--reference", "digits", "--copy-data", tmp_path / "none",
+               env={"ZOO_DATA": str(cache)})
+    assert proc.returncode == 0 and "copied 0.0 MB" in proc.stdout, proc.stderr
+
+
 def test_a_summary_line_shows_what_a_recipe_did_not_report_as_a_dash():
     from recipe_zoo import suite
 

@@ -126,7 +126,8 @@ def _add_bench(sub) -> None:
     bench.add_argument("--scale", type=float, default=1.0, metavar="F",
                        help="--suite: budgets x F with small settings (F < 1: a CPU check of the suite, no rows)")
     bench.add_argument("--copy-data", type=Path, metavar="DIR",
-                       help="--suite: copy the data it reads from the data cache into DIR, then stop")
+                       help="--suite or --reference: copy the data those runs read from the data cache into DIR, then "
+                            "stop (to carry to a machine that cannot download it; ZOO_DATA=DIR there)")
 
 
 def _add_verify(sub) -> None:

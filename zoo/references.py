@@ -41,6 +41,11 @@ class Reference:
     def overrides(self) -> list[str]:
         return list(self.settings)
 
+    @property
+    def dataset(self) -> str:
+        """The dataset the run reads (its ``data=``; every reference names one)."""
+        return next(s.split("=", 1)[1] for s in self.settings if s.startswith("data="))
+
     def command(self, verb: str = "run") -> str:
         """``zoo run vision/resnet --reference digits``: the short form that expands to this reference."""
         own = registered_benchmark(self.recipe)

@@ -96,12 +96,13 @@ def datasets(name: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def copy_data(name: str, dest: Path) -> int:
-    """Copies the suite's datasets from the data cache into ``dest`` (the same layout); returns the bytes copied."""
+def copy_data(names: list[str], dest: Path) -> int:
+    """Copies the named datasets (a suite's, or reference runs') from the data cache into ``dest`` (the same layout);
+    returns the bytes copied."""
     from recipe_zoo.data import load_all, locate
 
     total = 0
-    for dataset in datasets(name):
+    for dataset in dict.fromkeys(names):
         info = load_all().get(dataset)
         if info is None or info.source != "cache":
             continue  # bundled with a dependency, or an own file the entry names
@@ -116,7 +117,7 @@ def copy_data(name: str, dest: Path) -> int:
             size = target.stat().st_size
         print(f"{dataset}: {info.path} ({size / 1e6:.1f} MB)")
         total += size
-    print(f"copied {total / 1e6:.1f} MB into {dest}: run the suite there with ZOO_DATA={dest}")
+    print(f"copied {total / 1e6:.1f} MB into {dest}: run there with ZOO_DATA={dest}")
     return total
 
 

@@ -98,9 +98,9 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from recipe_zoo import bench, references, registry, runs
+    from recipe_zoo import bench, references, registry, runs, suite
 
-    if args.suite or args.copy_data or args.scale != 1.0:
+    if args.suite or args.scale != 1.0 or (args.copy_data and args.reference is None):
         return _suite(args)
     if args.speed and args.reference is None:
         raise ZooError("--speed measures a reference run: give --reference (zoo board lists them)")
@@ -116,6 +116,9 @@ def cmd_bench(args) -> int:
                 [r for r in references.REFERENCES if args.reference in ("", r.benchmark)])
         if not refs:
             raise ZooError(f"--reference {args.reference}: no reference runs on it (zoo board lists them)")
+        if args.copy_data:  # the data these reference runs read, to carry to a machine that cannot download it
+            suite.copy_data([r.dataset for r in refs], args.copy_data)
+            return 0
         speed = ["--speed"] if args.speed else []
         jobs = [(resolve_spec(r.recipe), " ".join([r.command("bench"), f"--seeds {seeds}", *speed, *nproc,
                                                      *overrides]), [*r.settings, *overrides], r.work) for r in refs]
@@ -141,7 +144,7 @@ def _suite(args) -> int:
         raise ZooError("--suite runs its own recipes, budgets and one seed each: drop targets, --budget, --seeds "
                        "and --nproc (or drop --suite)")
     if args.copy_data:
-        suite.copy_data(args.suite, args.copy_data)
+        suite.copy_data(suite.datasets(args.suite), args.copy_data)
         return 0
     return suite.run_suite(args.suite, scale=args.scale, out_root=args.out or runs.default_out(),
                            allow_dirty=args.allow_dirty)

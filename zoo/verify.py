@@ -60,6 +60,16 @@ def select(rows: list[dict], picks: list[str], hardware: str) -> list[int]:
     return sorted(set(chosen))
 
 
+def check(old: dict, number: int, new: dict) -> dict:
+    """The verification of row ``number`` (``old``) by ``new``, a row of the same command's seeds (re-run here, or
+    measured at the same fixed work on another machine): what verify.jsonl records."""
+    tol = tolerance(old, new)
+    return {"row": board.row_id(old), "number": number, "date": new.get("date") or time.strftime("%Y-%m-%d"),
+            "commit": new["commit"], "dirty": new["dirty"], "hardware": new["hardware"], "n": new["n"],
+            "values": new["values"], "mean": new["mean"], "std": new["std"], "old_mean": old["mean"],
+            "tolerance": tol, "passed": abs(new["mean"] - old["mean"]) <= tol}
+
+
 def listing(rows: list[dict]) -> str:
     return "\n".join(f"{i:>3}  {r['benchmark']:<22} {r['budget']:<5} {board.value_text(r):<22} {board.label(r)} "
                      f"[{r['hardware']}, protocol {board.protocol(r)}]" for i, r in enumerate(rows, 1))
@@ -100,16 +110,11 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
             failed += 1
             log(f"row {number}: a seed did not finish ok")
             continue
-        tol = tolerance(old, new)
-        passed = abs(new["mean"] - old["mean"]) <= tol
-        failed += not passed
-        board.append_rows([{"row": board.row_id(old), "number": number, "date": time.strftime("%Y-%m-%d"),
-                            "commit": new["commit"], "dirty": new["dirty"], "hardware": here, "n": new["n"],
-                            "values": new["values"],
-                            "mean": new["mean"], "std": new["std"], "old_mean": old["mean"], "tolerance": tol,
-                            "passed": passed}], board.checks_file())
-        log(f"row {number}: {'holds' if passed else 'FAILS'}: new {board.value_text(new)}, old "
+        entry = check(old, number, new)
+        failed += not entry["passed"]
+        board.append_rows([entry], board.checks_file())
+        log(f"row {number}: {'holds' if entry['passed'] else 'FAILS'}: new {board.value_text(new)}, old "
             f"{board.value_text(old)}, |difference| {abs(new['mean'] - old['mean']):.4f} "
-            f"{'<=' if passed else '>'} {tol:.4f}")
+            f"{'<=' if entry['passed'] else '>'} {entry['tolerance']:.4f}")
     board_render.write_board()
     return 1 if failed else 0
