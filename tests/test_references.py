@@ -1,6 +1,7 @@
 """Reference runs at fixed work: each pins what a device would choose, plans the same on a 2-core CPU and an H200,
 is ranked with every machine's rows, has a speed view, verifies across machines, and tells a newcomer how to rank."""
 import dataclasses
+import json
 
 import pytest
 
@@ -83,6 +84,20 @@ def fixed(recipe, mean, hardware, precision="bf16", budget="1500steps", **kw):
             "higher_is_better": True, "recipe": recipe, "mean": mean, "std": 0.003, "n": 3, "budget": budget,
             "hardware": hardware, "precision": precision, "train_seconds": 300.0, "commit": "abc1234",
             "date": "2026-12-03", "command": f"zoo bench {recipe} --reference --seeds 3", **kw}
+
+
+def test_a_row_made_by_the_reference_command_before_a_setting_was_pinned_is_still_the_reference():
+    ref = references.find("medical/unet", "isbi2012-membrane")
+    pinned = config.parse_overrides(ref.overrides)
+    before = {k: v for k, v in pinned.items() if k != "compile"}  # compile=false pinned after the row was measured
+    row = fixed("medical/unet", 0.808, AMD, precision="fp32", budget=ref.work, overrides=before,
+                benchmark="isbi2012-membrane", command="zoo bench medical/unet --reference --seeds 3")
+    assert references.of_row(row) == ref and board.row_name(row) == "medical/unet (reference)"
+    variant = {**row, "overrides": {**before, "lr": "0.1"}, "command": row["command"] + " lr=0.1"}
+    assert references.of_row(variant) is None
+    # the own-benchmark command is a prefix of another benchmark's: that row is not this reference's
+    other = {**row, "command": "zoo bench medical/unet --reference other-bench --seeds 3"}
+    assert references.of_row(other) is None
 
 
 def test_reference_rows_of_every_machine_share_their_benchmark_table():
@@ -219,3 +234,31 @@ def test_make_demo_runs_the_digits_reference_and_is_ranked_on_a_machine_with_no_
     line = ranking.rank_line(0.995, benchmark="digits", budget=ref.work, hardware="a machine on no row",
                            metric="test_accuracy", higher=True, rows=rows, precision="bf16", recipe="vision/resnet")
     assert line.startswith(f"1 of 2 on digits @ {ref.work} (the reference table, bf16), every machine")
+
+
+def test_rows_from_a_lent_gpu_are_imported_and_recorded_as_cross_hardware_checks(tmp_path):
+    """benchmarks/gpu_references.py --import: the rows that came back are appended, and a new reference row of 3
+    seeds verifies each row of the same reference from other hardware with 3 seeds (zoo verify's rule), and only
+    those."""
+    import subprocess
+    import sys
+
+    ref = references.find("vision/resnet", "cifar10-subset")
+    pinned = config.parse_overrides(ref.overrides)
+    cpu = fixed("vision/resnet", 0.8275, AMD, overrides=pinned, values=[0.826, 0.827, 0.8295])
+    board.append_rows([cpu, dict(cpu, n=1, date="2026-12-01"), dict(cpu, overrides={**pinned, "lr": "0.1"})])
+    back = tmp_path / "back"
+    back.mkdir()
+    gpu = dict(cpu, hardware=H200, mean=0.8253, std=0.0011, values=[0.824, 0.8255, 0.8264], dirty=False,
+               commit="cbc99d4eb-copy", train_seconds=None, date="2026-12-04")
+    far = dict(gpu, mean=0.70, values=[0.70, 0.70, 0.70], std=0.0, recipe="vision/resnet", budget="2000steps")
+    (back / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (gpu, far)))
+    script = board.CODE_DIR / "benchmarks" / "gpu_references.py"
+    proc = subprocess.run([sys.executable, str(script), "--import", str(back)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(board.load_rows()) == 5
+    (check,) = board.load_rows(board.checks_file())  # the 1-seed row and the variant are not checked
+    assert check["number"] == 1 and check["hardware"] == H200 and check["passed"] and check["n"] == 3
+    assert check["tolerance"] == pytest.approx(2 * (0.003 ** 2 / 3 + 0.0011 ** 2 / 3) ** 0.5)
+    assert "row 1: holds on NVIDIA H200 x1: 0.8253 (n=3) against 0.8275" in proc.stdout
+    assert "| verified |" in (board.board_dir() / "leaderboard.md").read_text()

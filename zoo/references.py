@@ -147,11 +147,22 @@ def in_table(recipe: str, benchmark: str, budget: str, precision) -> bool:
 
 
 def of_row(row: dict) -> Reference | None:
-    """The reference a leaderboard row measured: its recipe, benchmark and work, with the reference's settings."""
+    """The reference a leaderboard row measured: its recipe, benchmark and work, with the reference's settings; or
+    a row its ``--reference`` command made before a setting was pinned (medical/unet's ``compile``, pinned at the
+    default its rows had when the default changed): that command with no key=value of its own, and every
+    override it recorded one of the reference's."""
     from recipe_zoo import config
 
     ref = matching(row["recipe"], row["benchmark"], row["budget"])
-    return ref if ref and row.get("overrides", {}) == config.parse_overrides(ref.overrides) else None
+    if ref is None:
+        return None
+    pinned, given = config.parse_overrides(ref.overrides), row.get("overrides", {})
+    if given == pinned:
+        return ref
+    command, prefix = row.get("command", ""), ref.command("bench")
+    tail = command[len(prefix):].split() if command.startswith(prefix) else ["-"]
+    by_command = all(t.startswith("--") or t.isdigit() for t in tail)
+    return ref if by_command and given.items() <= pinned.items() else None
 
 
 def on_benchmark(benchmark: str) -> list[Reference]:

@@ -14,7 +14,7 @@ import math
 import time
 from pathlib import Path
 
-from recipe_zoo import bench, board, board_render, registry
+from recipe_zoo import bench, board, board_render, references, registry
 from recipe_zoo.core.errors import ZooError
 
 # The spread a single run is allowed when it has no seeds of its own: absolute for metrics on [0, 1] (accuracy,
@@ -101,7 +101,8 @@ def verify(picks: list[str], *, seeds: int, out_root: Path, allow_dirty: bool, l
                 continue
             n = max(seeds, CROSS_SEEDS)  # one seed's floor is too weak a test of another machine's arithmetic
         spec = registry.get(old["recipe"])
-        overrides = [f"{k}={v}" for k, v in old.get("overrides", {}).items()]
+        ref = references.of_row(old)  # a reference row re-runs its reference's settings (pinned since, too)
+        overrides = ref.overrides if ref else [f"{k}={v}" for k, v in old.get("overrides", {}).items()]
         log(f"row {number}: {board.label(old)} on {old['benchmark']} @ {old['budget']}, {board.value_text(old)}: "
             f"running {n} seed(s)" + (f" (measured on {old['hardware']})" if old["hardware"] != here else ""))
         new = bench.bench_one(spec, seeds=n, budget_text=old["budget"], overrides=overrides, out_root=out_root,
