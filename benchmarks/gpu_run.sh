@@ -17,7 +17,9 @@ if [ -z "${SCALE:-}" ] && compgen -G ".gpu/whl/*.whl" > /dev/null; then
 fi
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 rm -rf /tmp/suite-data && tar xJf .gpu/suite-data.tar.xz -C /tmp || exit 1
-export ZOO_DATA=/tmp/suite-data ZOO_COMMIT="$(cat .gpu/commit)"
+# the rows name the kit's commit: git is kept out of it (the copy there can carry a .git whose status reads as
+# uncommitted changes, and bench then refuses to write a row)
+export ZOO_DATA=/tmp/suite-data ZOO_COMMIT="$(cat .gpu/commit)" GIT_DIR=/nonexistent-git
 { nvidia-smi 2>&1 || true; "$py" -c "import torch; print(torch.__version__, torch.cuda.is_available())"; \
   lscpu 2>&1 | head -20; } > "$out/device.txt"
 if [ "${1:-suite}" = reference ]; then
