@@ -48,7 +48,7 @@ class LoopSettings:
     activation_checkpointing: bool = False  # recompute each block in backward (models exposing .blocks)
     log_every: NonNegative = 10.0  # seconds of wall time between progress lines (0 = every step)
     sync_every: NonNegativeInt = 0  # steps between reads of the loss off the device (0 = 1 on CPU, 16 on GPUs)
-    profile: NonNegativeInt = 0  # steps traced by torch.profiler after the compiling ones, untimed (profile.txt)
+    profile: NonNegativeInt = 0  # steps traced by torch.profiler after the compiling ones, not in the throughput
     lr_scaling: Literal["none", "sqrt", "linear"] = "none"  # under N processes: LR x sqrt N (the batch rule), x N
     sync_batchnorm: bool = True  # under N GPU processes, batch-norm statistics over the global batch
 

@@ -115,7 +115,7 @@ class LoopState:
         self.checkpoint_path = run.checkpoint_path
         self.budget, self.world, self.rank = run.budget, parts.world, distributed.rank()
         self.counters, self.metrics = counters, metrics  # metrics: the last evaluation's
-        self.untimed_steps = 3 if s.compile else 0  # compiling steps are not charged to the budget
+        self.untimed_steps = 3 if s.compile else 0  # compiling steps: charged to the budget, not in the throughput
         self.thresholds = eval_thresholds(s.eval_every)
         self.steps_per_epoch = max(1, batches.batches_per_epoch // s.accum_steps)
         self.global_batch = batches.batch_size * s.accum_steps * self.world
@@ -168,7 +168,8 @@ class LoopState:
             self.window.open()
 
     def count_step(self, loss: torch.Tensor, counted_flops: bool) -> None:
-        """After a step: its loss joins the window (timed unless compiling, counting FLOPs or traced)."""
+        """After a step: its loss joins the window (timed for throughput unless compiling, counting FLOPs or traced;
+        charged to the budget either way)."""
         c, tracer = self.counters, self.tracer
         tracer.traced += tracer.active
         self.window.add(loss, timed=c.step >= self.untimed_steps and not counted_flops and not tracer.active)
@@ -187,7 +188,8 @@ class LoopState:
             tracer.stop()
 
     def close_window(self) -> None:
-        """Read the window's losses (one sync), agree them across processes, check them, charge its time."""
+        """Read the window's losses (one sync), agree them across processes, check them, charge its time to the
+        budget (and to the throughput when its steps were timed)."""
         window, c, world = self.window, self.counters, self.world
         if not window.losses:
             return
@@ -202,8 +204,8 @@ class LoopState:
         for i, value in enumerate(values):
             c.check_divergence(first + i, value, self.s.diverge_factor)
             c.count_loss(value)
-        if window.timed:
-            c.train_seconds += window.seconds
+        c.train_seconds += window.seconds  # the budget's clock: every step, compiling, FLOP-counting and traced too
+        if window.timed:  # throughput and MFU: the steady steps only
             self.timing.steps += len(values)
             self.timing.seconds += window.seconds
         window.clear()

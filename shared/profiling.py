@@ -4,8 +4,8 @@
 them (``sync_every``); ``Timing`` counts the timed steps that throughput and MFU are computed over.
 
 ``profile=N`` traces N optimizer steps with ``torch.profiler``. The traced steps are the first ones the loop
-would time (after compiling and the FLOP-counting step); they are not charged to the budget nor counted in
-throughput or MFU, since the tracer slows the host. The run folder gets
+would time (after compiling and the FLOP-counting step); like those they are charged to a time budget but not
+counted in throughput or MFU, since the tracer slows the host. The run folder gets
 ``profile.txt``: the device's busy share of the traced wall time (kernels' time, overlaps merged: the rest is
 the device waiting on the host), the loop's own sections (data, forward and backward, clipping, optimizer) and
 the ops by self time on the device (by self CPU time on a CPU); and ``trace.json.gz`` for chrome://tracing or
