@@ -1,6 +1,6 @@
 """``zoo plan``'s predicted steps against the steps a run of the same budget measures, on this CPU, per precision.
 
-    python benchmarks/cpu_plan_check.py --zoo-data ../shared/data [--budget 30s] [--precisions fp32 bf16]
+    python benchmarks/cpu_plan_check.py --zoo-data ../shared/data [--budget 30s] [--precisions fp32 bf16] [--set K=V]
 
 Each case is ``zoo plan --recipe R --budget B precision=P ...`` (the sizing rule's shape and its predicted steps,
 read from the plan's ``steps:`` line), then ``zoo run R --budget B --seed 0 precision=P ...`` in a process of its
@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--budget", default="30s")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--zoo-data", help="the data cache ($ZOO_DATA)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more overrides for every case (compile=false: the eager shares)")
     args = parser.parse_args()
     if args.zoo_data:
         os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
@@ -51,7 +53,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, recipe in enumerate(args.recipes):
             for precision in args.precisions:
-                row = case(recipe, args.budget, precision, CASES.get(recipe, []), Path(tmp) / f"{i}-{precision}")
+                row = case(recipe, args.budget, precision, CASES.get(recipe, []) + args.set,
+                           Path(tmp) / f"{i}-{precision}")
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     print(f"\n{'recipe':16} {'precision':9} {'predicted':>9} {'measured':>8} {'ratio':>6}  shape")
