@@ -53,12 +53,12 @@ def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
     # the reasons say what bound each plan: ISBI's 20 slices allow 1 patch a step by nnU-Net's 5% rule, under 2;
     # the CPU's patch was halved for the steps
     assert h200["why"] == "batch 2, the least: nnU-Net's 5% of the training voxels a step alone would allow 1"
-    assert cpu["why"].startswith("patch halved from nnU-Net's 512x512 to ") and cpu["why"].endswith("240 steps")
+    assert cpu["why"].startswith("patch halved from nnU-Net's 512x512 to ") and cpu["why"].endswith("395 steps")
     roomy = planner.make_plan(fingerprint(total_voxels=2000 * 512 ** 2), unet.plan_settings(unet.MedicalConfig()),
                               devices.gpu("H200", memory=1e11), parse_budget("6s"), lambda d, lv, w: (2e6, 500.0))
     assert roomy["patch"] == [512, 512] and roomy["batch_size"] > 2
     assert roomy["why"].startswith(f"nnU-Net's patch; batch {roomy['batch_size']} bound by the budget's steps; "
-                                   f"the budget buys {roomy['expected_steps']} steps (at least 100) (min_steps=240 "
+                                   f"the budget buys {roomy['expected_steps']} steps (at least 100) (min_steps=395 "
                                    "lowered: at 30 ms a step of latency the budget buys at most 200)")
 
 
