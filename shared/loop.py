@@ -1,7 +1,7 @@
 """The one training loop every torch recipe shares.
 
-Budget in seconds, steps or epochs (time excludes evaluation, checkpointing and the first compiled
-steps); gradient accumulation with the loss divided by the number of micro-steps; clipping;
+Budget in seconds, steps or epochs (time excludes evaluation, checkpointing and the steps the zoo measures with:
+FLOP counting, profile tracing; compiling steps count); gradient accumulation with the loss divided by the number of micro-steps; clipping;
 divergence fast-fail; GC frozen after the first step; periodic and final evaluation (on EMA weights
 when EMA is on); atomic checkpoints and exact resume; throughput, MFU and peak memory.
 

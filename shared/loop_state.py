@@ -168,11 +168,12 @@ class LoopState:
             self.window.open()
 
     def count_step(self, loss: torch.Tensor, counted_flops: bool) -> None:
-        """After a step: its loss joins the window (timed for throughput unless compiling, counting FLOPs or traced;
-        charged to the budget either way)."""
+        """After a step: its loss joins the window, timed for throughput unless compiling, counting FLOPs or traced,
+        and charged to the budget unless counting FLOPs or traced."""
         c, tracer = self.counters, self.tracer
         tracer.traced += tracer.active
-        self.window.add(loss, timed=c.step >= self.untimed_steps and not counted_flops and not tracer.active)
+        instruments = counted_flops or tracer.active  # the zoo's own measuring: neither timed nor charged
+        self.window.add(loss, timed=c.step >= self.untimed_steps and not instruments, charged=not instruments)
         c.step += 1
         c.samples += self.global_batch
 
@@ -204,7 +205,8 @@ class LoopState:
         for i, value in enumerate(values):
             c.check_divergence(first + i, value, self.s.diverge_factor)
             c.count_loss(value)
-        c.train_seconds += window.seconds  # the budget's clock: every step, compiling, FLOP-counting and traced too
+        if window.charged:  # the budget's clock: every training step, compiling ones too
+            c.train_seconds += window.seconds
         if window.timed:  # throughput and MFU: the steady steps only
             self.timing.steps += len(values)
             self.timing.seconds += window.seconds

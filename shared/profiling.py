@@ -4,8 +4,9 @@
 them (``sync_every``); ``Timing`` counts the timed steps that throughput and MFU are computed over.
 
 ``profile=N`` traces N optimizer steps with ``torch.profiler``. The traced steps are the first ones the loop
-would time (after compiling and the FLOP-counting step); like those they are charged to a time budget but not
-counted in throughput or MFU, since the tracer slows the host. The run folder gets
+would time (after compiling and the FLOP-counting step); like the FLOP-counting step (the zoo's instruments, not
+the training's cost) they are not charged to a time budget nor counted in throughput or MFU, since the tracer
+slows the host; the compiling steps are charged to the budget. The run folder gets
 ``profile.txt``: the device's busy share of the traced wall time (kernels' time, overlaps merged: the rest is
 the device waiting on the host), the loop's own sections (data, forward and backward, clipping, optimizer) and
 the ops by self time on the device (by self CPU time on a CPU); and ``trace.json.gz`` for chrome://tracing or
@@ -38,14 +39,15 @@ class LossWindow:
 
     def __init__(self):
         self.losses: list[torch.Tensor] = []
-        self.timed, self.t0, self.seconds = True, 0.0, 0.0
+        self.timed, self.charged, self.t0, self.seconds = True, True, 0.0, 0.0
 
     def open(self) -> None:
         self.t0 = time.perf_counter()
 
-    def add(self, loss: torch.Tensor, timed: bool) -> None:
+    def add(self, loss: torch.Tensor, timed: bool, charged: bool = True) -> None:
+        """``timed``: in throughput and MFU; ``charged``: on the budget's clock."""
         self.losses.append(loss)
-        self.timed = self.timed and timed
+        self.timed, self.charged = self.timed and timed, self.charged and charged
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -58,7 +60,7 @@ class LossWindow:
         return values
 
     def clear(self) -> None:
-        self.losses, self.timed = [], True
+        self.losses, self.timed, self.charged = [], True, True
 
 
 SECTIONS = ("zoo::batch", "zoo::forward_backward", "zoo::clip", "zoo::optimizer")
