@@ -3,8 +3,8 @@
 # data, runs the GPU suite (its rows name the commit in .gpu/commit, as COMMIT-copy) and leaves in $OUT what comes
 # back: the suite's log, the device, the new leaderboard rows, and the GPT-2-small entry's profile and trace.
 # With the argument "reference": benchmarks/gpu_references.py instead of the suite (its files in $OUT; the kit made
-# with "reference"). SCALE=0.05 runs the suite's small CPU check instead (no rows, no wheels installed: PYTHON names an environment
-# that has the extras), to try this script on a machine without a GPU.
+# with "reference"). SCALE=0.05 runs the suite's small CPU check instead (no rows, no wheels installed: PYTHON names
+# an environment that has the extras), to try this script on a machine without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-out}

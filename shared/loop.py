@@ -1,9 +1,9 @@
 """The one training loop every torch recipe shares.
 
-Budget in seconds, steps or epochs (time excludes evaluation, checkpointing and the steps the zoo measures with:
-FLOP counting, profile tracing; compiling steps count); gradient accumulation with the loss divided by the number of micro-steps; clipping;
-divergence fast-fail; GC frozen after the first step; periodic and final evaluation (on EMA weights
-when EMA is on); atomic checkpoints and exact resume; throughput, MFU and peak memory.
+Budget in seconds, steps or epochs (time excludes evaluation, checkpointing and the steps the zoo measures
+with: FLOP counting, profile tracing; compiling steps count); gradient accumulation with the loss divided by the
+number of micro-steps; clipping; divergence fast-fail; GC frozen after the first step; periodic and final
+evaluation (on EMA weights when EMA is on); atomic checkpoints and exact resume; throughput, MFU and peak memory.
 
 ``fit`` reads as the loop it runs; its parts live by job: the optimizer step (``train_step``), the loop's state
 between steps and its checkpoint (``loop_state``), the rows and log lines it records (``loop_records``), and how a
