@@ -316,4 +316,5 @@ def train_mlp(cfg: MLPConfig, run) -> dict[str, float]:
                    **({"source": finetune.provenance(start.source)} if start is not None else {}))
     begun = {k: v for k, v in stats.items() if k.endswith("_start")}
     return {**metrics, **begun, "train_seconds": total, "params_M": stats["params_M"],
-            "peak_mem_mb": stats["peak_mem_mb"], "mfu_percent": stats.get("mfu_percent"), "rows": len(table.y)}
+            "peak_mem_mb": stats["peak_mem_mb"], "mfu_percent": stats.get("mfu_percent"),
+            "samples_per_s": stats.get("samples_per_s"), "rows": len(table.y)}  # the last split's, as MFU
