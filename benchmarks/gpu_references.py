@@ -80,6 +80,8 @@ class Jobs:
         (folder / "board" / "benchmarks").mkdir(parents=True)  # ZOO_BOARD_DIR's layout: a checkout's
         for path in board_files:
             shutil.copy(path, folder / "board" / "benchmarks" / path.name)
+        counts = {p.name: len(p.read_text().splitlines()) for p in board_files}  # what follows them is the job's
+        (folder / "copied.json").write_text(json.dumps(counts))
         environ = {**os.environ, "ZOO_BOARD_DIR": str(folder / "board"), "PYTHONUNBUFFERED": "1", **(env or {})}
         command = [sys.executable, "-m", "zoo", *args, "--out", str(self.work / "runs")]
         self.log(f"[{time.strftime('%H:%M:%S')}] job{self.count:02d}: zoo {' '.join(args)}")
@@ -171,8 +173,7 @@ def collect(out: Path, work: Path, shared: list[Path], alone: list[Path], verifi
         lines = []
         for folder in folders:
             path = folder / "board" / "benchmarks" / name
-            # a verify job's board began as a copy of this checkout's: its new checks follow the copied lines
-            skip = len(board.checks_file().read_text().splitlines()) if name == "verify.jsonl" else 0
+            skip = json.loads((folder / "copied.json").read_text()).get(name, 0)  # a verify job's copied board
             for line in (path.read_text().splitlines()[skip:] if path.exists() else []):
                 row = json.loads(line)
                 if name == "results.jsonl":
@@ -185,7 +186,7 @@ def collect(out: Path, work: Path, shared: list[Path], alone: list[Path], verifi
             log.write(f"\n===== {folder.name} =====\n{(folder / 'log.txt').read_text()}")
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
         for path in sorted((work / "runs").rglob("*")):
-            if path.is_file() and (path.suffix in (".json", ".txt", ".log") or path.name == "profile.txt"):
+            if path.is_file() and path.suffix in (".json", ".txt", ".log"):  # not the weights
                 tar.add(path, arcname=str(path.relative_to(work)))
     return counts
 
