@@ -306,8 +306,9 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
 # compile=true by default (medical/swinunetr: not measured, eager): benchmarks/cpu_precision.py --compare compile=false
 # compile=true on ISBI (folds=0), the same CPU, 60 s, seeds 0-2 paired: 1.19x the patches/s (27.8 against 23.3,
 # medians; 837/816/926 steps against 700/637/751), validation Dice 0.7962 -> 0.7966 (means; -0.0005, +0.0022, -0.0006).
-# medical/swinunetr, precision=auto on a CPU: fp32. cpu_precision.py on ISBI (folds=0), the same CPU, 30 s, seeds 0-2:
-# bf16 1.13x the patches/s (14.7 against 13.0, medians), under the rule's 1.3x; validation Dice +0.0012 (means).
+# medical/swinunetr, precision=auto on a CPU: fp32. cpu_precision.py on ISBI (folds=0, tta=false), the same CPU, 30 s,
+# seeds 0-2: bf16 1.06x the patches/s (15.0 against 14.1, medians), under the rule's 1.3x; validation Dice 0.7127 ->
+# 0.7150 (means; better on every seed).
 @recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU",
         predict=segment, predict_options=MedicalPredictOptions, hooks={"size": size_hook})
