@@ -146,3 +146,16 @@ def test_a_bf16_run_of_the_recipes_auto_gives_bf16_predicts_its_test_split_again
     summary, _ = run_ok(recipe, *args, "precision=bf16", "--out", tmp_path / "runs", budget="3steps")
     assert summary["precision"] == "bf16"
     roundtrip(Path(summary["run_dir"]))
+
+
+def test_cpu_precision_measures_each_recipe_on_its_benchmark_not_its_default_data():
+    """medical's default data is synthetic-2d and diffusion's digits: benchmarks/cpu_precision.py runs a recipe on
+    its benchmark unless --set names data= (a measurement once ran on synthetic-2d by mistake)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import cpu_precision
+
+    assert cpu_precision.benchmark_data("medical/swinunetr") == ["data=isbi2012-membrane"]
+    assert cpu_precision.benchmark_data("diffusion/flow") == ["data=mnist"]
