@@ -19,7 +19,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from cpu_precision import zoo, zoo_run  # benchmarks/ is this script's folder
+from cpu_precision import python, zoo, zoo_run  # benchmarks/ is this script's folder
 
 CASES = {  # recipe -> overrides (medical: one split, no folds, so the budget is one run's)
     "llm/gpt": [],
@@ -48,13 +48,8 @@ def speed_now(precision: str) -> float:
 
 
 def zoo_python(code: str) -> str:
-    import subprocess
-    import sys
-
-    checkout = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", "from zoo import checkout; checkout.install(); " + code],
-                          capture_output=True, text=True, env=env, check=True).stdout
+    """The output of ``code`` run with the zoo importable from this checkout (``recipe_zoo``)."""
+    return python(["-c", "from zoo import checkout; checkout.install(); " + code]).stdout
 
 
 def main() -> None:

@@ -33,7 +33,12 @@ SPEEDUP = 1.3
 def zoo(args: list[str]) -> subprocess.CompletedProcess:
     """``zoo ARGS`` from this checkout (``python -m zoo`` with it first on ``PYTHONPATH``, even where another copy
     is installed), in a process of its own; the command and its stderr's end on failure."""
-    cmd = [sys.executable, "-m", "zoo", *args]
+    return python(["-m", "zoo", *args])
+
+
+def python(args: list[str]) -> subprocess.CompletedProcess:
+    """``python ARGS`` with this checkout first on ``PYTHONPATH``; the command and its stderr's end on failure."""
+    cmd = [sys.executable, *args]
     checkout = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
