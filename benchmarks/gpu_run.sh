@@ -24,7 +24,7 @@ export ZOO_DATA=/tmp/suite-data ZOO_COMMIT="$(cat .gpu/commit)" GIT_DIR=/nonexis
   lscpu 2>&1 | head -20; } > "$out/device.txt"
 if [ "${1:-suite}" = reference ]; then
   [ -d .gpu/cache ] && export ZOO_CACHE="$PWD/.gpu/cache"  # the fid_zoo networks the kit carried
-  "$py" benchmarks/gpu_references.py --out "$out" ${DEADLINE:+--deadline "$DEADLINE"}
+  "$py" benchmarks/gpu_references.py --out "$out" ${DEADLINE:+--deadline "$DEADLINE"} $(cat .gpu/args 2>/dev/null)
   exit $?
 fi
 export ZOO_BOARD_DIR="$out/board"
