@@ -276,6 +276,7 @@ def main() -> int:
                         help="gpu: the phases above; cpu: every reference on the host CPU, and beside it, on the "
                              "GPU, the references it has no row of (default gpu)")
     parser.add_argument("--jobs", type=int, default=5, help="quality jobs at a time (default 5)")
+    parser.add_argument("--lanes", type=int, help="host CPU processes at a time (default: (cores - 2) / 2)")
     parser.add_argument("--deadline", type=float, default=480, help="seconds for all three phases (default 480)")
     parser.add_argument("--only", nargs="*", default=None, metavar="RECIPE", help="these recipes' references only")
     parser.add_argument("--check", action="store_true", help="10 steps, one seed, no rows kept: a check of the code")
@@ -303,7 +304,9 @@ def main() -> int:
     jobs = Jobs(work, start + args.deadline, log)
     usable = [r for r in chosen if available(r, log)]
     torch_refs = [r for r in usable if trains_torch(r)]
-    lanes = max(1, ((os.cpu_count() or 2) - 2) // 2)  # 2 threads each, 2 cores left to the GPU's jobs
+    cores = len(os.sched_getaffinity(0))
+    lanes = args.lanes or max(1, (cores - 2) // 2)  # 2 threads each, 2 cores left to the GPU's jobs
+    log(f"{cores} cores here (os.cpu_count {os.cpu_count()})")
     if args.mode == "cpu":  # every reference on the host CPU; beside it, on the GPU, those it has no row of
         gpu_refs = [r for r in torch_refs if r not in measured_on_gpu()]
         log(f"host CPU: {lanes} lanes; GPU: {', '.join(f'{r.recipe} on {r.benchmark}' for r in gpu_refs) or '-'}")
