@@ -233,6 +233,11 @@ def test_verify_tolerance_and_floors():
     assert verify.tolerance(one, dict(one)) == pytest.approx(2 * (2 * 0.005 ** 2) ** 0.5)  # [0, 1] metric floor
     rmse = row("a", 40000.0, std=0.0, n=1, metric="test_rmse")
     assert verify.spread(rmse) == pytest.approx(400.0)  # 1% of the value for a metric with a scale
+    saturated = row("a", 1.0, std=0.0, n=3)  # three seeds at 1.0000: no spread of their own, the floor stands in
+    assert verify.spread(saturated) == 0.005
+    xeon = row("a", 0.9963, std=0.0016, n=3, values=[0.9944, 0.9972, 0.9972], dirty=False)
+    assert verify.check(saturated, 1, xeon)["passed"]  # about one image in 360 holds
+    assert not verify.check(saturated, 1, {**xeon, "mean": 0.99})["passed"]
 
 
 @pytest.mark.slow
