@@ -5,6 +5,7 @@ import functools
 import json
 import pickle
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,6 +199,8 @@ def test_mlp_head_on_precomputed_embeddings(tmp_path):
                   budget="600steps")
     assert float(s["value"]) > 0.8 and s["head"].startswith("mlp (16 -> 32 -> 1)")
     assert s["embeddings"].startswith("precomputed, 16 wide")
+    metrics = json.loads((Path(s["run_dir"]) / "summary.json").read_text())["metrics"]
+    assert metrics["samples_per_s"] > 0 and float(s["mfu_percent"]) > 0  # the MLP's steps, for the speed view
 
 
 @pytest.mark.slow

@@ -99,7 +99,8 @@ def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray,
     run.report("head", f"{what}; validation {metric} {value:.4f}")
     chose_mlp = what.startswith("mlp")
     test_pred = head.predict(X[test])  # the test rows, scored once
-    return {**final_metrics(data, value, test_pred),
+    speed = {k: stats[k] for k in ("samples_per_s", "mfu_percent") if stats.get(k) is not None}  # the MLP's steps
+    return {**final_metrics(data, value, test_pred), **speed,
             "train_seconds": closed_seconds + stats.get("train_seconds", 0.0),
             "params_M": stats.get("params_M") if chose_mlp else None,
             "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}, head, test_pred
