@@ -47,7 +47,7 @@ def print_sizing(spec, cfg, budget, profile, log=print) -> None:
                        f"themselves: {', '.join(sized)}")
     run = SimpleRun(budget, log=lambda *a, **k: None)  # the budget to size for; it trains and writes nothing
     plan = hook(cfg, run, profile)
-    log(f"{spec.name} for {budget} on {profile.describe(plan.get('work', 'matmul'))}")
+    log(f"{spec.name} for {budget} on {plan.get('profile', profile).describe(plan.get('work', 'matmul'))}")
     for key, label in (("shape", "shape"), ("batch", "batch"), ("params", "parameters"), ("steps", "steps"),
                        ("rate", "throughput"), ("per_param", "per parameter"), ("data", "data"), ("reason", "why")):
         if key in plan:

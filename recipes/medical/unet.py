@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
@@ -26,7 +27,7 @@ from recipe_zoo.core import artifact, devices, distributed, finetune, items, opt
 from recipe_zoo.core.artifact import Predictions, PredictOptions
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.checkpoint import export_safetensors
-from recipe_zoo.core.loop import LoopSettings, fit
+from recipe_zoo.core.loop import COMPILE_AUTO_SECONDS, LoopSettings, fit, resolve_compile
 from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
@@ -54,7 +55,8 @@ class MedicalConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction", "train_cases")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
-    compile: bool = True  # torch.compile the network for training (1.19x patches/s on 2 CPU cores; eager on failure)
+    # (a cold compile took 43 s of ISBI's plan on 2 CPU cores; warm, it gave 1.19-1.36x the patches/s; README)
+    compile: bool | None = None  # torch.compile for training; none (auto): if a fold's time budget is >= 5 minutes
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
     folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
     val_fraction: Share = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
@@ -92,7 +94,7 @@ class MedicalConfig(LoopSettings):
     hd95: bool = False  # also report the 95th-percentile Hausdorff distance (in spacing units)
     eval_every: Unit = 0.25  # fraction of the budget between (quick, no-TTA) evaluations
     compute_efficiency: Unit = 0.0  # planner's expected fraction of peak FLOP/s; 0 = the device profile's (conv)
-    min_steps: Count = 395  # planner: shrink batch, then patch, until the budget buys at least this many steps
+    min_steps: Count = 290  # planner: shrink batch, then patch, until the budget buys at least this many steps
     weights: str = ""  # fine-tune from a finished medical run (its folder): its network, plan and normalisation
 
 
@@ -142,6 +144,8 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
     data = load_data(cfg.data, cfg.label_values)
     folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction, cfg.train_cases)
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))
+    cfg = with_compile(cfg, budget)
+    profile = devices.with_compile(profile, cfg.compile)  # zoo plan made it for compile's value before auto resolved
     fp = fingerprint(data, folds[0].train)
     in_channels, net = data.cases[0].image.shape[0], network(cfg)
     plan = make_plan(fp, plan_settings(cfg), profile, budget, network_cost(net, in_channels, len(data.classes)))
@@ -152,7 +156,8 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
            "params": sum(p.numel() for p in model.parameters()),
            "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
                    f"{len(folds[0].train)}",
-           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else "")}
+           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else ""),
+           "profile": profile}  # compiled or not, as compile resolved for a fold's budget
     if steps:
         out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
     return out
@@ -161,6 +166,16 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
 # =============================================================================================
 # Training: one fold (plan, network, fit on validation), then the folds and the test scored once
 # =============================================================================================
+
+def with_compile(cfg: MedicalConfig, budget: Budget, log=None) -> MedicalConfig:
+    """``cfg`` with compile=none (auto) resolved for one fold's ``budget`` (``loop.resolve_compile``), said in the
+    log when it was auto."""
+    compiled = resolve_compile(cfg.compile, budget)
+    if cfg.compile is None and log is not None:
+        log(f"compile=none: {'compiled' if compiled else 'eager'} (a fold's budget {budget}; compiled from "
+            f"{COMPILE_AUTO_SECONDS:.0f}s of time budget, since a cold compile takes tens of seconds)")
+    return dataclasses.replace(cfg, compile=compiled)
+
 
 def resolve_flip_axes(cfg: MedicalConfig, data: SegData, plan: dict, spatial_dims: int) -> tuple[int, ...]:
     """Mirror-symmetric axes, in the network's axes (a 2-D plan over volumes drops the slice axis)."""
@@ -331,6 +346,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         check_source(cfg, data, folds, source, run.log)
     measure = network_cost(network(cfg), data.cases[0].image.shape[0], len(data.classes))
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
+    cfg = with_compile(cfg, budget, run.log)
     per_fold, pooled, stats, models, rows = [], [], [], [], []
     for k, fold in enumerate(folds):
         part = run if len(folds) == 1 else run.part(budget, main=k == 0)
