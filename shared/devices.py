@@ -11,7 +11,6 @@ group norms and attention, which gain nothing from bf16 on a CPU).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -52,8 +51,7 @@ CPU_WORK = {
     # peak 168 GFLOP/s): medical/unet eager (compile=false; ISBI, folds=0, patch 128x128, width 16) ran 501 steps
     # where 16% predicted 353 (23%). The share before (16%, fitted on a 144 GFLOP/s peak) had drifted. The plan's
     # step floor (min_steps) scales with the default's share, the compiled one (19% -> 31%): 240 -> 395, so the
-    # default plans choose what they chose before (no latency on a CPU: the choice depends on share / floor only);
-    # and again when the default became eager under 5 minutes a fold (compile=none, shared/loop.py): 395 -> 290.
+    # default plans choose what they chose before (no latency on a CPU: the choice depends on share / floor only).
     "conv": Work(((1, 0.23),), 0.0, "medical/unet (MONAI UNet) at width 16 on 2 CPU cores (AMD EPYC family 25 model "
                                     "17), eager: 23% of the measured fp32 matmul peak"),
     # diffusers' UNet2DModel (group norms, attention at the lowest level): diffusion/flow on mnist at widths 8-32 ran
@@ -125,8 +123,6 @@ class DeviceProfile:
     memory: float  # bytes free for training, per process
     processes: int = 1
     work: dict = field(default_factory=lambda: dict(CPU_WORK))
-    dtype: str = "fp32"  # a CPU's: whose peak and shares these are
-    compiled: bool = False  # a CPU's: shares under torch.compile
 
     def share(self, work: str, width: int | None = None) -> float:
         return self.work[work].share(width)
@@ -174,23 +170,13 @@ def cpu(peak: float | None = None, processes: int = 1, memory: float | None = No
 
     dtype = "bf16" if precision == "bf16" else "fp32"
     measured = peak is None
+    work = ((CPU_WORK_BF16_COMPILED if compiled else CPU_WORK_BF16) if dtype == "bf16" else
+            CPU_WORK_COMPILED if compiled else CPU_WORK)
     return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
                          "cpu", cpu_peak_flops(dtype=dtype) if measured else peak,
                          f"measured: {dtype} matmul 2048" if measured else f"given ({dtype})",
                          free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
-                         cpu_work(dtype, compiled), dtype, bool(compiled))
-
-
-def cpu_work(dtype: str, compiled: bool) -> dict:
-    return dict((CPU_WORK_BF16_COMPILED if compiled else CPU_WORK_BF16) if dtype == "bf16" else
-                CPU_WORK_COMPILED if compiled else CPU_WORK)
-
-
-def with_compile(profile: DeviceProfile, compiled: bool) -> DeviceProfile:
-    """The same profile for a run compiled or not (a CPU's shares change with it; a GPU's do not)."""
-    if profile.kind != "cpu" or profile.compiled == compiled:
-        return profile
-    return dataclasses.replace(profile, work=cpu_work(profile.dtype, compiled), compiled=compiled)
+                         dict(work))
 
 
 def gpu(name: str, processes: int = 1, memory: float | None = None) -> DeviceProfile | None:
