@@ -11,6 +11,7 @@ group norms and attention, which gain nothing from bf16 on a CPU).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class DeviceProfile:
     memory: float  # bytes free for training, per process
     processes: int = 1
     work: dict = field(default_factory=lambda: dict(CPU_WORK))
+    dtype: str = "fp32"  # a CPU's: whose peak and shares these are
+    compiled: bool = False  # a CPU's: shares under torch.compile
 
     def share(self, work: str, width: int | None = None) -> float:
         return self.work[work].share(width)
@@ -170,13 +173,23 @@ def cpu(peak: float | None = None, processes: int = 1, memory: float | None = No
 
     dtype = "bf16" if precision == "bf16" else "fp32"
     measured = peak is None
-    work = ((CPU_WORK_BF16_COMPILED if compiled else CPU_WORK_BF16) if dtype == "bf16" else
-            CPU_WORK_COMPILED if compiled else CPU_WORK)
     return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
                          "cpu", cpu_peak_flops(dtype=dtype) if measured else peak,
                          f"measured: {dtype} matmul 2048" if measured else f"given ({dtype})",
                          free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
-                         dict(work))
+                         cpu_work(dtype, compiled), dtype, bool(compiled))
+
+
+def cpu_work(dtype: str, compiled: bool) -> dict:
+    return dict((CPU_WORK_BF16_COMPILED if compiled else CPU_WORK_BF16) if dtype == "bf16" else
+                CPU_WORK_COMPILED if compiled else CPU_WORK)
+
+
+def with_compile(profile: DeviceProfile, compiled: bool) -> DeviceProfile:
+    """The same profile for a run compiled or not (a CPU's shares change with it; a GPU's do not)."""
+    if profile.kind != "cpu" or profile.compiled == compiled:
+        return profile
+    return dataclasses.replace(profile, work=cpu_work(profile.dtype, compiled), compiled=compiled)
 
 
 def gpu(name: str, processes: int = 1, memory: float | None = None) -> DeviceProfile | None:

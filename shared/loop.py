@@ -28,7 +28,7 @@ from recipe_zoo.core.loop_state import Counters, LoopState, resume
 from recipe_zoo.core.train_step import optimizer_step, prepare_step
 
 
-# compile=none (auto): torch.compile only for a run given at least this many seconds of time budget. A cold compile
+# compile=none (auto): torch.compile only for a fit given at least this many seconds of time budget. A cold compile
 # (the first run on a machine, after a torch upgrade or a cleaned /tmp) took 43 s of medical/unet's ISBI plan on 2
 # cores of an AMD EPYC family 25, so a 30 s budget trained 2 steps; warm, compiling gave 1.19-1.36x the steps, which
 # pays a cold compile back from 160-270 s; on synthetic-2d it gave 1.02x (969 against 952 steps in 60 s).
@@ -36,7 +36,7 @@ COMPILE_AUTO_SECONDS = 300.0
 
 
 def resolve_compile(value: bool | None, budget) -> bool:
-    """``compile``'s value, with none (auto) resolved for a run under ``budget``: compiled under a time budget of at
+    """``compile``'s value, with none (auto) resolved for a fit under ``budget``: compiled under a time budget of at
     least ``COMPILE_AUTO_SECONDS``, eager under a shorter one and under step or epoch budgets."""
     if value is not None:
         return value

@@ -63,10 +63,10 @@ def test_a_latency_bound_gpu_budget_keeps_the_median_patch():
 
 
 
-def test_compile_none_compiles_only_a_run_given_five_minutes_or_more():
+def test_compile_none_compiles_only_a_fold_given_five_minutes_or_more():
     """A cold compile costs tens of seconds (43 s of ISBI's plan on 2 CPU cores): compile=none (the default) compiles
-    only under a time budget of 5 minutes or more, and zoo plan's CPU shares follow what it resolves to."""
-    from recipe_zoo.core import loop
+    a fold only under a time budget of 5 minutes or more, and zoo plan's CPU shares follow what it resolves to."""
+    from recipe_zoo.core import devices, loop
 
     assert unet.MedicalConfig().compile is None
     assert loop.resolve_compile(None, parse_budget("5m")) and not loop.resolve_compile(None, parse_budget("299s"))
@@ -74,14 +74,19 @@ def test_compile_none_compiles_only_a_run_given_five_minutes_or_more():
     assert loop.resolve_compile(True, parse_budget("10s")) and not loop.resolve_compile(False, parse_budget("1h"))
     said = []
     assert unet.with_compile(unet.MedicalConfig(), parse_budget("60s"), said.append).compile is False
-    assert said[0].startswith("compile=none: eager (a 1m budget")
-    assert unet.with_compile(unet.MedicalConfig(), parse_budget("5m"), said.append).compile is True
+    assert said[0].startswith("compile=none: eager (a fold's budget 1m")
     assert unet.with_compile(unet.MedicalConfig(compile=False), parse_budget("1h"), said.append).compile is False
-    assert len(said) == 2  # a value the user set is kept, silently
-    for budget, share in (("1m", "23%"), ("5m", "31%")):  # zoo plan: eager's share, then compiled's
+    assert len(said) == 1  # a value the user set is kept, silently
+    eager = devices.cpu(peak=1e11, memory=1e10)
+    compiled = devices.with_compile(eager, True)
+    assert compiled.compiled and compiled.share("conv") == pytest.approx(
+        eager.share("conv") * devices.COMPILE_SPEEDUP["conv"])
+    assert devices.with_compile(compiled, False).share("conv") == eager.share("conv")
+    h200 = devices.gpu("H200")
+    assert devices.with_compile(h200, True) is h200  # a GPU's shares do not depend on it
+    for budget, share in (("1m", "23%"), ("5m", "31%")):  # zoo plan on one split: eager's share, then compiled's
         out = conftest.zoo_in_process("plan", "--recipe", "medical/unet", "--budget", budget, "--device", "cpu")
         assert out.returncode == 0 and f"conv reaches {share}" in out.stdout.splitlines()[0], out.stdout[-500:]
-
 
 def test_plan_follows_the_data():
     p = plan(fingerprint(), budget="100steps")

@@ -14,7 +14,6 @@ def size_for_budget(args) -> int:
 
     from recipe_zoo import config, registry
     from recipe_zoo.core import devices
-    from recipe_zoo.core.loop import resolve_compile
     from recipe_zoo.core.precision import resolve_precision
     from recipe_zoo.runs import parse_budget_arg
 
@@ -29,11 +28,10 @@ def size_for_budget(args) -> int:
     cfg = config.build(spec.config, spec.defaults, None, args.overrides, spec.name)
     # on this CPU, the dtype a run would compute in (auto resolved as a run resolves it) picks the peak and shares
     cpu_dtype = resolve_precision(torch.device("cpu"), getattr(cfg, "precision", "fp32"), spec.cpu_precision)
-    budget = parse_budget_arg(args.budget)
-    profile = devices.named(name, args.gpus, cpu_dtype, resolve_compile(getattr(cfg, "compile", False), budget))
+    profile = devices.named(name, args.gpus, cpu_dtype, getattr(cfg, "compile", False))
     if profile is None:
         raise ZooError(f"--gpu {name}: unknown; known: {', '.join(gpu_names())} (or --device cpu)")
-    print_sizing(spec, cfg, budget, profile)
+    print_sizing(spec, cfg, parse_budget_arg(args.budget), profile)
     return 0
 
 
@@ -49,7 +47,7 @@ def print_sizing(spec, cfg, budget, profile, log=print) -> None:
                        f"themselves: {', '.join(sized)}")
     run = SimpleRun(budget, log=lambda *a, **k: None)  # the budget to size for; it trains and writes nothing
     plan = hook(cfg, run, profile)
-    log(f"{spec.name} for {budget} on {profile.describe(plan.get('work', 'matmul'))}")
+    log(f"{spec.name} for {budget} on {plan.get('profile', profile).describe(plan.get('work', 'matmul'))}")
     for key, label in (("shape", "shape"), ("batch", "batch"), ("params", "parameters"), ("steps", "steps"),
                        ("rate", "throughput"), ("per_param", "per parameter"), ("data", "data"), ("reason", "why")):
         if key in plan:

@@ -56,7 +56,7 @@ class MedicalConfig(LoopSettings):
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     # (a cold compile took 43 s of ISBI's plan on 2 CPU cores; warm, it gave 1.19-1.36x the patches/s; README)
-    compile: bool | None = None  # torch.compile for training; none (auto): if the run's time budget is >= 5 minutes
+    compile: bool | None = None  # torch.compile for training; none (auto): if a fold's time budget is >= 5 minutes
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
     folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
     val_fraction: Share = 0.2  # validation: this fraction (rounded down) of the non-test cases, by hash of their path
@@ -144,6 +144,8 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
     data = load_data(cfg.data, cfg.label_values)
     folds = split_cases(data, cfg.folds, cfg.val_fraction, cfg.test_fraction, cfg.train_cases)
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))
+    cfg = with_compile(cfg, budget)
+    profile = devices.with_compile(profile, cfg.compile)  # zoo plan made it for compile's value before auto resolved
     fp = fingerprint(data, folds[0].train)
     in_channels, net = data.cases[0].image.shape[0], network(cfg)
     plan = make_plan(fp, plan_settings(cfg), profile, budget, network_cost(net, in_channels, len(data.classes)))
@@ -154,7 +156,8 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
            "params": sum(p.numel() for p in model.parameters()),
            "data": f"{len(data.cases)} cases, {len(folds)} fold(s) of {budget} each; fold 0 trains on "
                    f"{len(folds[0].train)}",
-           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else "")}
+           "reason": plan["why"] + (f"; set by you: {', '.join(plan['set_by_user'])}" if plan["set_by_user"] else ""),
+           "profile": profile}  # compiled or not, as compile resolved for a fold's budget
     if steps:
         out |= {"steps": steps, "rate": f"{steps * plan['batch_size'] / budget.amount:,.1f} patches/s"}
     return out
@@ -165,11 +168,11 @@ def size_hook(cfg: MedicalConfig, run, profile) -> dict:
 # =============================================================================================
 
 def with_compile(cfg: MedicalConfig, budget: Budget, log=None) -> MedicalConfig:
-    """``cfg`` with compile=none (auto) resolved for the run's ``budget`` (``loop.resolve_compile``: a cold compile is
-    paid once a run, the later folds compiling from the cache the first filled), said in the log when it was auto."""
+    """``cfg`` with compile=none (auto) resolved for one fold's ``budget`` (``loop.resolve_compile``), said in the
+    log when it was auto."""
     compiled = resolve_compile(cfg.compile, budget)
     if cfg.compile is None and log is not None:
-        log(f"compile=none: {'compiled' if compiled else 'eager'} (a {budget} budget; compiled from "
+        log(f"compile=none: {'compiled' if compiled else 'eager'} (a fold's budget {budget}; compiled from "
             f"{COMPILE_AUTO_SECONDS:.0f}s of time budget, since a cold compile takes tens of seconds)")
     return dataclasses.replace(cfg, compile=compiled)
 
@@ -343,7 +346,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
         check_source(cfg, data, folds, source, run.log)
     measure = network_cost(network(cfg), data.cases[0].image.shape[0], len(data.classes))
     budget = Budget(run.budget.kind, run.budget.amount / len(folds))  # split evenly over the folds
-    cfg = with_compile(cfg, run.budget, run.log)
+    cfg = with_compile(cfg, budget, run.log)
     per_fold, pooled, stats, models, rows = [], [], [], [], []
     for k, fold in enumerate(folds):
         part = run if len(folds) == 1 else run.part(budget, main=k == 0)
