@@ -191,7 +191,8 @@ def host_cpu(refs: list, jobs: Jobs, check: bool, lanes: int, cost: dict) -> Pat
             row["items"] = line["id"]
             lines["items.jsonl"].append(json.dumps(line))
         lines["results.jsonl"].append(json.dumps(row))
-        jobs.log(f"host CPU: {ref.recipe} on {ref.benchmark}: {row['mean']:.4f} ± {row['std']:.4f} on {row['hardware']}")
+        jobs.log(f"host CPU: {ref.recipe} on {ref.benchmark}: {row['mean']:.4f} ± {row['std']:.4f} on "
+                 f"{row['hardware']}")
     if not lines["results.jsonl"]:
         return None
     folder = jobs.work / "host-cpu"

@@ -13,9 +13,9 @@ convolutions for a Swin transformer encoder.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
