@@ -49,13 +49,12 @@ sys.path.insert(0, str(ROOT))
 from zoo import checkout  # noqa: E402
 
 checkout.install()
-from recipe_zoo import board, references  # noqa: E402
+from recipe_zoo import board, references, verify  # noqa: E402
 
 # A reference's wall seconds for 3 seeds on one H200, 5 jobs at a time (cbc99d4eb, torch 2.11), to start the
 # longest first; dmpnn's is a guess (RDKit was not carried).
 WEIGHT = {"medical/unet": 437, "protein/esm-embed": 218, "diffusion/flow": 135, "tabular/mlp": 119,
           "molecules/dmpnn": 100, "vision/resnet": 75, "contrastive/simclr": 75, "llm/gpt": 49}
-CPU_SEEDS = 3  # zoo verify's CROSS_SEEDS: what a row needs to check another machine's rows
 
 
 def trains_torch(ref) -> bool:
@@ -153,7 +152,7 @@ def host_cpu(refs: list, jobs: Jobs, check: bool, lanes: int, cost: dict) -> Pat
         cheapest = min((r for r in refs if table(r) == table(ref)), key=lambda r: cost.get(r, 300))
         return ref != cheapest, cost.get(ref, 300)
 
-    queue = [(ref, seed) for ref in sorted(refs, key=order) for seed in range(CPU_SEEDS)]
+    queue = [(ref, seed) for ref in sorted(refs, key=order) for seed in range(verify.CROSS_SEEDS)]
     running, finished, ratio = [], {}, 1.0
     while queue or running:
         while queue and len(running) < lanes:
@@ -180,12 +179,13 @@ def host_cpu(refs: list, jobs: Jobs, check: bool, lanes: int, cost: dict) -> Pat
     lines = {"results.jsonl": [], "items.jsonl": []}
     for ref, done in finished.items():
         dirs = [d for _, d in sorted(done)]  # seeds 0..n-1, in order
-        if len(dirs) < CPU_SEEDS:
-            jobs.log(f"host CPU: {ref.recipe} on {ref.benchmark}: {len(dirs)} of {CPU_SEEDS} seeds finished, no row")
+        if len(dirs) < verify.CROSS_SEEDS:
+            jobs.log(f"host CPU: {ref.recipe} on {ref.benchmark}: {len(dirs)} of {verify.CROSS_SEEDS} seeds finished, "
+                     "no row")
             continue
         outcomes = [execution.Outcome(0, d, json.loads((d / "summary.json").read_text())) for d in dirs]
         row = bench.make_row(ref.recipe, outcomes, budget=runs.parse_budget_arg("10steps" if check else ref.work),
-                             overrides=ref.overrides, command=f"{ref.command('bench')} --seeds {CPU_SEEDS}")
+                             overrides=ref.overrides, command=f"{ref.command('bench')} --seeds {verify.CROSS_SEEDS}")
         line = paired.items_line(dirs)
         if line is not None:
             row["items"] = line["id"]
@@ -209,7 +209,8 @@ def table(ref) -> tuple:
 def bench_args(ref, check: bool, speed: bool) -> list[str]:
     if check:  # the same recipe, data and pinned settings for 10 steps: the code path, not the reference's work
         return ["bench", ref.recipe, "--seeds", "1", "--budget", "10steps", "--allow-dirty", *ref.settings]
-    return ["bench", ref.recipe, "--reference", ref.benchmark, *(["--speed"] if speed else ["--seeds", "3"])]
+    seeds = ["--speed"] if speed else ["--seeds", str(verify.CROSS_SEEDS)]  # what checks another machine's rows
+    return ["bench", ref.recipe, "--reference", ref.benchmark, *seeds]
 
 
 def threads(width: int, cores: int | None = None) -> dict:
@@ -242,7 +243,7 @@ def collect(out: Path, work: Path, shared: list[Path], alone: list[Path]) -> dic
 
 
 def import_rows(folder: Path) -> int:
-    from recipe_zoo import board_render, verify
+    from recipe_zoo import board_render
 
     old = board.load_rows()
     new = {name: [json.loads(line) for line in (folder / name).read_text().splitlines()] if (folder / name).exists()
@@ -316,7 +317,7 @@ def main() -> int:
         beside.start()
         cpu = host_cpu(usable, jobs, args.check, lanes, seconds_per_seed(usable))
         beside.join()
-        shared, alone, wanted = {**result}, [], len(gpu_refs)
+        shared, alone, wanted = result, [], len(gpu_refs)
     else:
         shared, wanted = quality(torch_refs, jobs, args.jobs, args.check), len(torch_refs)
         cost = {}  # a reference's wall seconds per seed in phase 1, beside other jobs: at most its speed run's
