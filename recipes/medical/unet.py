@@ -94,7 +94,7 @@ class MedicalConfig(LoopSettings):
     hd95: bool = False  # also report the 95th-percentile Hausdorff distance (in spacing units)
     eval_every: Unit = 0.25  # fraction of the budget between (quick, no-TTA) evaluations
     compute_efficiency: Unit = 0.0  # planner's expected fraction of peak FLOP/s; 0 = the device profile's (conv)
-    min_steps: Count = 395  # planner: shrink batch, then patch, until the budget buys at least this many steps
+    min_steps: Count = 309  # planner: shrink batch, then patch, until the budget buys at least this many steps
     weights: str = ""  # fine-tune from a finished medical run (its folder): its network, plan and normalisation
 
 
