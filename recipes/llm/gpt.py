@@ -62,6 +62,7 @@ class GPTConfig(LoopSettings):
     embedding_lr: Positive = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
     head_lr: Positive = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
     scalar_lr: Positive = 0.005  # AdamW LR of the per-block scalars, x (width/768)^-0.5
+    dropout: Annotated[float, Range(-1, 1, high_open=True)] = -1.0  # in training (-1: 0.1 where data repeats)
     weight_decay: NonNegative = 0.2  # Muon weight decay (cautious), decaying linearly to 0; never on embeddings
     schedule: Literal["wsd", "cosine", "linear", "constant"] = "wsd"  # LR shape over budget progress
     warmup: Unit = 0.0  # warmup fraction (Muon needs none)
@@ -113,6 +114,9 @@ def size_hook(cfg: GPTConfig, run, profile) -> dict:
     vocab = corpus.tok.get_vocab_size()
     train_tokens = len(corpus.train)
     shape_at_depth = functools.partial(shape_at, cfg, vocab=vocab)
+    dropout, why = sizing.auto_dropout(shape_at_depth, cfg.depth, train_tokens, budget, profile, cfg.dropout,
+                                       **sizing_rules(cfg))
+    profile = sizing.with_dropout(profile, dropout)
     if cfg.depth:
         c = {**sizing.depth_row(shape_at_depth(cfg.depth), train_tokens, budget.amount, profile, **sizing_rules(cfg)),
              "reason": "depth set by you"}
@@ -125,7 +129,7 @@ def size_hook(cfg: GPTConfig, run, profile) -> dict:
             "batch": f"{batch:,} tokens a step, {micro} sequences a pass", "params": c["params"], "steps": c["steps"],
             "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
             "data": f"{train_tokens:,} training tokens ({c['tokens'] / train_tokens:.1f} epochs)",
-            "reason": c["reason"]}
+            "reason": c["reason"], "profile": profile, "regularise": f"{dropout:g} ({why})"}
 
 
 def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run) -> tuple[GPTConfig, models.GPTShape]:
@@ -133,6 +137,11 @@ def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run
     or (0) chosen for the budget on this device. Sized once, by rank 0: a timing- or memory-dependent choice must
     not differ between ranks."""
     profile = devices.for_device(device, world, cfg.precision)
+    dropout, why = distributed.broadcast_object(sizing.auto_dropout(
+        functools.partial(shape_at, cfg, vocab=vocab), cfg.depth, train_tokens, run.budget, profile, cfg.dropout,
+        **sizing_rules(cfg)))
+    run.log(f"dropout {dropout:g}: {why}")
+    cfg, profile = dataclasses.replace(cfg, dropout=dropout), sizing.with_dropout(profile, dropout)
     depth = cfg.depth or distributed.broadcast_object(
         sizing.size_for_budget(functools.partial(shape_at, cfg, vocab=vocab), train_tokens, run.budget, profile,
                                **sizing_rules(cfg), log=run.log))
@@ -177,7 +186,7 @@ def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, pr
 
 
 def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifact.Predictions:
-    """prompt=/prompts=: samples as ``write_samples`` draws them (the run's sample_tokens and temperature unless
+    """prompt=/prompts=: samples as ``inference.write_samples`` draws them (the run's sample_tokens and temperature unless
     given); data=TEXT: its bits per byte, each document from <|bos|>; neither: the run's test split scored again."""
     from tokenizers import Tokenizer
 
@@ -305,7 +314,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
 
     world = distributed.world_size()
     cfg, shape = sized(cfg, vocab, len(train_tokens), device, world, run)
-    model = models.GPT(shape)
+    model = models.GPT(shape, cfg.dropout)
     if source is not None:
         load_source(model, source)
     model.to(device)
@@ -347,7 +356,7 @@ def train_gpt(cfg: GPTConfig, run) -> dict[str, float]:
                inference.window_rows(nats, n_bytes, cfg.seq_len, len(test_tokens) - 1, test_text),
                finetune.provenance(source) if source is not None else None)
     with autocast(device, precision):
-        write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=... repeats them
+        inference.write_samples(result.eval_model, tok, cfg, run)  # the saved model's: zoo predict prompt=...
     return {**result.stats(), **start, **result.metrics, **test, **throughput(result, model, cfg, device, world,
                                                                      len(train_tokens), run, precision),
             "depth": shape.depth, "vocab_size": vocab, "batch_tokens": result.global_batch * cfg.seq_len,
@@ -382,16 +391,3 @@ def score_test(model: nn.Module, tokens: torch.Tensor, per_target: torch.Tensor,
         nats, n_bytes = scoring.window_sums(model, tokens, cfg.seq_len, batch or cfg.micro_batch, device, per_target,
                                             progress)
     return distributed.broadcast_object(scoring.bpb_metrics(nats, n_bytes, prefix)), nats, n_bytes
-
-
-def write_samples(model: models.GPT, tok, cfg: GPTConfig, run) -> None:
-    if cfg.samples <= 0:
-        return
-    model.eval()
-    prompt = [tok.token_to_id(tokenization.BOS)] + tok.encode(cfg.prompt, add_special_tokens=False).ids
-    g = torch.Generator().manual_seed(run.seed)
-    texts = [cfg.prompt + tok.decode(model.generate(prompt, cfg.sample_tokens, cfg.temperature, g))
-             for _ in range(cfg.samples)]
-    (run.dir / "samples.txt").write_text("\n\n----------\n\n".join(texts) + "\n")
-    for i, text in enumerate(texts):
-        run.log(f"sample {i + 1}:\n{text}")

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import torch
 
 from recipe_zoo.core import datasets, metrics
 from recipe_zoo.core.api import AnyInt, Count, NonNegativeInt, Range
 from recipe_zoo.core.artifact import PredictOptions, Predictions
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes.llm import prompt_response, textfiles
+from recipe_zoo.recipes.llm import prompt_response, textfiles, tokenization
 
 
 @dataclass
@@ -105,3 +106,18 @@ def generations(prompts: list[str], completions: list[list[str]]) -> Predictions
     text = "".join(f"--- prompt {r['prompt']!r}, sample {r['sample']}:\n{r['prompt']}{r['completion']}\n"
                    for r in rows)
     return Predictions(rows=rows, text=text, arrays={"completions": completions})
+
+
+def write_samples(model, tok, cfg, run) -> None:
+    """``cfg.samples`` continuations of ``cfg.prompt`` (from the start of a document), drawn with the run's seed:
+    samples.txt and the log."""
+    if cfg.samples <= 0:
+        return
+    model.eval()
+    prompt = [tok.token_to_id(tokenization.BOS)] + tok.encode(cfg.prompt, add_special_tokens=False).ids
+    g = torch.Generator().manual_seed(run.seed)
+    texts = [cfg.prompt + tok.decode(model.generate(prompt, cfg.sample_tokens, cfg.temperature, g))
+             for _ in range(cfg.samples)]
+    (run.dir / "samples.txt").write_text("\n\n----------\n\n".join(texts) + "\n")
+    for i, text in enumerate(texts):
+        run.log(f"sample {i + 1}:\n{text}")

@@ -29,9 +29,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, width: int, heads: int, kv_heads: int, head_dim: int):
+    def __init__(self, width: int, heads: int, kv_heads: int, head_dim: int, dropout: float = 0.0):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.heads, self.kv_heads, self.head_dim, self.dropout = heads, kv_heads, head_dim, dropout
         self.q = nn.Linear(width, heads * head_dim, bias=False)
         self.k = nn.Linear(width, kv_heads * head_dim, bias=False)
         self.v = nn.Linear(width, kv_heads * head_dim, bias=False)
@@ -43,7 +43,8 @@ class Attention(nn.Module):
         k = self.k(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = rms_norm(apply_rotary(q, cos, sin)), rms_norm(apply_rotary(k, cos, sin))  # QK-norm
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads,
+                                           dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -64,14 +65,18 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int, kv_heads: int, head_dim: int, mlp: str):
+    def __init__(self, width: int, heads: int, kv_heads: int, head_dim: int, mlp: str, dropout: float = 0.0):
         super().__init__()
-        self.attn = Attention(width, heads, kv_heads, head_dim)
+        self.attn = Attention(width, heads, kv_heads, head_dim, dropout)
         self.mlp = MLP(width, mlp)
+        self.dropout = dropout
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(rms_norm(x), cos, sin)
-        return x + self.mlp(rms_norm(x))
+        x = x + self.drop(self.attn(rms_norm(x), cos, sin))
+        return x + self.drop(self.mlp(rms_norm(x)))
+
+    def drop(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.dropout, self.training) if self.dropout else x
 
 
 @dataclass
@@ -102,14 +107,15 @@ class GPTShape:
 class GPT(nn.Module):
     """Pre-norm decoder: RMSNorm (no gains), RoPE, QK-norm, ReLU^2 MLP, untied head, soft-capped
     logits, zero-initialised output projections, and per-block scalars that mix the residual
-    stream with the embedding (x = a_i x + b_i x0)."""
+    stream with the embedding (x = a_i x + b_i x0). ``dropout`` (training only) drops attention weights and each
+    block's two branch outputs before they join the residual stream."""
 
-    def __init__(self, shape: GPTShape):
+    def __init__(self, shape: GPTShape, dropout: float = 0.0):
         super().__init__()
         self.shape = shape
         self.embed = nn.Embedding(shape.vocab, shape.width)
-        self.blocks = nn.ModuleList(Block(shape.width, shape.heads, shape.kv_heads, shape.head_dim, shape.mlp)
-                                    for _ in range(shape.depth))
+        self.blocks = nn.ModuleList(Block(shape.width, shape.heads, shape.kv_heads, shape.head_dim, shape.mlp,
+                                          dropout) for _ in range(shape.depth))
         self.lm_head = nn.Linear(shape.width, shape.vocab, bias=False)
         self.resid_scales = nn.Parameter(torch.ones(shape.depth))
         self.x0_scales = nn.Parameter(torch.zeros(shape.depth))
