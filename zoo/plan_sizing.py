@@ -49,8 +49,7 @@ def print_sizing(spec, cfg, budget, profile, log=print) -> None:
     plan = hook(cfg, run, profile)
     log(f"{spec.name} for {budget} on {plan.get('profile', profile).describe(plan.get('work', 'matmul'))}")
     for key, label in (("shape", "shape"), ("batch", "batch"), ("params", "parameters"), ("steps", "steps"),
-                       ("rate", "throughput"), ("per_param", "per parameter"), ("data", "data"), ("reason", "why"),
-                       ("regularise", "dropout")):
+                       ("rate", "throughput"), ("per_param", "per parameter"), ("data", "data"), ("reason", "why")):
         if key in plan:
             value = plan[key]
             value = human(value) if key == "params" else f"{value:,.0f}" if key == "steps" else value

@@ -62,7 +62,7 @@ class GPTConfig(LoopSettings):
     embedding_lr: Positive = 0.6  # AdamW LR of the token embedding, x (width/768)^-0.5
     head_lr: Positive = 0.004  # AdamW LR of the output head, x (width/768)^-0.5
     scalar_lr: Positive = 0.005  # AdamW LR of the per-block scalars, x (width/768)^-0.5
-    dropout: Annotated[float, Range(-1, 1, high_open=True)] = -1.0  # in training (-1: 0.1 where data repeats)
+    dropout: Annotated[float, Range(0, 1, high_open=True)] = 0.0  # attention weights and block outputs, in training
     weight_decay: NonNegative = 0.2  # Muon weight decay (cautious), decaying linearly to 0; never on embeddings
     schedule: Literal["wsd", "cosine", "linear", "constant"] = "wsd"  # LR shape over budget progress
     warmup: Unit = 0.0  # warmup fraction (Muon needs none)
@@ -114,9 +114,7 @@ def size_hook(cfg: GPTConfig, run, profile) -> dict:
     vocab = corpus.tok.get_vocab_size()
     train_tokens = len(corpus.train)
     shape_at_depth = functools.partial(shape_at, cfg, vocab=vocab)
-    dropout, why = sizing.auto_dropout(shape_at_depth, cfg.depth, train_tokens, budget, profile, cfg.dropout,
-                                       **sizing_rules(cfg))
-    profile = sizing.with_dropout(profile, dropout)
+    profile = sizing.with_dropout(profile, cfg.dropout)
     if cfg.depth:
         c = {**sizing.depth_row(shape_at_depth(cfg.depth), train_tokens, budget.amount, profile, **sizing_rules(cfg)),
              "reason": "depth set by you"}
@@ -129,7 +127,7 @@ def size_hook(cfg: GPTConfig, run, profile) -> dict:
             "batch": f"{batch:,} tokens a step, {micro} sequences a pass", "params": c["params"], "steps": c["steps"],
             "rate": f"{c['tokens_per_s']:,.0f} tokens/s", "per_param": f"{c['tokens_per_param']:.2f} tokens/param",
             "data": f"{train_tokens:,} training tokens ({c['tokens'] / train_tokens:.1f} epochs)",
-            "reason": c["reason"], "profile": profile, "regularise": f"{dropout:g} ({why})"}
+            "reason": c["reason"], "profile": profile}
 
 
 def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run) -> tuple[GPTConfig, models.GPTShape]:
@@ -137,11 +135,7 @@ def sized(cfg: GPTConfig, vocab: int, train_tokens: int, device, world: int, run
     or (0) chosen for the budget on this device. Sized once, by rank 0: a timing- or memory-dependent choice must
     not differ between ranks."""
     profile = devices.for_device(device, world, cfg.precision)
-    dropout, why = distributed.broadcast_object(sizing.auto_dropout(
-        functools.partial(shape_at, cfg, vocab=vocab), cfg.depth, train_tokens, run.budget, profile, cfg.dropout,
-        **sizing_rules(cfg)))
-    run.log(f"dropout {dropout:g}: {why}")
-    cfg, profile = dataclasses.replace(cfg, dropout=dropout), sizing.with_dropout(profile, dropout)
+    profile = sizing.with_dropout(profile, cfg.dropout)  # a CPU run with dropout is sized on its cost
     depth = cfg.depth or distributed.broadcast_object(
         sizing.size_for_budget(functools.partial(shape_at, cfg, vocab=vocab), train_tokens, run.budget, profile,
                                **sizing_rules(cfg), log=run.log))

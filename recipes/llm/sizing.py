@@ -7,7 +7,6 @@ import math
 from collections.abc import Callable
 
 from recipe_zoo.core import devices
-from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.llm import models
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
@@ -15,10 +14,6 @@ MIN_TOKENS_PER_PARAM = 0.2  # nor one that sees fewer tokens than this per param
 BATCH_CHOICES = tuple(4096 * 2**k for k in range(8))  # batch_tokens=0 picks one of 4,096 ... 524,288 tokens a step
 LATENCY_SHARE = 0.25  # the smallest batch whose step spends at most this share of its time in the fixed latency
 MEMORY_SHARE = 0.5  # micro_batch=0: activations of at most this share of the device's free memory
-# dropout=-1: DROPOUT where the run plans at least DROPOUT_PASSES passes over its training tokens (a small corpus
-# read again and again overfits), else none (one pass over plenty of text: the modern pretraining default). Measured
-# where tinyshakespeare's plans read 4.3 (2m) and 5.0 (5m) passes; its 30 s plan (2.6) keeps none.
-DROPOUT, DROPOUT_PASSES = 0.1, 3.0
 # Dropout's cost on a CPU (attention dropout leaves the fused attention kernel): llm/gpt depth 4 at 5 minutes, bf16,
 # AMD EPYC family 25 model 17, 2 threads: 7,510 tokens/s without, 5,031 with 0.1 (6,575 dropping the branches only).
 CPU_DROPOUT_SLOWDOWN = 1.49
@@ -141,42 +136,6 @@ def depth_choice(shape_at: Callable[[int], models.GPTShape], train_tokens: int, 
     reason = (f"nearest to {tokens_per_param:g} tokens/param" if limit == "compute" else
               f"nearest to {max_epochs:g} epochs of {train_tokens:,} tokens")
     return {**best, "reason": f"{reason}, with at least {MIN_STEPS} steps and {MIN_TOKENS_PER_PARAM:g} tokens/param"}
-
-
-def planned_passes(shape: models.GPTShape, train_tokens: int, budget, profile, *, batch_tokens: int,
-                   epoch_cap: float) -> float:
-    """The passes over the training tokens a run of ``shape`` plans: a time budget's predicted tokens (the epoch
-    cap's at most), a step budget's steps x ``batch_tokens``, an epoch budget's epochs."""
-    if budget.kind == "seconds":
-        row = depth_row(shape, train_tokens, budget.amount, profile, batch_tokens=batch_tokens, epoch_cap=epoch_cap,
-                        tokens_per_param=1.0, max_epochs=1.0)
-        return row["tokens"] / train_tokens
-    return budget.amount * batch_tokens / train_tokens if budget.kind == "steps" else budget.amount
-
-
-def dropout_choice(passes: float) -> tuple[float, str]:
-    """``dropout=-1``: ``DROPOUT`` where the plan reads the data ``DROPOUT_PASSES`` times or more, else 0."""
-    if passes >= DROPOUT_PASSES:
-        return DROPOUT, f"{passes:.1f} passes over the training tokens planned (at least {DROPOUT_PASSES:g})"
-    return 0.0, f"{passes:.1f} passes over the training tokens planned (under {DROPOUT_PASSES:g})"
-
-
-def auto_dropout(shape_at: Callable[[int], models.GPTShape], depth: int, train_tokens: int, budget, profile,
-                 dropout: float, *, batch_tokens: int, epoch_cap: float, tokens_per_param: float,
-                 max_epochs: float) -> tuple[float, str]:
-    """The run's dropout and why: as set, or (-1) ``dropout_choice`` on the plan sized without dropout (its depth,
-    or ``depth`` where set, and its batch)."""
-    if dropout >= 0:
-        return dropout, "set by you"
-    if dropout != -1:
-        raise ZooError(f"dropout={dropout:g}: must be in [0, 1), or -1 for the default")
-    rules = {"epoch_cap": epoch_cap, "tokens_per_param": tokens_per_param, "max_epochs": max_epochs}
-    shape = shape_at(depth or size_for_budget(shape_at, train_tokens, budget, profile, batch_tokens=batch_tokens,
-                                              log=lambda line: None, **rules))
-    batch = batch_tokens or batch_sizes(shape, budget, profile, train_tokens, batch_tokens=0, micro_batch=1,
-                                        epoch_cap=epoch_cap, log=lambda line: None)[0]
-    return dropout_choice(planned_passes(shape, train_tokens, budget, profile, batch_tokens=batch,
-                                                  epoch_cap=epoch_cap))
 
 
 def with_dropout(profile, dropout: float):
