@@ -176,6 +176,8 @@ def cases(a: Path, real: bool) -> list[tuple[str, list[str], str]]:
             ("real-tabular-xgb-california", ["tabular/xgb", "bagging=1", "n_estimators=100", "max_depth=6"],
              "10steps"),
             ("real-protein-esm-embed-tem1", ["protein/esm-embed", "head=ridge"], "10steps"),
+            ("real-protein-esm-embed-tem1-positions", ["protein/esm-embed", "split=positions", "head=ridge"],
+             "10steps"),
             ("real-diffusion-flow-mnist", ["diffusion/flow", "data=mnist", "width=8", "n_samples=50",
                                            "n_real=50", "sample_steps=2"], "4steps"),
             ("real-contrastive-cifar", ["contrastive/simclr", "data=cifar10-subset", "width=8",

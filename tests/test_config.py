@@ -95,6 +95,8 @@ NOT_KEY = {  # field: why it does not change what is measured
     "too_long": "how long sequences are handled; no item is dropped, nor moved between splits",
     "hd95": "reports one more test metric (the Hausdorff distance) beside Dice; the ranked metric is unchanged",
     "offset": "the numbering of the mutation strings; a wrong one is refused (the wild-type letter is checked)",
+    "target_scale": "what the heads fit (standardised targets or their ranks); predictions and every metric are in "
+                    "the targets' own units, on the same items",
 }
 
 

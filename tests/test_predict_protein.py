@@ -152,6 +152,23 @@ def test_esm_embed_on_your_own_embeddings(tmp_path, capfd):
                 needles=("precomputed embeddings",))
 
 
+@pytest.mark.parametrize("head", ["mlp", "ridge"])
+def test_rank_targets_predict_in_the_targets_units_and_round_trip(tmp_path, head):
+    """target_scale=rank: the heads fit Gaussian ranks; the saved head maps predictions back to fitness units (the
+    predict promise holds through the map), and the card says which targets were fitted."""
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(200, 8)).astype(np.float32)
+    fitness = np.exp(emb[:, 0] + rng.normal(0, 0.1, 200))  # skewed, like fitness
+    np.savez(tmp_path / "e.npz", emb=emb, fitness=fitness)
+    run_dir = train(tmp_path, "protein/esm-embed", f"data={tmp_path / 'e.npz'}", "target=fitness", f"head={head}",
+                    "hidden=8", "target_scale=rank")
+    roundtrip(run_dir)
+    card = json.loads((run_dir / "model.json").read_text())
+    assert card["head"]["target_scale"] == "rank"
+    pred = np.array([float(r["prediction"]) for r in saved_rows(run_dir)])
+    assert fitness.min() / 10 < np.median(pred) < fitness.max()  # fitness units, not ranks around 0
+
+
 @pytest.mark.slow
 def test_esm_finetune_lora_round_trip_and_export(tmp_path, fasta, tiny_esm, capfd):
     run_dir = train(tmp_path, "protein/esm-finetune", f"data={fasta}", f"esm_weights={tiny_esm}", "hidden=8",

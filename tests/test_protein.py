@@ -743,6 +743,39 @@ def test_the_mlp_heads_dropout_follows_the_split_unless_set():
         head_dropout(OnehotConfig(dropout=-0.5))
 
 
+def test_rank_map_keeps_the_order_and_maps_back():
+    from scipy.stats import spearmanr
+
+    from recipe_zoo.recipes.protein.ranks import RankMap
+
+    rng = np.random.default_rng(0)
+    y_train = np.concatenate([rng.beta(5, 1, 300), [0.5, 0.5, 0.5]])  # skewed, with ties
+    ranks = RankMap.fit(y_train)
+    z = ranks.forward(y_train)
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.05  # Gaussian ranks
+    assert len(set(z[-3:])) == 1  # tied targets share their mean rank
+    y_new = np.concatenate([rng.uniform(-0.5, 1.5, 500), y_train])  # past both ends too
+    assert np.all(np.diff(ranks.forward(np.unique(y_new))) > 0)  # strictly increasing: order and Spearman kept
+    assert np.allclose(ranks.inverse(ranks.forward(y_new)), y_new)
+    pred = rng.normal(size=500)
+    assert spearmanr(y_new[:500], pred)[0] == pytest.approx(spearmanr(ranks.forward(y_new[:500]), pred)[0])
+
+
+def test_head_targets_follow_the_split_unless_set():
+    """target_scale=auto: Gaussian ranks under split=positions (measured on TEM-1 with protein/esm-embed), standardised
+    otherwise, for classes, and for protein/onehot (its registered default)."""
+    from recipe_zoo import registry
+    from recipe_zoo.recipes.protein.config import head_target
+    from recipe_zoo.recipes.protein.esm_embed import EmbedConfig
+
+    assert head_target(EmbedConfig(split="positions"), "regression") == "rank"
+    assert head_target(EmbedConfig(), "regression") == "standard"
+    assert head_target(EmbedConfig(split="positions"), "classification") == "standard"
+    assert head_target(EmbedConfig(split="positions", target_scale="standard"), "regression") == "standard"
+    assert head_target(EmbedConfig(target_scale="rank"), "regression") == "rank"
+    assert registry.get("protein/onehot").defaults["target_scale"] == "standard"
+
+
 def test_position_mean_on_a_random_split_and_on_held_out_positions(tmp_path):
     seqs, y, names = variants(1500, 0)
     table = _scan_csv(tmp_path / "scan.csv", seqs, y, names)

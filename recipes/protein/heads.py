@@ -3,6 +3,7 @@
 the test rows scored once."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.precision import choose_device
 from recipe_zoo.recipes.protein.closed_form import (KRR_MAX_ROWS, ClosedForm, Features, closed_form_device,
                                                     select_closed_form)
-from recipe_zoo.recipes.protein.config import HeadFields, head_dropout
+from recipe_zoo.recipes.protein.config import HeadFields, head_dropout, head_target
+from recipe_zoo.recipes.protein.ranks import RankedHead, RankMap
 from recipe_zoo.recipes.protein.scoring import final_metrics, primary_metric
 from recipe_zoo.recipes.protein.sequences import ProteinData
 from recipe_zoo.recipes.protein.supervised import MLPHead, predict_rows, target_scaling, train_supervised, unscaled
@@ -59,14 +61,20 @@ def train_mlp_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray, scale
 
 
 def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray,
-             scale: bool) -> tuple[dict[str, float], ClosedForm | MLPFit, np.ndarray]:
+             scale: bool) -> tuple[dict[str, float], ClosedForm | MLPFit | RankedHead, np.ndarray]:
     """Fit the configured head on features ``X`` (head=auto: ridge, kernel ridge and the MLP, the best on
     validation kept), then score it on test once: (metrics, the head kept, its test predictions). Under a seconds
     budget the closed-form grid gets the budget (head=auto: half, the MLP the rest) and shrinks to fit;
-    ``train_seconds`` counts all fitting and selection."""
+    ``train_seconds`` counts all fitting and selection. With ``target_scale=rank`` every head fits the training targets'
+    Gaussian ranks and the head kept predicts through the map back."""
     train, _, test = data.split
     metric = primary_metric(data.task)[0]
     seconds = run.budget.amount if run.budget.kind == "seconds" else None
+    ranks, scored = None, data
+    if head_target(cfg, data.task) == "rank":  # every head fits Gaussian ranks; validation's order is unchanged
+        ranks = RankMap.fit(data.y[train])
+        data = dataclasses.replace(data, y=ranks.forward(data.y))
+        run.log(f"target_scale=rank: the heads fit the Gaussian ranks of the {len(train)} training targets")
     options = []  # (validation value, description, test predictions as a thunk)
     closed_seconds = 0.0
     if cfg.head != "mlp":
@@ -98,9 +106,11 @@ def fit_head(cfg: HeadFields, run, data: ProteinData, X: np.ndarray,
                 f"{min(options, key=lambda o: o[0])[0]:.4f}")
     run.report("head", f"{what}; validation {metric} {value:.4f}")
     chose_mlp = what.startswith("mlp")
+    if ranks is not None:
+        head = RankedHead(head, ranks)  # predicts in the targets' units
     test_pred = head.predict(X[test])  # the test rows, scored once
     speed = {k: stats[k] for k in ("samples_per_s", "mfu_percent") if stats.get(k) is not None}  # the MLP's steps
-    return {**final_metrics(data, value, test_pred), **speed,
+    return {**final_metrics(scored, value, test_pred), **speed,
             "train_seconds": closed_seconds + stats.get("train_seconds", 0.0),
             "params_M": stats.get("params_M") if chose_mlp else None,
             "peak_mem_mb": max(stats.get("peak_mem_mb", 0.0), peak_memory_mb(torch.device("cpu")))}, head, test_pred

@@ -24,7 +24,7 @@ def predict_onehot(cfg: OnehotConfig, opts: SequenceOptions, run):
         budget="1m", summary="one-hot or BLOSUM62 per position + ridge / RBF kernel ridge (chosen on validation) "
                              "or an MLP: the no-pretraining floor; Spearman",
         scale_out="single process: a closed-form ridge / kernel ridge or a small MLP head; seconds on one device",
-        predict=predict_onehot, predict_options=SequenceOptions)
+        predict=predict_onehot, predict_options=SequenceOptions, defaults={"target_scale": "standard"})
 def train_onehot(cfg: OnehotConfig, run) -> dict[str, float]:
     data = load_data(cfg, run)
     if data.seqs is None:

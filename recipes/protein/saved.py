@@ -1,7 +1,8 @@
 """What a protein run keeps for inference and how its predict hook reads it back. No pickle: a head on fixed
 features (ridge, kernel ridge, MLP) is ``head.safetensors`` (the feature scaling, the coefficients or weights) with
-its scalars (alpha, gamma, target mean and std) in ``model.json``; new data is read as ``inference.py`` reads it;
-with no ``data=``, predict loads the run's data again and scores its test split as the run did."""
+its scalars (alpha, gamma, target mean and std) in ``model.json`` (a rank-target head: its map's knots in the
+safetensors); new data is read as ``inference.py`` reads it; with no ``data=``, predict loads the run's data again
+and scores its test split as the run did."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,6 +18,7 @@ from recipe_zoo.recipes.protein.closed_form import ClosedForm, Features, closed_
 from recipe_zoo.recipes.protein.heads import MLPFit
 from recipe_zoo.recipes.protein.inference import prediction_columns, read_new, split_metrics, split_rows
 from recipe_zoo.recipes.protein.loading import load_data
+from recipe_zoo.recipes.protein.ranks import RankedHead, RankMap
 from recipe_zoo.recipes.protein.sequences import ProteinData
 from recipe_zoo.recipes.protein.supervised import MLPHead
 
@@ -27,13 +29,19 @@ HEAD_FILE = "head.safetensors"
 # The heads on fixed features: safetensors + their scalars in model.json
 # =============================================================================================
 
-def save_head(run_dir: Path, head: ClosedForm | MLPFit) -> dict:
-    """``head.safetensors`` (main process) and what model.json says of the head."""
+def save_head(run_dir: Path, head: ClosedForm | MLPFit | RankedHead) -> dict:
+    """``head.safetensors`` (main process) and what model.json says of the head (a rank-target head: its map's
+    knots too)."""
+    ranks = head.ranks if isinstance(head, RankedHead) else None
+    head = head.inner if ranks is not None else head
     feats = head.feats
     tensors = {"features.keep": torch.from_numpy(np.asarray(feats.keep, dtype=np.int64)),
                "features.mean": torch.from_numpy(np.ascontiguousarray(feats.mean)),
                "features.std": torch.from_numpy(np.ascontiguousarray(feats.std))}
-    meta = {"head": head.head, "target_mean": head.mean, "target_std": head.std}
+    meta = {"head": head.head, "target_mean": head.mean, "target_std": head.std,
+            "target_scale": "standard" if ranks is None else "rank"}
+    if ranks is not None:
+        tensors.update({"ranks.y": torch.from_numpy(ranks.y), "ranks.z": torch.from_numpy(ranks.z)})
     if isinstance(head, MLPFit):
         tensors.update({f"mlp.{k}": v for k, v in head.model.state_dict().items()})
         first, last = head.model.net[1], head.model.net[4]
@@ -53,9 +61,14 @@ def save_head(run_dir: Path, head: ClosedForm | MLPFit) -> dict:
     return meta
 
 
-def load_head(run: artifact.PredictRun) -> ClosedForm | MLPFit:
-    meta = run.card["head"]
+def load_head(run: artifact.PredictRun) -> ClosedForm | MLPFit | RankedHead:
     t = artifact.load_tensors(run.path(HEAD_FILE))
+    head = _load_inner(run, t)
+    return RankedHead(head, RankMap(t["ranks.y"].numpy(), t["ranks.z"].numpy())) if "ranks.y" in t else head
+
+
+def _load_inner(run: artifact.PredictRun, t: dict) -> ClosedForm | MLPFit:
+    meta = run.card["head"]
     for k in meta.get("column_major", []):
         t[k] = torch.empty_strided(t[k].shape, (1, t[k].size(0)), dtype=t[k].dtype).copy_(t[k])
     feats = Features(t["features.keep"].numpy(), t["features.mean"].numpy(), t["features.std"].numpy())
