@@ -52,8 +52,8 @@ CPU_WORK = {
     # peak 185 GFLOP/s): medical/unet eager (ISBI, folds=0, patch 128x128, batch 2) ran 411, 444 and 414 steps where
     # 23% predicted 560 (17.0-18.2%); the fit before ran 501 at a 168 GFLOP/s peak (22.8%). 18% is the median of
     # the four; the VM's conv rate moves by a fifth between sittings while its matmul peak stays cached. The step
-    # floor (min_steps) scales with the share (395 -> 309), so every CPU plan (fp32, bf16, compiled, SwinUNETR, 30 s
-    # to 1 h) is the one chosen before; only the predicted steps move (x0.78).
+    # floor (min_steps) scales with the share (395 -> 309), so every fp32 CPU plan (eager and compiled, SwinUNETR's,
+    # 30 s to 1 h) is the one chosen before; only the predicted steps move (x0.78).
     "conv": Work(((1, 0.18),), 0.0, "medical/unet (MONAI UNet) at width 16 on 2 CPU cores (AMD EPYC family 25 model "
                                     "17), eager: 18% of the measured fp32 matmul peak"),
     # diffusers' UNet2DModel (group norms, attention at the lowest level): diffusion/flow on mnist at widths 8-32 ran

@@ -180,8 +180,9 @@ def save_model(run, cfg: GPTConfig, model: nn.Module, shape: models.GPTShape, pr
 
 
 def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifact.Predictions:
-    """prompt=/prompts=: samples as ``inference.write_samples`` draws them (the run's sample_tokens and temperature unless
-    given); data=TEXT: its bits per byte, each document from <|bos|>; neither: the run's test split scored again."""
+    """prompt=/prompts=: samples as ``inference.write_samples`` draws them (the run's sample_tokens and temperature
+    unless given); data=TEXT: its bits per byte, each document from <|bos|>; neither: the run's test split scored
+    again."""
     from tokenizers import Tokenizer
 
     prompts = inference.prompts_of(opts)
