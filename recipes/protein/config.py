@@ -45,8 +45,7 @@ class ProteinConfig:
 class HeadChoice:  # the recipes on fixed features (onehot, esm-embed); esm-finetune's head is always the MLP
     head: Literal["auto", "ridge", "krr", "mlp"] = "auto"  # auto: ridge, RBF kernel ridge and the MLP; the best on
     # validation is kept
-    target_scale: Literal["auto", "standard", "rank"] = "auto"  # regression targets the heads fit: standardised, or
-    # their Gaussian ranks (mapped back for predictions); auto: rank under split=positions, else standard
+    target_scale: Literal["auto", "standard", "rank"] = "auto"  # fit the targets or ranks (auto: split=positions)
 
 
 @dataclass
