@@ -40,6 +40,12 @@ class Work:
                 return s0 + t * (s1 - s0)
         return points[-1][1]
 
+    def scaled(self, why: str, times: float = 1.0, over: float = 1.0) -> Work:
+        """The same work with every share ``times`` a measured speed-up ``over`` another (or a cost), ``why`` in its
+        source."""
+        return dataclasses.replace(self, shares=tuple((w, s * times / over) for w, s in self.shares),
+                                   source=f"{self.source}, {why}")
+
 
 CPU_WORK = {
     # benchmarks/cpu_plan_check.py, AMD EPYC family 25 model 17 (2 threads, 30 s, inductor cache warm): llm/gpt
@@ -78,9 +84,8 @@ BF16_SPEEDUP = {  # (bf16 over fp32 steps/s, bf16 over fp32 matmul peak), AMD EP
     # diffusion/flow (mnist, 30 s, widths 8-32): 139, 109, 110 and 104 bf16 steps where 126 were predicted at 0.76
     "diffusers_unet": (0.55, 2.2),
 }
-CPU_WORK_BF16 = {kind: Work(tuple((w, s * BF16_SPEEDUP[kind][0] / BF16_SPEEDUP[kind][1]) for w, s in work.shares),
-                            work.latency, f"{work.source}, scaled by the measured bf16 step speed-up "
-                            f"{BF16_SPEEDUP[kind][0]:.2f}x over the bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x")
+CPU_WORK_BF16 = {kind: work.scaled(f"scaled by the measured bf16 step speed-up {BF16_SPEEDUP[kind][0]:.2f}x over the "
+                                    f"bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x", *BF16_SPEEDUP[kind])
                  for kind, work in CPU_WORK.items()}
 # torch.compile on a CPU: each conv share (fp32's and bf16's) times the step speed-up measured at the same work
 # (benchmarks/cpu_plan_check.py --budget 30s with compile=false and with the default compile=true, AMD EPYC family
@@ -92,9 +97,8 @@ COMPILE_SPEEDUP = {"conv": 1.36}
 
 
 def _compiled(table: dict) -> dict:
-    return {kind: Work(tuple((w, s * COMPILE_SPEEDUP[kind]) for w, s in work.shares), work.latency,
-                       f"{work.source}, scaled by the step speed-up torch.compile measured, "
-                       f"{COMPILE_SPEEDUP[kind]:.2f}x") if kind in COMPILE_SPEEDUP else work
+    return {kind: work.scaled(f"scaled by the step speed-up torch.compile measured, {COMPILE_SPEEDUP[kind]:.2f}x",
+                              COMPILE_SPEEDUP[kind]) if kind in COMPILE_SPEEDUP else work
             for kind, work in table.items()}
 
 

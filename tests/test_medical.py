@@ -88,6 +88,7 @@ def test_compile_none_compiles_only_a_fold_given_five_minutes_or_more():
         out = conftest.zoo_in_process("plan", "--recipe", "medical/unet", "--budget", budget, "--device", "cpu")
         assert out.returncode == 0 and f"conv reaches {share}" in out.stdout.splitlines()[0], out.stdout[-500:]
 
+
 def test_plan_follows_the_data():
     p = plan(fingerprint(), budget="100steps")
     assert p["dims"] == 2 and p["patch"] == [512, 512] and p["normalize"] == "zscore" and p["set_by_user"] == []

@@ -6,7 +6,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from recipe_zoo.core import devices
 from recipe_zoo.recipes.llm import models
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
@@ -143,9 +142,7 @@ def with_dropout(profile, dropout: float):
     not measured, unchanged)."""
     if not dropout or profile.kind != "cpu":
         return profile
-    work = profile.work["matmul"]
-    slowed = devices.Work(tuple((w, s / CPU_DROPOUT_SLOWDOWN) for w, s in work.shares), work.latency,
-                          f"{work.source}, over {CPU_DROPOUT_SLOWDOWN:.2f}x for dropout", work.optimizer)
+    slowed = profile.work["matmul"].scaled(f"over {CPU_DROPOUT_SLOWDOWN:.2f}x for dropout", over=CPU_DROPOUT_SLOWDOWN)
     return dataclasses.replace(profile, work={**profile.work, "matmul": slowed})
 
 
