@@ -68,7 +68,8 @@ REFERENCES: tuple[Reference, ...] = (
               "54 steps in 60 s measured beside another job, 2 x 128 views of 32 px a step: near 5 minutes idle"),
     Reference("tinyshakespeare", "llm/gpt", "300steps",
               ("data=tinyshakespeare", "depth=4", "batch_tokens=4096", "micro_batch=16", "compile=true", *FP32),
-              "sizing's choice at 5m (depth 4, 4,096 tokens a step, 282 steps predicted)"),
+              "sizing's fp32 choice at 5m when pinned (depth 4, 4,096 tokens a step, 282 steps predicted; in bf16 "
+              "since issue 48 it takes depth 5)"),
     Reference("isbi2012-membrane", "medical/unet", "3000steps",
               ("data=isbi2012-membrane", "width=16", "levels=5", "patch=128,256", "batch_size=3", "compile=false",
                *FP32),

@@ -10,7 +10,7 @@ from recipe_zoo.recipes.llm import models
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
 # nor one that sees fewer tokens than this per parameter. Measured on tinyshakespeare at 5 minutes (bf16, 2 cores of an
-# AMD EPYC family 25): depth 5 at 0.16 tokens/param beat depth 4 at 0.30 and depth 6 at 0.06 on validation
+# AMD EPYC family 25): depth 5 at 0.17 tokens/param (3.0 passes) beat depth 4 at 0.68 (6.4) and 6 at 0.06 (1.9)
 MIN_TOKENS_PER_PARAM = 0.1
 CAPPED_TOKENS_PER_PARAM = 0.2  # a run ending at the epoch cap (a GPU's, on little data): the largest model keeping this
 BATCH_CHOICES = tuple(4096 * 2**k for k in range(8))  # batch_tokens=0 picks one of 4,096 ... 524,288 tokens a step
