@@ -95,7 +95,7 @@ def test_a_gpu_with_little_data_stops_at_the_epoch_cap_and_sizes_by_the_data_not
 
 
 def test_on_a_2_core_cpu_in_bf16_tinyshakespeare_buys_depth_5_at_5_minutes_for_3_passes():
-    """Issue 48's measurement (5 minutes, bf16, a 417 GFLOP/s AMD EPYC): depth 5 at ~3 passes beat depth 4 at ~5.6
+    """Issue 48's measurement (5 minutes, bf16, a 417 GFLOP/s AMD EPYC): depth 5 at ~3 passes beat depth 4 at ~6.4
     and depth 6 at ~1.9 on validation. The rule takes depth 5 there (nearest max_epochs=3 passes; the token floor
     of 0.1 a parameter lets it), depth 3 at 2 minutes and 2 at 60 s as before."""
     cpu = devices.cpu(peak=4.17e11, memory=16e9, precision="bf16", compiled=True)

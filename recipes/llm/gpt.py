@@ -69,7 +69,7 @@ class GPTConfig(LoopSettings):
     warmdown: Unit = 0.5  # WSD: the final fraction of the budget decaying the LR
     lr_final: NonNegative = 0.0  # LR multiplier at the end of the budget
     tokens_per_param: Positive = 20.0  # depth=0 sizing: tokens per parameter when data is plentiful (Chinchilla)
-    max_epochs: Positive = 3.0  # depth=0 sizing: passes over the data when it is not (more overfit tinyshakespeare)
+    max_epochs: Positive = 3.0  # depth=0 sizing: passes over the data when it is not (past ~3 small texts overfit)
     epoch_cap: NonNegative = 16.0  # time budgets: training ends after this many passes (past ~16 repeats add ~0)
     samples: NonNegativeInt = 3  # text samples written at the end (samples.txt)
     sample_tokens: NonNegativeInt = 160  # tokens per sample

@@ -156,7 +156,7 @@ def size_for_budget(shape_at: Callable[[int], models.GPTShape], train_tokens: in
     """``depth_choice`` for a time budget on this device's profile (step and epoch budgets: depth 4).
 
     On tinyshakespeare (362K training tokens) in bf16 on 2 CPU cores this picks depth 2 for 60 s, 3 for 2 minutes
-    and 5 for 5 minutes (~3 passes; depth 4's ~5.6 and depth 6's ~1.9 were worse on validation there).
+    and 5 for 5 minutes (~3 passes; depth 4's 5.6-6.4 and depth 6's 1.9 were worse on validation there).
     """
     if budget.kind != "seconds":
         log("depth=0 with a step or epoch budget: depth 4")
