@@ -55,6 +55,31 @@ def test_samplers_reach_the_data_under_an_oracle(method, kind, sampler):
     assert torch.allclose(out, c.expand_as(out), atol=2e-3)
 
 
+def test_flow_draws_logit_normal_times_by_default_and_the_mnist_reference_keeps_uniform():
+    """SD3's logit-normal draw puts ~73% of training times in the middle half of the path (uniform: 50%); the
+    reference keeps the uniform draw its rows were measured with."""
+    from recipe_zoo import references
+
+    seen = []
+
+    class Record(torch.nn.Module):
+        def forward(self, x, t, class_labels=None):
+            seen.append(t / 1000)
+            return SimpleNamespace(sample=torch.zeros_like(x))
+
+    assert ddpm.DiffusionConfig().flow_time == "logit_normal"
+    x0 = torch.zeros(20_000, 1, 1, 1)
+    middle = {}
+    for draw in ("logit_normal", "uniform"):
+        torch.manual_seed(0)
+        ddpm.flow_loss(Record(), x0, None, ddpm.DiffusionConfig(flow_time=draw))
+        t = seen.pop()
+        assert 0 < t.min() and t.max() < 1
+        middle[draw] = ((t > 0.25) & (t < 0.75)).float().mean().item()
+    assert middle["logit_normal"] == pytest.approx(0.73, abs=0.02) and middle["uniform"] == pytest.approx(0.5, abs=0.02)
+    assert "flow_time=uniform" in references.find("diffusion/flow", "mnist").overrides
+
+
 def test_guidance_mixes_conditional_and_unconditional():
     class ByLabel(torch.nn.Module):
         def forward(self, x, t, class_labels=None):
