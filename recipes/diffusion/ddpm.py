@@ -68,9 +68,9 @@ class DiffusionConfig(LoopSettings):
     prediction: Literal["v", "epsilon"] = "v"  # ddpm network target: v = a*eps - s*x0 (fine at low SNR), or the noise
     noise_schedule: Literal["cosine", "linear"] = "cosine"  # ddpm betas: cosine (Nichol & Dhariwal) or linear
     timesteps: Count = 1000  # ddpm training timesteps
-    # flow: how training times t are drawn. logit_normal (SD3: t = sigmoid(n), n ~ N(0, 1)), chosen on validation
-    # (mnist, seeds 0-2 paired, val fid_zoo: 2m 8.81 -> 6.50, every seed; 5m seed 0 3.15 -> 2.63)
-    flow_time: Literal["uniform", "logit_normal"] = "logit_normal"
+    # logit_normal = sigmoid(n), n ~ N(0, 1), chosen on validation: mnist, seeds 0-2 paired, val fid_zoo 8.81 ->
+    # 6.50 at 2m and 3.52 -> 2.61 at 5m, every seed
+    flow_time: Literal["uniform", "logit_normal"] = "logit_normal"  # flow: training times t (SD3's: mid-path)
     conditional: bool = False  # class-conditional with classifier-free guidance
     cond_drop: Fraction = 0.1  # fraction of training labels replaced by the null class
     guidance: NonNegative = 1.5  # CFG scale at sampling: uncond + g * (cond - uncond); 1 = the conditional model alone
