@@ -376,6 +376,11 @@ def test_a_run_is_paired_with_the_best_row_in_its_rank_line(monkeypatch):
     assert ranking.rank_line(float(same.mean()), **kw, run_items=run_items).endswith(": not told apart from it)")
     _, elsewhere = scored("run3", [worse], split="u")  # other test items: the unpaired rule
     assert "within the best row's interval" in ranking.rank_line(value, **kw, run_items=elsewhere)
+    perfect, lp = scored("perfect", [np.ones(400, bool)] * 3)  # every item right on both sides: no sign of zero
+    monkeypatch.setattr(paired, "lines", lambda: {lp["id"]: lp})
+    _, run_items = scored("run4", [np.ones(400, bool)])
+    line = ranking.rank_line(1.0, **{**kw, "rows": [perfect]}, run_items=run_items)
+    assert "95% +0.0000..+0.0000: not told apart from it" in line, line
 
 
 def test_a_fid_zoo_table_says_what_fid_zoo_is():
@@ -420,6 +425,13 @@ def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monk
     summary = {"benchmark": "cifar10-subset", "budget": "5m", "metric": "accuracy", "value": 0.97, "recipe": "r"}
     line = ranking.standing(summary, CPU, True, tmp_path / "index.sqlite")
     assert line.startswith("2 of 5 ") and "@ aaaa11111-dirty" in line  # the stale 0.95 is out: 4 rows and this run
+    # a table whose only row is stale is not called empty: the line counts what the board shows there
+    board.append_rows([row("tabular/xgb", 0.95, commit="aaaa11111", budget="1m")])
+    line = ranking.standing({**summary, "budget": "1m"}, CPU, True, tmp_path / "index.sqlite")
+    assert line.startswith("unranked: no current leaderboard rows for cifar10-subset @ 1m, AMD EPYC (2 threads) (1 "
+                           "stale: measured by an earlier version of the recipe, shown on the board, not ranked)"), line
+    line = ranking.standing({**summary, "budget": "2m"}, CPU, True, tmp_path / "index.sqlite")
+    assert line.startswith("unranked: no leaderboard rows for cifar10-subset @ 2m, AMD EPYC (2 threads)"), line
 
 
 def test_the_behaviour_digest_ignores_names_and_added_metrics_and_sees_a_changed_weight(tmp_path):

@@ -151,6 +151,9 @@ def test_a_time_budget_run_with_no_table_here_is_told_its_work_and_the_reference
     llm = dict(summary, recipe="llm/gpt", benchmark="tinyshakespeare", metrics={"steps": 150, "tokens": 614_400})
     assert ranking.reference_hint(llm, "x").startswith("; this run did 150 steps (614,400 tokens) in 300 s; to rank on "
                                                         "every machine: zoo run llm/gpt --reference (300steps)")
+    # llm/gpt's reference pins fp32: a bf16 run's step rate is named as such, not passed off as the reference's
+    assert ranking.reference_hint(llm, "x").endswith("(about 10.0 min of training here, from this run's step rate in "
+                                                     "bf16; the reference trains in fp32)")
 
 
 def test_reference_flags_refuse_what_does_not_go_together():

@@ -37,17 +37,23 @@ def table_name(benchmark: str, budget: str, hardware: str, precision=None, recip
 
 
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
-              rows: list[dict], precision=None, recipe: str = "", run_items: dict | None = None) -> str:
+              rows: list[dict], precision=None, recipe: str = "", run_items: dict | None = None,
+              stale: list[dict] = ()) -> str:
     """Where a value stands among comparable rows (``comparable``): rank, best, delta, and how it compares with the
     best row. ``run_items``: the run's per-item test scores as an ``items.jsonl`` line (``paired.items_line``);
     where the best row kept its own on the same test items, the run is paired with it (the 95% interval of run
     minus best, the best row's seeds and the shared items resampled together, as the board ranks its rows);
-    otherwise the value is set against the best row's interval (its test-set noise, or two seed errors)."""
-    table = comparable(rows, benchmark=benchmark, budget=budget, metric=metric, hardware=hardware,
-                       precision=precision, recipe=recipe)
+    otherwise the value is set against the best row's interval (its test-set noise, or two seed errors).
+    ``stale``: the board's stale rows, which are never ranked against; an unranked line counts those of its table,
+    so a table the board shows is not called empty."""
+    where = dict(benchmark=benchmark, budget=budget, metric=metric, hardware=hardware, precision=precision,
+                 recipe=recipe)
+    table = comparable(rows, **where)
     name = table_name(benchmark, budget, hardware, precision, recipe)
     if not table:
-        return f"unranked: no leaderboard rows for {name}"
+        old = len(comparable(list(stale), **where))
+        return (f"unranked: no current leaderboard rows for {name} ({old} stale: measured by an earlier version of "
+                f"the recipe, shown on the board, not ranked)" if old else f"unranked: no leaderboard rows for {name}")
     best = ranked(table)[0]
     better = sum(1 for r in table if (r["mean"] > value if higher else r["mean"] < value))
     delta = value - best["mean"]
@@ -62,7 +68,7 @@ def _verdict(value: float, best: dict, higher: bool, run_items: dict | None) -> 
         known = {**paired.lines(), run_items["id"]: run_items}
         difference = paired.difference({"items": run_items["id"]}, best, known)
         if difference is not None:
-            lo, hi = difference
+            lo, hi = difference[0] + 0.0, difference[1] + 0.0  # + 0.0: an interval of exact zeros prints +0
             told = "not told apart from it" if lo <= 0 <= hi else (
                 "better than it" if (lo > 0) == higher else "worse than it")
             return f"paired with the best row, 95% {lo:+.4f}..{hi:+.4f}: {told}"
@@ -83,15 +89,17 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
     # do not split by it.
     precision = None if bench.startswith("own:") else (summary.get("extra") or {}).get("precision")
     try:
+        every = [] if bench.startswith("own:") else load_rows()
         rows = local_board_rows(index, bench, exclude=run_id) if bench.startswith("own:") else \
-            live(load_rows(), all_rows("fingerprints.jsonl"))  # stale rows are shown, never ranked against
+            live(every, all_rows("fingerprints.jsonl"))  # stale rows are shown, never ranked against
     except OSError as exc:  # a damaged line is skipped; a file that cannot be read at all leaves the run unranked
         return f"not ranked: the board could not be read ({exc.filename}: {exc.strerror or exc})"
     except ZooError as exc:
         return f"not ranked: the board could not be read ({exc})"
+    kept = {id(r) for r in rows}
     line = rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
                      metric=summary["metric"], higher=higher, rows=rows, precision=precision,
-                     recipe=summary.get("recipe", ""),
+                     recipe=summary.get("recipe", ""), stale=[r for r in every if id(r) not in kept],
                      # own-data rows keep no item scores: nothing to pair a run with there
                      run_items=None if run_dir is None or bench.startswith("own:") else paired.items_line([run_dir]))
     if line.startswith("unranked") and not bench.startswith("own:"):
@@ -124,7 +132,8 @@ def reference_hint(summary: dict, hardware: str) -> str:
 def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | None, str]:
     """The training seconds ``reference`` takes on this hardware and where that figure comes from: the speed view's
     median where it has this machine, else this run's own step rate scaled to the reference's steps (the same
-    recipe: the same step where the run's batch is the reference's)."""
+    recipe: the same step where the run's batch is the reference's; the source says so where the run trained in
+    another precision than the reference pins, as a bf16 run's rate does not hold for an fp32 reference)."""
     from recipe_zoo.core.budget import parse_budget
 
     here = [r["train_seconds"] for r in all_rows("speed.jsonl") if r["hardware"] == hardware
@@ -135,7 +144,10 @@ def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | Non
     steps = (summary.get("metrics") or {}).get("steps")
     if work.kind != "steps" or not steps or not summary.get("train_seconds"):
         return None, ""
-    return summary["train_seconds"] * work.amount / steps, "from this run's step rate"
+    pinned = next((s.split("=", 1)[1] for s in reference.settings if s.startswith("precision=")), None)
+    ran = (summary.get("extra") or {}).get("precision")
+    other = f" in {ran}; the reference trains in {pinned}" if pinned and ran and ran != pinned else ""
+    return summary["train_seconds"] * work.amount / steps, f"from this run's step rate{other}"
 
 
 def local_board_rows(index: Path, benchmark: str, exclude: str | None = None, *, keyed: bool = False) -> list[dict]:
