@@ -83,7 +83,7 @@ def difference(a: dict, b: dict, known: dict[str, dict] | None = None) -> tuple[
     if a["items"] <= b["items"]:  # one bootstrap per pair, whichever row is asked first: b - a is -(a - b)
         return _difference(a["items"], b["items"])
     flipped = _difference(b["items"], a["items"])
-    return None if flipped is None else (-flipped[1], -flipped[0])
+    return None if flipped is None else (0.0 - flipped[1], 0.0 - flipped[0])  # 0.0 - x: a zero bound stays +0
 
 
 VERSION = 1  # of the bootstrap below: part of its results' cache key

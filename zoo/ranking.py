@@ -68,7 +68,7 @@ def _verdict(value: float, best: dict, higher: bool, run_items: dict | None) -> 
         known = {**paired.lines(), run_items["id"]: run_items}
         difference = paired.difference({"items": run_items["id"]}, best, known)
         if difference is not None:
-            lo, hi = difference[0] + 0.0, difference[1] + 0.0  # + 0.0: an interval of exact zeros prints +0
+            lo, hi = difference
             told = "not told apart from it" if lo <= 0 <= hi else (
                 "better than it" if (lo > 0) == higher else "worse than it")
             return f"paired with the best row, 95% {lo:+.4f}..{hi:+.4f}: {told}"
@@ -134,6 +134,7 @@ def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | Non
     median where it has this machine, else this run's own step rate scaled to the reference's steps (the same
     recipe: the same step where the run's batch is the reference's; the source says so where the run trained in
     another precision than the reference pins, as a bf16 run's rate does not hold for an fp32 reference)."""
+    from recipe_zoo import references
     from recipe_zoo.core.budget import parse_budget
 
     here = [r["train_seconds"] for r in all_rows("speed.jsonl") if r["hardware"] == hardware
@@ -144,7 +145,7 @@ def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | Non
     steps = (summary.get("metrics") or {}).get("steps")
     if work.kind != "steps" or not steps or not summary.get("train_seconds"):
         return None, ""
-    pinned = next((s.split("=", 1)[1] for s in reference.settings if s.startswith("precision=")), None)
+    pinned = references.pinned_precision(reference)
     ran = (summary.get("extra") or {}).get("precision")
     other = f" in {ran}; the reference trains in {pinned}" if pinned and ran and ran != pinned else ""
     return summary["train_seconds"] * work.amount / steps, f"from this run's step rate{other}"
