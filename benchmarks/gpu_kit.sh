@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 grep -qsx '/.gpu/' .git/info/exclude || echo '/.gpu/' >> .git/info/exclude
+[ -z "$(git status --porcelain)" ] || { echo "gpu_kit.sh: commit first: the rows name the commit (git status)" >&2; exit 1; }
 rm -rf .gpu && mkdir -p .gpu/whl
 # each domain's wheels, as tested here; RDKit (32 MB) goes only where ONLY names a molecules recipe
 declare -A WHEELS=([contrastive]="kornia==0.9.0 kornia_rs==0.2.0" [diffusion]="diffusers==0.42.1 torch-fidelity==0.4.0"

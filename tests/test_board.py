@@ -411,6 +411,7 @@ def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monk
     rows = [old_xgb, row("tabular/xgb", 0.80, commit="cccc33333"), row("tabular/mlp", 0.90, commit="aaaa11111"),
             row("tabular/mlp", 0.85, commit="bbbb22222"), row("tabular/xgb", 0.99, commit="aaaa11111-dirty")]
     assert board.stale(old_xgb, records) == "tabular/xgb behaves differently at cccc33333 (xgb-wine changed)"
+    assert board.stale({**old_xgb, "commit": "aaaa11111-copy"}, records)  # a lent machine's copy of the commit
     assert [bool(board.stale(r, records)) for r in rows] == [True, False, False, False, False]
     assert board.stale(old_xgb, records[:1]) == "" and board.stale(old_xgb, []) == ""  # nothing later to compare
     text = board_render.render(rows, [], prints=records)

@@ -117,6 +117,19 @@ def test_two_views_differ_and_replay_from_the_seed(channels):
     assert "blur" in data.describe_augment(cfg, channels, 16)
 
 
+def test_simclr_trains_on_views_smaller_than_the_images_it_is_scored_on():
+    """view_size=-1: SimCLR crops its views to 3/4 of the image side from 16 px up (BYOL and smaller images keep
+    theirs; 0 keeps them, a number sets them); the augmentation makes views of that size from whole images."""
+    def views(size, method="simclr", view_size=-1):
+        pretrain = SimpleNamespace(pretrain_x=torch.zeros(1, 3, size, size), eval=SimpleNamespace(name="folder"))
+        return data.resolve_auto(simclr.ContrastiveConfig(method=method, view_size=view_size), pretrain).view_size
+
+    assert (views(32), views(224), views(16), views(12)) == (24, 168, 12, 12)
+    assert (views(32, "byol"), views(32, view_size=0), views(32, view_size=20)) == (32, 32, 20)
+    augment = data.build_augment(simclr.ContrastiveConfig(crop_min=0.2, flip="on"), 3, 12)
+    assert data.two_views(augment, torch.rand(4, 3, 16, 16), seed=0)[0].shape == (4, 3, 12, 12)
+
+
 @pytest.mark.parametrize("model,dim", [("zoo-resnet", 32), ("zoo-net", 32), ("test_resnet", None)])
 def test_backbones_give_features_without_a_classifier(model, dim):
     cfg = simclr.ContrastiveConfig(model=model, width=8)
@@ -213,6 +226,10 @@ def test_byol_on_own_unlabelled_and_labelled_folders(tmp_path):
     sizes = [int(s.split()[0]) for s in summary["evaluation"].split(": ")[1].split(" / ")]
     assert sum(sizes) == 20 and min(sizes) >= 1  # labelled / validation / test of the 20 labelled images
     assert "pretraining on 20 unlabelled images" in summary["split"]
+    assert "views of the" not in summary["augment"]  # BYOL's views keep the images' size
+    summary, _ = run_ok("contrastive/simclr", f"data={tmp_path / 'labelled'}", "width=8", "proj_hidden=32",
+                        "batch_size=8", "eval_every=0", "model=zoo-resnet", "view_size=8")
+    assert summary["status"] == "ok" and "; 8 px views of the 32 px images" in summary["augment"]
 
 
 def test_bad_inputs(tmp_path):
@@ -225,6 +242,9 @@ def test_bad_inputs(tmp_path):
     assert "broken.png" in run_bad("contrastive/simclr", f"data={tmp_path / 'unlabelled'}",
                                    f"eval_data={tmp_path / 'labelled'}")
     assert "nope" in run_bad("contrastive/byol", f"data={tmp_path / 'labelled'}", f"eval_data={tmp_path / 'nope'}")
+    assert "view_size" in run_bad("contrastive/simclr", "view_size=-2")
+    assert "view_size=2: the zoo-net backbone cannot take views this small" in run_bad("contrastive/simclr",
+                                                                                       "view_size=2")
 
 
 def test_doctor_byol_on_digits_checks_queries_against_pretraining_images(tmp_path, capsys):

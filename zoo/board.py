@@ -326,8 +326,9 @@ def stale(row: dict, prints: list[dict]) -> str:
     at the row's commit differs from that at the latest commit fingerprinted on the same machine. A pure refactor
     changes no fingerprint; cases that failed at either commit (options that did not exist yet) are not compared.
     The cases are short: a change seen only after many steps or under a time budget is not caught."""
-    commit, recipe = str(row.get("commit", "")), row["recipe"]
-    if len(commit) < 7 or not commit.isalnum():  # unknown, or a dirty tree's or a copy's: not one commit's code
+    # a copy sent to a lent machine (C-copy) is commit C's tree: benchmarks/gpu_kit.sh packs a clean one
+    commit, recipe = str(row.get("commit", "")).removesuffix("-copy"), row["recipe"]
+    if len(commit) < 7 or not commit.isalnum():  # unknown, or a dirty tree's: not one commit's code
         return ""
     for then in (p for p in prints if p["commit"][:9] == commit[:9] and recipe in p["recipes"]):
         now = max((p for p in prints if p["hardware"] == then["hardware"] and recipe in p["recipes"]),

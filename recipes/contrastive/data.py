@@ -82,12 +82,22 @@ def load_data(cfg, run) -> SSLData:
 # Two views per image (kornia: per-image random parameters on whole batches, on the run's device)
 # =============================================================================================
 
+# view_size=-1 for SimCLR: views cropped to 3/4 of the image side train 1.6x the steps a second, and the evaluation's
+# whole images then show objects nearer the size training saw (FixRes's train-test resolution effect). cifar10-subset,
+# seeds 0-2 paired (AMD EPYC family 26 model 2, bf16, 2 threads), validation kNN at 32 -> 24 px views: 0.5414 -> 0.5639
+# at 2 minutes, 0.5668 -> 0.5937 at 5, better on every seed at both; 16 px views at 5 minutes (seed 0): 0.5652
+VIEW_SHARE = 0.75
+
+
 def resolve_auto(cfg, data: SSLData):
     size = data.pretrain_x.shape[-1]
     flip = cfg.flip if cfg.flip != "auto" else default_flip(data.eval.name)
     crop_min = cfg.crop_min if cfg.crop_min > 0 else (0.2 if size >= 16 else 0.5)
     blur = cfg.blur if cfg.blur >= 0 else (0.5 if size > 32 else 0.0)
-    return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur)
+    view = cfg.view_size if cfg.view_size > 0 else size
+    if cfg.view_size == -1 and cfg.method == "simclr" and size >= 16:
+        view = round(size * VIEW_SHARE)
+    return dataclasses.replace(cfg, flip=flip, crop_min=crop_min, blur=blur, view_size=view)
 
 
 def blur_kernel(size: int) -> int:
@@ -114,7 +124,8 @@ def build_augment(cfg, channels: int, size: int) -> nn.Module:
     return nn.Sequential(*ops)
 
 
-def describe_augment(cfg, channels: int, size: int) -> str:
+def describe_augment(cfg, channels: int, size: int, image_size: int | None = None) -> str:
+    """``size``: the views' side; ``image_size``: the images', named when the views are cropped to another."""
     parts = [f"random resized crop (area {cfg.crop_min:g}-1)"]
     if cfg.flip == "on":
         parts.append("flip")
@@ -125,7 +136,8 @@ def describe_augment(cfg, channels: int, size: int) -> str:
         parts.append(f"grey p {cfg.grayscale:g}")
     if cfg.blur > 0:
         parts.append(f"blur {blur_kernel(size)}px p {cfg.blur:g}")
-    return ", ".join(parts)
+    views = f"; {size} px views of the {image_size} px images" if image_size not in (None, size) else ""
+    return ", ".join(parts) + views
 
 
 def two_views(augment: nn.Module, x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,6 +32,18 @@ def build_backbone(cfg, channels: int, size: int) -> tuple[nn.Module, int]:
     return model.train(), dim
 
 
+@torch.no_grad()
+def check_views(backbone: nn.Module, channels: int, view: int, name: str) -> None:
+    """A view size the backbone cannot take (too small for its downsampling) is one line, not a traceback."""
+    try:
+        backbone.eval()(torch.zeros(2, channels, view, view))
+    except RuntimeError as e:
+        raise ZooError(f"view_size={view}: the {name} backbone cannot take views this small "
+                       f"({str(e).splitlines()[0]})") from None
+    finally:
+        backbone.train()
+
+
 def mlp(dim_in: int, hidden: int, dim_out: int) -> nn.Sequential:
     """Linear-BN-ReLU-Linear: SimCLR's projection head, BYOL's projector and predictor."""
     return nn.Sequential(nn.Linear(dim_in, hidden, bias=False), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),

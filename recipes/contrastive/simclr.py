@@ -36,8 +36,8 @@ from recipe_zoo.recipes.images import resize_splits
 from recipe_zoo.recipes.contrastive.data import (SSLData, build_augment, describe_augment, eval_splits, load_data,
                                                  normalizer, resolve_auto, two_views)
 from recipe_zoo.recipes.contrastive.evaluation import extract_features, knn_rows, score_features
-from recipe_zoo.recipes.contrastive.models import (SSLModel, build_backbone, byol_momentum, export_timm, load_backbone,
-                                                   mlp, update_target)
+from recipe_zoo.recipes.contrastive.models import (SSLModel, build_backbone, byol_momentum, check_views, export_timm,
+                                                   load_backbone, mlp, update_target)
 
 
 # =============================================================================================
@@ -84,6 +84,7 @@ class ContrastiveConfig(LoopSettings):
     schedule: Literal["cosine", "wsd", "linear", "constant"] = "cosine"  # LR shape over budget progress
     warmup: Unit = 0.1  # fraction of the budget spent warming up
     crop_min: AutoUnit = -1.0  # random resized crop: smallest area kept; -1 = 0.2 (0.5 under 16 px)
+    view_size: Annotated[int, Range(-1)] = -1  # training views' side: -1 = 3/4 of the images' (SimCLR, 16+ px); 0 = own
     flip: Literal["auto", "on", "off"] = "auto"  # horizontal flips; auto = on, except digits
     color: Jitter = 0.4  # colour jitter strength (brightness, contrast, saturation; hue = color/4), p 0.8; 0 = off
     grayscale: Unit = 0.2  # probability of a grey view (colour images)
@@ -263,7 +264,7 @@ def _report_setup(cfg: ContrastiveConfig, data: SSLData, backbone: nn.Module, di
             f"evaluation: a bank of {len(splits.train_y)} labelled images, {len(splits.val_y)} validation / "
             f"{len(splits.test_y)} test queries, {len(splits.classes)} classes; {cfg.model} backbone "
             f"{sum(p.numel() for p in backbone.parameters()) / 1e6:.2f}M params, {dim} features")
-    run.report("augment", describe_augment(cfg, channels, size))
+    run.report("augment", describe_augment(cfg, channels, cfg.view_size, image_size=size))
     run.report("evaluation", f"kNN k={cfg.knn_k} T={cfg.knn_temperature:g} (cosine) and a logistic-regression probe "
                              f"on standardised frozen features: {len(splits.train_y)} labelled / {len(splits.val_y)} "
                              f"validation / {len(splits.test_y)} test images")
@@ -321,11 +322,12 @@ def train(cfg: ContrastiveConfig, run) -> dict[str, float]:
     # labels are for evaluation only; leakage: the validation queries found among the pretraining images
     run.inspect(train=(data.pretrain_x,), val=(splits.val_x,), task="unlabelled", fine_tune=source is not None)
     backbone, dim = build_backbone(cfg, channels, size)
+    check_views(backbone, channels, cfg.view_size, cfg.model)
     projector = mlp(dim, cfg.proj_hidden, cfg.proj_dim)
     predictor = mlp(cfg.proj_dim, cfg.proj_hidden, cfg.proj_dim) if method == "byol" else None
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = SSLModel(backbone, projector, predictor).to(device=device, memory_format=memory_format)
-    augment = build_augment(cfg, channels, size).to(device)
+    augment = build_augment(cfg, channels, cfg.view_size).to(device)
     # per-channel statistics of the pretraining images (the rule for from-scratch models); a fine-tune keeps its
     # source's, which its backbone's first layer was trained on
     mean, std = backbones.input_stats(data.pretrain_x) if source is None else source_stats(source, channels)
