@@ -295,7 +295,7 @@ def keep_start(run, trained: nn.Module, metrics: dict, start: dict, begun: dict 
 # prediction not given again: the kNN's similarities were bf16 under the run's autocast, fp32 outside; now fp32.)
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
-        summary="SimCLR: two augmented views, NT-Xent (T 0.2), MLP head discarded; kNN + linear probe",
+        summary="SimCLR: two augmented views (3/4 of the image side), NT-Xent (T 0.2), MLP head discarded; kNN + probe",
         cpu_precision="bf16")
 @recipe("contrastive/byol", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
