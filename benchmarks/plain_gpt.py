@@ -83,7 +83,6 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary (llm/gpt's vocab_size)")
     args = parser.parse_args()
     if args.zoo_data:
         os.environ["ZOO_DATA"] = str(Path(args.zoo_data).resolve())
@@ -99,7 +98,7 @@ def main() -> None:
         raise SystemExit(f"--budget {args.budget}: a time (the reference trains for wall-clock time)")
     torch.manual_seed(args.seed)
     splits = load_text(args.data, 0.05, 0.1, log=lambda *a: None)
-    tok = train_bpe(splits.train, args.vocab)
+    tok = train_bpe(splits.train, 1024)
     train = encode_docs(tok, splits.train).long()
     model = GPT(tok.get_vocab_size(), args.context, args.width, args.depth, args.heads)
     decay = [p for p in model.parameters() if p.dim() >= 2]
