@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import summary_block, zoo_in_process
-from recipe_zoo import board, board_render, paired, ranking
+from recipe_zoo import board, board_render, catalog, paired, ranking, registry
 from recipe_zoo.core import items
 from recipe_zoo.core.datasets import own_data_key
 
@@ -397,7 +397,7 @@ def test_rows_of_defaults_chosen_on_test_say_so():
            "batch_size=128, read off kNN accuracy on the test queries." in text
 
 
-def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monkeypatch):
+def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monkeypatch, capsys):
     """Fingerprints at the rows' commits and at a later one: the recipe whose cases changed has its old row marked
     stale (shown, a line says why, never ranked: neither on the board nor in a run's rank line); a recipe whose only
     difference is a case that failed then (an option it did not have) stays ranked, as do rows at commits never
@@ -433,6 +433,12 @@ def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monk
                            "stale: measured by an earlier version of the recipe, shown on the board, not ranked)"), line
     line = ranking.standing({**summary, "budget": "2m"}, CPU, True, tmp_path / "index.sqlite")
     assert line.startswith("unranked: no leaderboard rows for cifar10-subset @ 2m, AMD EPYC (2 threads)"), line
+    # zoo show lists the stale row with its reason, and ranks the others among the current rows only
+    catalog._show_standing(registry.get("tabular/xgb"))
+    shown = capsys.readouterr().out
+    assert "0.9500 ± 0.0100 accuracy (n=3) on cifar10-subset @ 5m, AMD EPYC (2 threads): stale (tabular/xgb behaves " \
+           "differently at cccc33333 (xgb-wine changed))" in shown, shown
+    assert "0.8000 ± 0.0100 accuracy (n=3) on cifar10-subset @ 5m, AMD EPYC (2 threads): rank 4 of 4" in shown, shown
 
 
 def test_the_behaviour_digest_ignores_names_and_added_metrics_and_sees_a_changed_weight(tmp_path):

@@ -134,15 +134,16 @@ def _show_standing(spec) -> None:
     for ref in references.for_recipe(spec.name):
         print(f"reference: {ref.benchmark} @ {ref.work}: {ref.command()} = {ref.expanded()} "
               f"(config {references.config_hash(ref)}; {ref.why})")
-    all_rows = board.load_rows()
+    all_rows, prints = board.load_rows(), board.all_rows("fingerprints.jsonl")
     rows = [r for r in all_rows if r["recipe"] == spec.name and (not r.get("overrides") or references.of_row(r))]
     if not rows:
         print(f"leaderboard: no measured rows yet (zoo bench {spec.name} --reference)")
     for r in rows:
-        table = [t for t in all_rows if board.table_key(t) == board.table_key(r)]
-        rank = next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
+        why = board.stale(r, prints)  # a stale row is listed, as the board shows it, and ranked against nothing
+        table = board.live([t for t in all_rows if board.table_key(t) == board.table_key(r)], prints)
+        rank = why or next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
         old = "" if board.protocol(r) == board.PROTOCOL else f", protocol {board.protocol(r)}"
         where = (f"{board.precision_text(r.get('precision'))}, every machine (this row: {r['hardware']})"
                  if board.fixed_work(r["budget"]) else r["hardware"])
         print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
-              f"{r['budget']}, {where}{old}: rank {rank} of {len(table)}")
+              f"{r['budget']}, {where}{old}: " + (f"stale ({why})" if why else f"rank {rank} of {len(table)}"))
