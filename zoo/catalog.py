@@ -138,12 +138,14 @@ def _show_standing(spec) -> None:
     rows = [r for r in all_rows if r["recipe"] == spec.name and (not r.get("overrides") or references.of_row(r))]
     if not rows:
         print(f"leaderboard: no measured rows yet (zoo bench {spec.name} --reference)")
+    current = board.live(all_rows, prints)  # a stale row is listed, as the board shows it, and ranked against nothing
     for r in rows:
-        why = board.stale(r, prints)  # a stale row is listed, as the board shows it, and ranked against nothing
-        table = board.live([t for t in all_rows if board.table_key(t) == board.table_key(r)], prints)
-        rank = why or next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)
+        why = board.stale(r, prints)
+        table = [t for t in current if board.table_key(t) == board.table_key(r)]
+        standing = f"stale ({why})" if why else \
+            f"rank {next(k for t, k in zip(board.ranked(table), board.ranks(table)) if t is r)} of {len(table)}"
         old = "" if board.protocol(r) == board.PROTOCOL else f", protocol {board.protocol(r)}"
         where = (f"{board.precision_text(r.get('precision'))}, every machine (this row: {r['hardware']})"
                  if board.fixed_work(r["budget"]) else r["hardware"])
         print(f"leaderboard: {board.value_text(r)} {r['metric']} (n={r['n']}) on {r['benchmark']} @ "
-              f"{r['budget']}, {where}{old}: " + (f"stale ({why})" if why else f"rank {rank} of {len(table)}"))
+              f"{r['budget']}, {where}{old}: {standing}")
