@@ -376,9 +376,11 @@ TINY = ["target=y"]
     ("molecules/fp-xgb", "t.csv", _alcohols(y=lambda n: int(n == 1)), TINY, ["test_roc_auc is undefined"], "3steps"),
     ("molecules/fp-xgb", "t.csv", GOOD, TINY, ["budget '0s'", "positive"], "0s"),
     ("molecules/dmpnn", "t.csv", GOOD, TINY, ["budget '-5'"], "-5"),
+    ("molecules/dmpnn", "t.csv", GOOD, [*TINY, "trees=1"], ["trees", "[0, 1)"], "3steps"),
 ], ids=["missing-file", "empty-0-bytes", "header-only", "no-smiles-column", "no-target-column", "text-target",
         "nan-target", "invalid-smiles-dmpnn", "invalid-smiles-fp-xgb", "non-utf8", "typo-key-dmpnn",
-        "typo-key-fp-xgb", "ill-typed-value", "one-class-train", "one-class-test", "budget-0s", "budget-negative"])
+        "typo-key-fp-xgb", "ill-typed-value", "one-class-train", "one-class-test", "budget-0s", "budget-negative",
+        "trees-take-everything"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
     path = write_file(tmp_path / name, content)
     small = {"molecules/dmpnn": ["hidden=16", "ffn_hidden=16"], "molecules/fp-xgb": ["n_estimators=20", "bits=64"]}
@@ -509,3 +511,27 @@ def test_dmpnn_fine_tune_can_train_its_head_first_on_the_frozen_encoder(tmp_path
     assert encoder and head and "head_fraction=0.5: the encoder trains from step 3 on" in log
     bad_input(capfd, ["molecules/dmpnn", f"data={logp_csv}", "target=y", "head_fraction=0.2"], tmp_path / "bad",
               "head_fraction=0.2: a fine-tune's first stage; give weights=RUN_DIR")
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_the_blend_weight_follows_the_better_model_on_validation(task):
+    """trees=S: the D-MPNN's weight is the one that scores best on validation, whichever way the metric points
+    (RMSE down, ROC-AUC up): 1 when the network's validation predictions are exact (an even blend where the
+    ROC-AUC ties at 1), 0 when they are backwards."""
+    from types import SimpleNamespace
+
+    from recipe_zoo.recipes.molecules import blend
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 8)).astype(np.float32)
+    y = X[:, :1] + 0.5 * rng.normal(size=(120, 1))
+    if task == "classification":
+        y = (y > 0).astype(float)
+    table = SimpleNamespace(y=y, task=task, targets=["y"], mols=[None] * 120)
+    run = SimpleNamespace(seed=0, log=lambda line: None)
+    idx = (np.arange(80), np.arange(80, 100), np.arange(100, 120))
+    cfg = DMPNNConfig(data="unused.csv")
+    exact = blend.fit_split(cfg, run, table, X, idx, 0, None, (y[idx[1]], y[idx[2]]))
+    assert exact[1] == (1.0 if task == "regression" else 0.5)
+    backwards = blend.fit_split(cfg, run, table, X, idx, 0, None, (1 - y[idx[1]] * 3, 1 - y[idx[2]] * 3))
+    assert backwards[1] == 0.0 and backwards[3].shape == (20, 1)

@@ -72,6 +72,13 @@ def xgb_run(tmp_path_factory):
     return _train(tmp, "molecules/fp-xgb", _regression_csv(tmp / "logp.csv"), "target=y")
 
 
+@pytest.fixture(scope="module")
+def blend_run(tmp_path_factory):
+    """A D-MPNN blended with XGBoost trees (trees=0.3) on each split."""
+    tmp = tmp_path_factory.mktemp("blend")
+    return _train(tmp, "molecules/dmpnn", _regression_csv(tmp / "logp.csv"), "target=y", "trees=0.3")
+
+
 def _saved(run_dir) -> list[dict]:
     return list(csv.DictReader(open(run_dir / "predictions.csv")))
 
@@ -97,13 +104,28 @@ def test_the_runs_save_a_card_weights_and_their_test_predictions(dmpnn_run, xgb_
     assert json.loads((xgb_run / "xgb.json").read_text())["learner"]  # XGBoost's own JSON, no pickle
 
 
-@pytest.mark.parametrize("run", ["dmpnn_run", "xgb_run"])
+def test_a_blended_run_keeps_its_trees_and_their_weight_beside_the_networks(blend_run):
+    card = json.loads((blend_run / "model.json").read_text())
+    assert card["weights"] == ["model.safetensors"] and card["selected"].endswith(
+        "blended with XGBoost trees (weights chosen on validation)")
+    entry = card["blend"]
+    assert entry["files"] == [["trees.json"]] and entry["morgan"] == {"radius": 2, "bits": 2048, "counts": True}
+    assert len(entry["net_weights"]) == 1 and 0.0 <= entry["net_weights"][0] <= 1.0
+    assert json.loads((blend_run / "trees.json").read_text())["learner"]
+    assert card["files"] == ["scalers.safetensors", "trees.json"]  # the safetensors export carries the trees too
+    metrics = json.loads((blend_run / "summary.json").read_text())["metrics"]
+    assert metrics["net_weight"] == entry["net_weights"][0]
+    log = (blend_run / "log.txt").read_text()
+    assert "split 0: trees " in log and "at weight" in log and "on the D-MPNN" in log
+
+
+@pytest.mark.parametrize("run", ["dmpnn_run", "xgb_run", "blend_run"])
 def test_predict_on_the_run_test_split_reproduces_its_metrics(run, request):
     result = roundtrip(request.getfixturevalue(run))
     assert {"test_rmse", "test_mae", "test_r2", "val_rmse", "test_rmse_ci_low"} <= set(result.metrics)
 
 
-@pytest.mark.parametrize("run", ["dmpnn_run", "xgb_run"])
+@pytest.mark.parametrize("run", ["dmpnn_run", "xgb_run", "blend_run"])
 def test_new_smiles_get_the_run_predictions_and_invalid_ones_a_blank_row(run, request, tmp_path, capfd):
     """The test molecules in another order, beside a SMILES that does not parse and an empty cell: each valid row
     gets the prediction the run made for it, the user's own columns stay, the targets give the run's metrics."""
@@ -213,10 +235,13 @@ def test_folds_ensembles_and_two_targets_round_trip(recipe, tmp_path):
     its test molecules again; new molecules get every model's mean probability."""
     from recipe_zoo import load
 
-    extra = ["ensemble=2"] if recipe == "molecules/dmpnn" else []
+    extra = ["ensemble=2", "trees=0.2"] if recipe == "molecules/dmpnn" else []
     run_dir = _train(tmp_path, recipe, _two_task_csv(tmp_path / "two.csv"), "target=a,b", "folds=3", *extra)
     card = json.loads((run_dir / "model.json").read_text())
     assert len(card["weights"]) == (6 if recipe == "molecules/dmpnn" else 3 * 2) and "3 folds" in card["selected"]
+    if recipe == "molecules/dmpnn":  # each fold's trees, one booster per target, and its blend weight
+        assert card["blend"]["files"] == [[f"trees-fold{k}-target{t}.json" for t in (0, 1)] for k in range(3)]
+        assert len(card["blend"]["net_weights"]) == 3
     result = roundtrip(run_dir)
     assert {"test_roc_auc", "test_roc_auc_std", "val_pr_auc"} <= set(result.metrics)
     assert {row["fold"] for row in _saved(run_dir)} == {"0", "1", "2"}

@@ -8,6 +8,7 @@ weights (safetensors), each split's scalers and the featuriser's settings are ke
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.weights import BestState
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.core.precision import choose_device, resolve_precision
-from recipe_zoo.recipes.molecules import feature_cache, inference, models
+from recipe_zoo.recipes.molecules import blend, feature_cache, inference, models
 from recipe_zoo.recipes.molecules.config import DMPNNConfig
 from recipe_zoo.recipes.molecules.features import Graphs, featurize, rdkit_descriptors
 from recipe_zoo.recipes.molecules.run_data import inspect_split, load_for, splits_for
@@ -214,10 +215,10 @@ def weights_name(k: int, member: int, splits: int, ensemble: int) -> str:
 
 
 def save_dmpnn(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, nets: list, scalers: list,
-               predicted: list, start: Start | None = None) -> None:
+               predicted: list, start: Start | None = None, trees: tuple | None = None) -> None:
     """After scoring: each model's restored best validation weights, each split's scalers (float64 targets,
-    float32 descriptors, as computed), the card and the test molecules' predictions. A SimpleRun (tests,
-    notebooks) has no run directory of its own and keeps nothing."""
+    float32 descriptors, as computed), ``trees`` (each split's boosters and blend weight), the card and the test
+    molecules' predictions. A SimpleRun (tests, notebooks) has no run directory of its own and keeps nothing."""
     if run.spec is None:
         return
     names = [weights_name(k, m, len(nets), cfg.ensemble) for k in range(len(nets)) for m in range(cfg.ensemble)]
@@ -226,15 +227,18 @@ def save_dmpnn(cfg: DMPNNConfig, run, table: MolTable, graphs: Graphs, desc, net
             artifact.save_tensors(net.state_dict(), run.dir / name, metadata={"recipe": run.spec.name})
         artifact.save_tensors({f"split{k}.{key}": torch.from_numpy(np.asarray(value))
                                for k, scaler in enumerate(scalers) for key, value in scaler.items()}, run.dir / SCALERS)
-    count = f"ensemble of {cfg.ensemble} models" if cfg.ensemble > 1 else "one model"
+    mixed = {"blend": blend.save(run, *trees, write=distributed.is_main())} if trees else {}
+    files = [SCALERS, *(f for split in mixed["blend"]["files"] for f in split)] if trees else [SCALERS]
+    count = (f"ensemble of {cfg.ensemble} models" if cfg.ensemble > 1 else "one model") + (
+        ", blended with XGBoost trees (weights chosen on validation)" if trees else "")
     selected = (f"best-val: {len(nets)} folds x {count} (new data: the mean of all {len(names)})" if len(nets) > 1
                 else f"best-val: {count}")
     pre = inference.featuriser(cfg, table, atom_dim=graphs.x.size(1), bond_dim=graphs.edge_attr.size(1),
                                extra_dim=0 if desc is None else desc.shape[1])
     artifact.write_card(run.dir, recipe=run.spec.name, task=table.task, weights=names, selected=selected,
-                        preprocess=pre, files=[SCALERS], evaluation={"folds": len(nets), "ensemble": cfg.ensemble,
+                        preprocess=pre, files=files, evaluation={"folds": len(nets), "ensemble": cfg.ensemble,
                                                                      "batch_size": 256},
-                        **({"source": finetune.provenance(start.source)} if start is not None else {}))
+                        **({"source": finetune.provenance(start.source)} if start is not None else {}), **mixed)
     artifact.write_predictions(run.dir, inference.split_rows(table, pre["smiles"], predicted, pre))
 
 
@@ -261,19 +265,22 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
     saved = artifact.load_tensors(run.path(SCALERS))
     scalers = [{key.split(".", 1)[1]: value.numpy() for key, value in saved.items() if key.startswith(f"split{k}.")}
                for k in range(len(nets))]
+    mixed = blend.load(run)
 
-    def ensemble(k: int, graphs: Graphs, desc, rows: np.ndarray) -> np.ndarray:
+    def ensemble(k: int, graphs: Graphs, desc, rows: np.ndarray, X) -> np.ndarray:
         s = scalers[k]
         extra = None if desc is None else scale_descriptors(desc, s["descriptor_mean"], s["descriptor_std"])
-        return np.mean([unscale(models.predict(net, graphs, rows, extra, device, task, batch), task, s)
-                        for net in nets[k]], axis=0)
+        net = np.mean([unscale(models.predict(net, graphs, rows, extra, device, task, batch), task, s)
+                       for net in nets[k]], axis=0)
+        return net if mixed is None else blend.mix(mixed, k, net, X[rows])
 
     if not opts.data:
         table, splits = inference.own_table(cfg, run)
         graphs = feature_cache.cached("graphs", table, featurize, run.log)
         desc = (feature_cache.cached("descriptors", table, rdkit_descriptors, run.log) if pre["descriptors"]
                 else None)
-        predicted = [(val, ensemble(k, graphs, desc, val), test, ensemble(k, graphs, desc, test))
+        X = None if mixed is None else blend.table_features(cfg, table, run.log, mixed)
+        predicted = [(val, ensemble(k, graphs, desc, val, X), test, ensemble(k, graphs, desc, test, X))
                      for k, (_, val, test) in enumerate(splits)]
         return inference.own_split(table, pre["smiles"], predicted, finish(run, table, predicted), pre)
     inp = inference.read_molecules(opts, run, pre)
@@ -281,8 +288,8 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
     def some(mols: list) -> np.ndarray:
         graphs = featurize(mols)
         desc = rdkit_descriptors(mols, pre["descriptors"]) if pre["descriptors"] else None
-        rows = np.arange(len(mols))
-        return np.mean([ensemble(k, graphs, desc, rows) for k in range(len(nets))], axis=0)
+        rows, X = np.arange(len(mols)), None if mixed is None else blend.features(mixed, mols, desc)
+        return np.mean([ensemble(k, graphs, desc, rows, X) for k in range(len(nets))], axis=0)
 
     return inference.new_rows(inp, inference.in_batches(inp.mols, batch, some, len(pre["targets"]), run), pre)
 
@@ -312,8 +319,10 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
         finetune.check_unseen(start.source, (names[i] for _, _, test in splits for i in test), "molecules")
     inspect_split(run, table, splits[0], loop=True,
                   fine_tune=(start.new_tensors(table.y.shape[1]) or True) if start is not None else False)
-    per_model = Budget(run.budget.kind, run.budget.amount / (cfg.ensemble * len(splits)))
+    per_model = Budget(run.budget.kind, run.budget.amount * (1 - cfg.trees) / (cfg.ensemble * len(splits)))
+    X = blend.table_features(cfg, table, run.log) if cfg.trees else None  # the trees' input (trees=S)
     predicted, total_seconds, total_steps, last, nets, scalers, begun = [], 0.0, 0, {}, [], [], {}
+    trees: tuple[list, list] = ([], [])  # each split's boosters and the D-MPNN's weight in the blend
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
         members = []
         nets.append([])
@@ -329,9 +338,20 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
             begun = begun or {name: v for name, v in stats.items() if name.endswith("_start")}  # the first model's
         scalers.append(scaler)  # the split's training rows: the same for each of its members
         # This split's models are final: the ensemble's mean predictions, scored with the others at the end.
-        predicted.append((val_idx, np.mean([p(val_idx) for p in members], axis=0),
-                          test_idx, np.mean([p(test_idx) for p in members], axis=0)))
+        val_pred, test_pred = (np.mean([p(val_idx) for p in members], axis=0),
+                               np.mean([p(test_idx) for p in members], axis=0))
+        if X is not None:
+            began = time.perf_counter()
+            boosters, w, val_pred, test_pred = blend.fit_split(
+                cfg, run, table, X, (train_idx, val_idx, test_idx), k,
+                blend.tree_seconds(cfg.trees, run.budget, len(splits), table.y.shape[1]), (val_pred, test_pred))
+            total_seconds += time.perf_counter() - began
+            trees[0].append(boosters)
+            trees[1].append(w)
+        predicted.append((val_idx, val_pred, test_idx, test_pred))
     metrics = finish(run, table, predicted)
-    save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted, start)
-    return {**metrics, **begun, "train_seconds": total_seconds, "steps": total_steps, "params_M": last["params_M"],
-            "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"], "molecules": len(table.mols)}
+    save_dmpnn(cfg, run, table, graphs, desc, nets, scalers, predicted, start, trees if X is not None else None)
+    mixed = {"net_weight": float(np.mean(trees[1]))} if X is not None else {}
+    return {**metrics, **begun, **mixed, "train_seconds": total_seconds, "steps": total_steps,
+            "params_M": last["params_M"], "peak_mem_mb": last["peak_mem_mb"], "mfu_percent": last["mfu_percent"],
+            "molecules": len(table.mols)}

@@ -126,6 +126,33 @@ def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
     return blocks
 
 
+def fit_targets(cfg: FPXGBConfig, table, X: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray, k: int,
+                rounds: int, seconds: float | None, seed: int) -> list:
+    """Split ``k``'s models, one per target, each early-stopped on its validation molecules (those with a value);
+    ``seconds``: each model's time limit (None: the rounds alone)."""
+    import xgboost as xgb
+
+    models = []
+    for t in range(table.y.shape[1]):
+        tr, va = train_idx[~np.isnan(table.y[train_idx, t])], val_idx[~np.isnan(table.y[val_idx, t])]
+        if table.task == "classification" and len(np.unique(table.y[tr, t])) < 2:  # XGBoost would raise
+            raise ZooError(f"data={cfg.data}: target {table.targets[t]!r} has one class only among the "
+                           f"{len(tr)} training molecules of split {k}; use fewer folds or another split")
+        params = dict(n_estimators=rounds, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
+                      subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
+                      early_stopping_rounds=cfg.early_stopping, random_state=seed, n_jobs=os.cpu_count(),
+                      callbacks=[xgboost_time_limit(seconds)] if seconds else None)
+        model = xgb.XGBClassifier(**params) if table.task == "classification" else xgb.XGBRegressor(**params)
+        model.fit(X[tr], table.y[tr, t], eval_set=[(X[va], table.y[va, t])], verbose=False)
+        models.append(model)
+    return models
+
+
+def predict_rows(models: list, X: np.ndarray, task: str) -> np.ndarray:
+    """Each target's model on the final (early-stopped) trees: probabilities of 1, or values."""
+    return np.stack([m.predict_proba(X)[:, 1] if task == "classification" else m.predict(X) for m in models], axis=1)
+
+
 # =============================================================================================
 # The recipe: fingerprints (+ descriptors), one XGBoost model per target and split, early-stopped on validation
 # =============================================================================================
@@ -138,8 +165,6 @@ def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
         predict=predict_fp_xgb, predict_options=inference.MolPredictOptions,
         exports={"xgboost-json": export_xgboost_json})
 def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
-    import xgboost as xgb
-
     if run.budget.kind == "epochs":
         raise ZooError("molecules/fp-xgb takes a time budget (--budget 30s) or a cap on boosting rounds (--budget "
                        "500steps)")
@@ -151,31 +176,15 @@ def train_fp_xgb(cfg: FPXGBConfig, run) -> dict[str, float]:
     rounds = min(cfg.n_estimators, int(run.budget.amount)) if run.budget.kind == "steps" else cfg.n_estimators
     predicted, total, trees, fitted = [], 0.0, [], []
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
-        models = []
-        for t in range(table.y.shape[1]):
-            tr, va = train_idx[~np.isnan(table.y[train_idx, t])], val_idx[~np.isnan(table.y[val_idx, t])]
-            if table.task == "classification" and len(np.unique(table.y[tr, t])) < 2:  # XGBoost would raise
-                raise ZooError(f"data={cfg.data}: target {table.targets[t]!r} has one class only among the "
-                               f"{len(tr)} training molecules of split {k}; use fewer folds or another split")
-            params = dict(n_estimators=rounds, learning_rate=cfg.xgb_lr, max_depth=cfg.max_depth,
-                          subsample=0.8, colsample_bytree=0.5, min_child_weight=1, tree_method="hist",
-                          early_stopping_rounds=cfg.early_stopping, random_state=run.seed, n_jobs=os.cpu_count(),
-                          callbacks=[xgboost_time_limit(seconds)] if seconds else None)
-            model = xgb.XGBClassifier(**params) if table.task == "classification" else xgb.XGBRegressor(**params)
-            start = time.perf_counter()
-            model.fit(X[tr], table.y[tr, t], eval_set=[(X[va], table.y[va, t])], verbose=False)
-            total += time.perf_counter() - start
-            trees.append(model.best_iteration + 1)
-            models.append(model)
+        start = time.perf_counter()
+        models = fit_targets(cfg, table, X, train_idx, val_idx, k, rounds, seconds, run.seed)
+        total += time.perf_counter() - start
+        trees.extend(m.best_iteration + 1 for m in models)
         fitted.append(models)
         run.log(f"split {k}: best iteration {', '.join(map(str, trees[-len(models):]))}")
-
-        def predict(rows: np.ndarray) -> np.ndarray:  # each target's model, on the final (early-stopped) trees
-            return np.stack([m.predict_proba(X[rows])[:, 1] if table.task == "classification" else m.predict(X[rows])
-                             for m in models], axis=1)
-
         # This split's models are final: their predictions, scored with the other splits' at the end.
-        predicted.append((val_idx, predict(val_idx), test_idx, predict(test_idx)))
+        predicted.append((val_idx, predict_rows(models, X[val_idx], table.task), test_idx,
+                          predict_rows(models, X[test_idx], table.task)))
     metrics = finish(run, table, predicted)
     save_fp_xgb(cfg, run, table, fitted, predicted)
     run.report("features", f"{X.shape[1]} ({cfg.bits} Morgan r{cfg.radius}{' counts' if cfg.counts else ''}"
