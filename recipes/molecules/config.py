@@ -41,8 +41,8 @@ class DMPNNConfig(MolConfig, LoopSettings):
     ffn_layers: Count = 2  # FFN head layers (including the output layer)
     dropout: Fraction = 0.0  # dropout in messages and the head
     ensemble: Count = 1  # models trained (each on budget / n) and averaged
-    trees: Fraction = 0.0  # budget share of XGBoost on Morgan counts + descriptors (molecules/fp-xgb's), each split,
-    # blended with the D-MPNN by a weight chosen on validation; 0 = none
+    trees: Fraction = 0.0  # budget share of fp-xgb's XGBoost per split, blended in by a weight chosen on validation
+    # (molecules/fp-xgb's Morgan counts + descriptors, its defaults); 0 = none
     lr: Positive = 1e-3  # peak AdamW LR
     weight_decay: NonNegative = 0.0  # AdamW weight decay on weights (never biases)
     batch_size: Count = 50  # molecules per batch
