@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from recipe_zoo.core.metrics import score_tasks
-from recipe_zoo.recipes.molecules import fp_xgb
+from recipe_zoo.recipes.molecules import xgb_models
 from recipe_zoo.recipes.molecules.config import FPXGBConfig, MolConfig
 from recipe_zoo.recipes.molecules.features import morgan
 from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK, primary_metric
@@ -37,9 +37,9 @@ def fit_split(cfg, run, table, X: np.ndarray, idx: tuple, k: int, seconds: float
     and test rows. Returns (boosters, weight, blended validation predictions, blended test predictions)."""
     train_idx, val_idx, test_idx = idx
     t = settings(cfg)
-    boosters = fp_xgb.fit_targets(t, table, X, train_idx, val_idx, k, t.n_estimators, seconds, run.seed)
-    trees_val = fp_xgb.predict_rows(boosters, X[val_idx], table.task)
-    trees_test = fp_xgb.predict_rows(boosters, X[test_idx], table.task)
+    boosters = xgb_models.fit_targets(t, table, X, train_idx, val_idx, k, t.n_estimators, seconds, run.seed)
+    trees_val = xgb_models.predict_rows(boosters, X[val_idx], table.task)
+    trees_test = xgb_models.predict_rows(boosters, X[test_idx], table.task)
     metric, higher = primary_metric(table.task)
 
     def score(pred: np.ndarray) -> float:
@@ -63,7 +63,7 @@ def fit_split(cfg, run, table, X: np.ndarray, idx: tuple, k: int, seconds: float
 def save(run, fitted: list[list], weights: list[float], write: bool = True) -> dict:
     """Each split's boosters as XGBoost JSON (cut to the best validation round; ``write``: the main process), and
     the card's ``blend`` entry: the files per split, the D-MPNN's weight per split and the trees' Morgan settings."""
-    files = [[fp_xgb.booster_name(k, t, len(fitted), len(b)).replace("xgb", "trees", 1) for t in range(len(b))]
+    files = [[xgb_models.booster_name(k, t, len(fitted), len(b)).replace("xgb", "trees", 1) for t in range(len(b))]
              for k, b in enumerate(fitted)]
     for names, boosters in zip(files, fitted):
         for name, model in zip(names, boosters if write else ()):
@@ -86,7 +86,7 @@ def load(run) -> dict | None:
 def table_features(cfg: MolConfig, table, log, blend: dict | None = None) -> np.ndarray:
     """The trees' input for a table's molecules, as cached (molecules/fp-xgb's blocks: the same arrays); ``blend``:
     a card's, for its Morgan settings."""
-    return np.concatenate(fp_xgb.fingerprints(settings(cfg, **(blend or {}).get("morgan", {})), table, log), axis=1)
+    return np.concatenate(xgb_models.fingerprints(settings(cfg, **(blend or {}).get("morgan", {})), table, log), axis=1)
 
 
 def features(blend: dict, mols: list, desc: np.ndarray | None) -> np.ndarray:
