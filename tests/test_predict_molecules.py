@@ -229,17 +229,19 @@ def test_the_safetensors_export_holds_each_model_and_its_scalers(dmpnn_run, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["molecules/dmpnn", "molecules/fp-xgb"])
-def test_folds_ensembles_and_two_targets_round_trip(recipe, tmp_path):
+@pytest.mark.parametrize("recipe, trees", [("molecules/dmpnn", False), ("molecules/dmpnn", True),
+                                           ("molecules/fp-xgb", False)], ids=["dmpnn", "dmpnn-trees", "fp-xgb"])
+def test_folds_ensembles_and_two_targets_round_trip(recipe, trees, tmp_path):
     """3 folds (x an ensemble of 2 for the D-MPNN), two classification targets with gaps: each fold's models score
-    its test molecules again; new molecules get every model's mean probability."""
+    its test molecules again; new molecules get every model's mean probability (with ``trees``: each fold's
+    blend of its D-MPNNs and its boosters)."""
     from recipe_zoo import load
 
-    extra = ["ensemble=2", "trees=0.2"] if recipe == "molecules/dmpnn" else []
+    extra = (["ensemble=2"] if recipe == "molecules/dmpnn" else []) + (["trees=0.2"] if trees else [])
     run_dir = _train(tmp_path, recipe, _two_task_csv(tmp_path / "two.csv"), "target=a,b", "folds=3", *extra)
     card = json.loads((run_dir / "model.json").read_text())
     assert len(card["weights"]) == (6 if recipe == "molecules/dmpnn" else 3 * 2) and "3 folds" in card["selected"]
-    if recipe == "molecules/dmpnn":  # each fold's trees, one booster per target, and its blend weight
+    if trees:  # each fold's trees, one booster per target, and its blend weight
         assert card["blend"]["files"] == [[f"trees-fold{k}-target{t}.json" for t in (0, 1)] for k in range(3)]
         assert len(card["blend"]["net_weights"]) == 3
     result = roundtrip(run_dir)
