@@ -116,8 +116,10 @@ def test_fid_zoo_features_rank_corruption_and_are_cached():
     ref = net.embed(real)
     g = torch.Generator().manual_seed(0)
     train = to_model_range(data.train_x[:360])
+    # Noise of 0.2 sits within the resolution of an FID over 360 images (0.99 against 1.02 clean with one trained
+    # classifier, 1.35 against 0.93 with another): the levels ranked are those the metric resolves on any machine
     scores = [ddpm.fid(net.embed((train + s * torch.randn(train.shape, generator=g)).clamp(-1, 1)), ref)
-              for s in (0.0, 0.2, 0.5, 1.0)]
+              for s in (0.0, 0.5, 1.0)]
     assert scores == sorted(scores) and scores[-1] > 10 * scores[0]  # more noise, farther from the real images
     again, acc2 = models.feature_net(data, logs.append)
     assert "cached classifier" in logs[-1] and acc2 == acc and np.allclose(again.embed(real), ref)
