@@ -63,11 +63,11 @@ def fit_split(cfg, run, table, X: np.ndarray, idx: tuple, k: int, seconds: float
 def save(run, fitted: list[list], weights: list[float], write: bool = True) -> dict:
     """Each split's boosters as XGBoost JSON (cut to the best validation round; ``write``: the main process), and
     the card's ``blend`` entry: the files per split, the D-MPNN's weight per split and the trees' Morgan settings."""
-    files = [[xgb_models.booster_name(k, t, len(fitted), len(b)).replace("xgb", "trees", 1) for t in range(len(b))]
+    files = [[xgb_models.booster_name(k, t, len(fitted), len(b), stem="trees") for t in range(len(b))]
              for k, b in enumerate(fitted)]
     for names, boosters in zip(files, fitted):
         for name, model in zip(names, boosters if write else ()):
-            model.get_booster()[: model.best_iteration + 1].save_model(run.dir / name)
+            xgb_models.save_best(model, run.dir / name)
     t = FPXGBConfig()
     return {"files": files, "net_weights": weights, "morgan": {"radius": t.radius, "bits": t.bits, "counts": t.counts}}
 
@@ -99,4 +99,4 @@ def features(blend: dict, mols: list, desc: np.ndarray | None) -> np.ndarray:
 def mix(blend: dict, k: int, net: np.ndarray, X: np.ndarray) -> np.ndarray:
     """Split ``k``'s blend of the D-MPNN's predictions ``net`` and its boosters' on ``X``."""
     w = blend["net_weights"][k]
-    return w * net + (1 - w) * np.stack([b.inplace_predict(X) for b in blend["boosters"][k]], axis=1)
+    return w * net + (1 - w) * xgb_models.predict_saved(blend["boosters"][k], X)

@@ -321,6 +321,7 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
                   fine_tune=(start.new_tensors(table.y.shape[1]) or True) if start is not None else False)
     per_model = Budget(run.budget.kind, run.budget.amount * (1 - cfg.trees) / (cfg.ensemble * len(splits)))
     X = blend.table_features(cfg, table, run.log) if cfg.trees else None  # the trees' input (trees=S)
+    tree_seconds = blend.tree_seconds(cfg.trees, run.budget, len(splits), table.y.shape[1])
     predicted, total_seconds, total_steps, last, nets, scalers, begun = [], 0.0, 0, {}, [], [], {}
     trees: tuple[list, list] = ([], [])  # each split's boosters and the D-MPNN's weight in the blend
     for k, (train_idx, val_idx, test_idx) in enumerate(splits):
@@ -342,9 +343,8 @@ def train_dmpnn(cfg: DMPNNConfig, run) -> dict[str, float]:
                                np.mean([p(test_idx) for p in members], axis=0))
         if X is not None:
             began = time.perf_counter()
-            boosters, w, val_pred, test_pred = blend.fit_split(
-                cfg, run, table, X, (train_idx, val_idx, test_idx), k,
-                blend.tree_seconds(cfg.trees, run.budget, len(splits), table.y.shape[1]), (val_pred, test_pred))
+            boosters, w, val_pred, test_pred = blend.fit_split(cfg, run, table, X, (train_idx, val_idx, test_idx), k,
+                                                               tree_seconds, (val_pred, test_pred))
             total_seconds += time.perf_counter() - began
             trees[0].append(boosters)
             trees[1].append(w)

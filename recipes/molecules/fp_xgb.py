@@ -19,7 +19,8 @@ from recipe_zoo.core.api import recipe
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.recipes.molecules import inference
-from recipe_zoo.recipes.molecules.xgb_models import booster_name, features, fingerprints, fit_targets, predict_rows
+from recipe_zoo.recipes.molecules.xgb_models import (booster_name, features, fingerprints, fit_targets,
+                                                     predict_rows, predict_saved, save_best)
 from recipe_zoo.recipes.molecules.config import FPXGBConfig
 from recipe_zoo.recipes.molecules.run_data import inspect_split, load_for, splits_for
 from recipe_zoo.recipes.molecules.scoring import finish
@@ -38,7 +39,7 @@ def save_fp_xgb(cfg: FPXGBConfig, run, table, fitted: list, predicted: list) -> 
     names = [booster_name(k, t, len(fitted), tasks) for k in range(len(fitted)) for t in range(tasks)]
     if distributed.is_main():
         for name, model in zip(names, (m for split in fitted for m in split)):
-            model.get_booster()[: model.best_iteration + 1].save_model(run.dir / name)
+            save_best(model, run.dir / name)
     pre = inference.featuriser(cfg, table, morgan={"radius": cfg.radius, "bits": cfg.bits, "counts": cfg.counts})
     models = [{"file": n, "fold": i // tasks, "target": table.targets[i % tasks]} for i, n in enumerate(names)]
     selected = "early-stopped trees (best validation iteration), one model per target" + (
@@ -67,7 +68,7 @@ def predict_fp_xgb(cfg: FPXGBConfig, opts: inference.MolPredictOptions, run) -> 
     boosters = load_boosters(run)
 
     def split_predict(k: int, X: np.ndarray) -> np.ndarray:  # probabilities for binary:logistic, else values
-        return np.stack([b.inplace_predict(X) for b in boosters[k]], axis=1)
+        return predict_saved(boosters[k], X)
 
     if not opts.data:
         table, splits = inference.own_table(cfg, run)

@@ -24,8 +24,19 @@ def features(cfg: FPXGBConfig, mols: list, names: list[str] | None) -> np.ndarra
     return np.concatenate(parts, axis=1)
 
 
-def booster_name(k: int, t: int, splits: int, targets: int) -> str:
-    return f"xgb{f'-fold{k}' if splits > 1 else ''}{f'-target{t}' if targets > 1 else ''}.json"
+def booster_name(k: int, t: int, splits: int, targets: int, stem: str = "xgb") -> str:
+    return f"{stem}{f'-fold{k}' if splits > 1 else ''}{f'-target{t}' if targets > 1 else ''}.json"
+
+
+def save_best(model, path) -> None:
+    """A fitted model as XGBoost JSON, cut to its best validation round: the trees that were scored, so the file
+    predicts the same with no early-stopping state."""
+    model.get_booster()[: model.best_iteration + 1].save_model(path)
+
+
+def predict_saved(boosters: list, X: np.ndarray) -> np.ndarray:
+    """One split's saved boosters (one per target) on ``X``: probabilities of 1 (binary:logistic), or values."""
+    return np.stack([b.inplace_predict(X) for b in boosters], axis=1)
 
 
 def fingerprints(cfg: FPXGBConfig, table, log) -> list[np.ndarray]:
