@@ -176,13 +176,15 @@ def cpu(peak: float | None = None, processes: int = 1, memory: float | None = No
     run computing in ``precision``: bf16 against the bf16 matmul peak with its own shares, anything else fp32's
     (``compiled``: either scaled by torch.compile's speed-up)."""
     from recipe_zoo.core.envinfo import cpu_model
-    from recipe_zoo.core.flops import cpu_peak_flops
+    from recipe_zoo.core.flops import cpu_emulates_bf16, cpu_peak_flops
 
     dtype = "bf16" if precision == "bf16" else "fp32"
     measured = peak is None
+    how = ("bf16 matmul 256, emulated: this CPU has no bf16 units" if dtype == "bf16" and cpu_emulates_bf16()
+           else f"{dtype} matmul 2048") if measured else ""
     return DeviceProfile(f"CPU {cpu_model()} ({torch.get_num_threads()} threads)" if measured else "CPU",
                          "cpu", cpu_peak_flops(dtype=dtype) if measured else peak,
-                         f"measured: {dtype} matmul 2048" if measured else f"given ({dtype})",
+                         f"measured: {how}" if measured else f"given ({dtype})",
                          free_memory(torch.device("cpu")) / processes if memory is None else memory, processes,
                          cpu_work(dtype, compiled), dtype, bool(compiled))
 

@@ -24,20 +24,32 @@ ISA_LEVELS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"), ("avx512f", 
               ("avx", "AVX"), ("asimd", "NEON"))  # the best vector unit a CPU reports, best first
 
 
-def cpu_signature(cpuinfo: str | None = None) -> str:
-    """``family 6 model 167 stepping 1, AMX``: what separates CPU generations that share a model name (a cloud
-    VM's "AMD EPYC" or "Intel(R) Xeon(R) Processor" is any of several). Empty where /proc/cpuinfo says nothing."""
+def _first_processor(cpuinfo: str | None) -> dict[str, str]:
+    """The fields /proc/cpuinfo (or ``cpuinfo``) gives its first processor; empty where there is none (macOS)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return ""
+            return {}
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         if not line.strip():
             break  # the first processor is enough
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags (x86 ``flags``, ARM ``Features``); empty where the system does not list them."""
+    fields = _first_processor(cpuinfo)
+    return set((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def cpu_signature(cpuinfo: str | None = None) -> str:
+    """``family 6 model 167 stepping 1, AMX``: what separates CPU generations that share a model name (a cloud
+    VM's "AMD EPYC" or "Intel(R) Xeon(R) Processor" is any of several). Empty where /proc/cpuinfo says nothing."""
+    fields = _first_processor(cpuinfo)
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     isa = next((name for flag, name in ISA_LEVELS if flag in flags), "")
     parts = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if fields.get(k)]
@@ -58,9 +70,16 @@ def hardware() -> str:
     world = distributed.world_size()
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)} x{world if world > 1 else torch.cuda.device_count()}"
+    return cpu_identity() + (f" x {world} processes" if world > 1 else "")
+
+
+def cpu_identity() -> str:
+    """``AMD EPYC [family 25 model 1 stepping 1, AVX2] (2 threads)``: this CPU as the board names it (vendor's model
+    name, family, model, stepping, best vector unit, this process's threads); what its cached peaks are keyed by."""
+    import torch
+
     signature = cpu_signature()
-    return (f"{cpu_model()}{f' [{signature}]' if signature else ''} ({torch.get_num_threads()} threads)"
-            + (f" x {world} processes" if world > 1 else ""))
+    return f"{cpu_model()}{f' [{signature}]' if signature else ''} ({torch.get_num_threads()} threads)"
 
 
 def git_state(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, bool]:

@@ -62,10 +62,12 @@ def resolve_precision(device: torch.device, precision: str = "auto", cpu_choice:
 
 
 def cpu_computes_bf16() -> bool:
-    """This CPU's bf16 matmul measures at least 1.3x its fp32 one (it has bf16 units), both measured once, cached."""
+    """This CPU's flags list bf16 units and its bf16 matmul measures at least 1.3x its fp32 one (a bounded measure,
+    cached): ``flops.cpu_bf16_speedup``. Without the flags nothing is measured."""
     from recipe_zoo.core.flops import cpu_bf16_speedup
 
-    return cpu_bf16_speedup() >= CPU_BF16_SPEEDUP
+    speedup = cpu_bf16_speedup()
+    return speedup is not None and speedup >= CPU_BF16_SPEEDUP
 
 
 def autocast(device: torch.device, precision: str):

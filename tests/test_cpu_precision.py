@@ -11,6 +11,7 @@ import torch
 from conftest import roundtrip, summary_block
 from recipe_zoo.cli import main
 from recipe_zoo.core import api, flops
+from recipe_zoo.core.envinfo import cpu_flags as real_cpu_flags
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import resolve_precision
 
@@ -18,6 +19,84 @@ from recipe_zoo.core.precision import resolve_precision
 def fake_cpu(monkeypatch, fp32: float, bf16: float) -> None:
     """This CPU's matmul peaks, as the device profile would have measured and cached them."""
     monkeypatch.setattr(flops, "cpu_peak_flops", lambda cache_dir=None, dtype="fp32": {"fp32": fp32, "bf16": bf16}[dtype])
+    monkeypatch.setattr(flops, "cpu_bf16_speedup", lambda cache_dir=None: bf16 / fp32)
+
+
+ZEN3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu sse2 avx fma avx2\n"
+GENOA = ZEN3.replace(": 1\n", ": 17\n").replace("avx2", "avx2 avx512f avx512_bf16")
+
+
+def counted_cpu(monkeypatch, cpuinfo: str, bf16: float, fp32: float = 1.5e11) -> list:
+    """A CPU of these flags whose matmuls measure ``fp32`` / ``bf16`` FLOP/s, in a cache of its own; the list
+    of (size, dtype) each measurement took, filled as they are made: nothing is timed on this machine."""
+    from recipe_zoo.core import envinfo
+
+    made = []
+    monkeypatch.setattr(envinfo, "cpu_flags", lambda _=None: real_cpu_flags(cpuinfo))
+    monkeypatch.setattr(flops, "_measure_matmul_flops",
+                        lambda n=2048, trials=4, dtype="fp32": made.append((n, dtype)) or (bf16 if dtype == "bf16"
+                                                                                            else fp32))
+    return made
+
+
+@pytest.mark.own_cache
+def test_a_cpu_without_bf16_units_resolves_auto_to_fp32_from_its_flags_without_a_measure(monkeypatch):
+    """The flags of a Zen 3 (AVX2, no AVX-512 BF16 or AMX) settle it: nothing is measured. Flags that claim bf16
+    units are confirmed by a bounded measure: a slow 256x256 bf16 product (kernels capped below the units, as
+    ONEDNN_MAX_CPU_ISA=AVX2 does) ends it there; a fast one is checked at 1024. Each verdict is cached."""
+    cpu = torch.device("cpu")
+    made = counted_cpu(monkeypatch, ZEN3, bf16=1.3e9)
+    assert flops.cpu_has_bf16_units() is False and flops.cpu_bf16_speedup() is None and flops.cpu_emulates_bf16()
+    assert resolve_precision(cpu, "auto", "bf16") == "fp32" and made == []
+    made = counted_cpu(monkeypatch, GENOA, bf16=1.3e9)
+    assert resolve_precision(cpu, "auto", "bf16") == "fp32" and made == [(256, "bf16"), (256, "fp32")]
+    assert resolve_precision(cpu, "auto", "bf16") == "fp32" and len(made) == 2  # cached
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")  # another kernel cap: another key, measured again
+    made = counted_cpu(monkeypatch, GENOA, bf16=4e11)
+    assert resolve_precision(cpu, "auto", "bf16") == "bf16"
+    assert made == [(256, "bf16"), (256, "fp32"), (1024, "bf16"), (1024, "fp32")]
+    assert all(n <= 1024 for n, _ in made)  # never a full-size product to decide
+
+
+@pytest.mark.own_cache
+def test_a_bf16_run_on_a_cpu_that_emulates_it_is_measured_against_fp32s_peak(monkeypatch):
+    """precision=bf16 asked for on a CPU without bf16 units: its MFU is a share of the fp32 matmul peak, labelled
+    emulated; no bf16 product larger than 256x256 is measured (a 2048 one took about a minute a trial)."""
+    made = counted_cpu(monkeypatch, ZEN3, bf16=1.3e9)
+    result, run = tiny_fit("bf16", 6)
+    assert result.mfu_percent == pytest.approx(100 * result.flops_per_step * result.samples_per_s / 16 / 1.5e11,
+                                               rel=1e-6)
+    assert run.extra["mfu_of"].startswith("150 GFLOP/s, an fp32 2048x2048 matmul") and "emulated bf16" in \
+        run.extra["mfu_of"]
+    assert all(dtype == "fp32" for _, dtype in made)
+    from recipe_zoo.core import devices
+
+    assert devices.cpu(memory=1e10, precision="bf16").peak == 1.3e9  # sizing a bf16 run reads the bounded product
+    assert made[-2:] == [(256, "bf16"), (256, "bf16")]  # a 256 probe and the 256 measure
+
+
+@pytest.mark.own_cache
+def test_a_measure_that_takes_more_than_two_seconds_says_so_first(monkeypatch, capsys):
+    counted_cpu(monkeypatch, ZEN3, bf16=1.3e9, fp32=2e9)  # a slow fp32: 5 products of 2048 take 43 s
+    assert flops.cpu_peak_flops() == 2e9
+    err = capsys.readouterr().err
+    assert "zoo: measuring this CPU's fp32 matmul peak (2048x2048, about 43 s; once per CPU, cached in" in err
+    counted_cpu(monkeypatch, ZEN3, bf16=1.3e9)
+    monkeypatch.setattr(flops, "_CHECKED", set())  # a new process: the cached figure is checked again
+    assert flops.cpu_peak_flops() == 1.5e11  # measured again (the quick check beats the cache) and quickly: silent
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.own_cache
+def test_a_resnet_run_on_a_cpu_without_bf16_units_starts_in_fp32_after_one_fp32_measure(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """vision/resnet's CPU choice is bf16; on a CPU whose flags show no bf16 units, precision=auto trains in fp32
+    and its first step follows one fp32 peak measure (its MFU's), not a bf16 one (counted, not timed)."""
+    made = counted_cpu(monkeypatch, ZEN3, bf16=1.3e9)
+    code = main(["run", "vision/resnet", "data=digits", "width=8", "--budget", "2steps", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, out[-2000:] + err[-2000:]
+    assert summary_block(out)["precision"] == "fp32" and made == [(512, "fp32"), (2048, "fp32")]
 
 
 def tiny_fit(precision: str, steps: int, **run_options):

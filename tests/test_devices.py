@@ -46,6 +46,7 @@ def test_a_bf16_run_on_a_cpu_is_sized_on_the_bf16_peak_and_its_shares(capsys, mo
     from recipe_zoo.core import flops
 
     monkeypatch.setattr(flops, "cpu_peak_flops", lambda *a, dtype="fp32", **k: 4e11 if dtype == "bf16" else 1.5e11)
+    monkeypatch.setattr(flops, "cpu_emulates_bf16", lambda: False)  # a CPU with bf16 units, whatever this one is
     fp32, bf16 = devices.cpu(memory=1e10), devices.cpu(memory=1e10, precision="bf16")
     assert (fp32.peak, bf16.peak) == (1.5e11, 4e11) and "bf16 matmul" in bf16.peak_source
     for kind, (speedup, _) in devices.BF16_SPEEDUP.items():
@@ -57,6 +58,8 @@ def test_a_bf16_run_on_a_cpu_is_sized_on_the_bf16_peak_and_its_shares(capsys, mo
         assert main(["plan", "--recipe", "diffusion/flow", "data=digits", "--budget", "60s", "--device", "cpu",
                      *given]) == 0
         assert f"(measured: {dtype} matmul 2048)" in capsys.readouterr().out.splitlines()[0]
+    monkeypatch.setattr(flops, "cpu_emulates_bf16", lambda: True)  # one without: the bounded product, named
+    assert "bf16 matmul 256, emulated" in devices.cpu(memory=1e10, precision="bf16").peak_source
 
 
 def test_the_h200_profile_reproduces_the_steps_it_was_calibrated_on():

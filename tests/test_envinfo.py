@@ -102,6 +102,20 @@ def test_the_cpu_signature_separates_generations_that_share_a_name():
     assert cpu_signature("") == ""
 
 
+def test_bf16_units_are_read_from_the_flags_on_x86_and_arm():
+    """AVX-512 BF16 or AMX on x86, FEAT_BF16 or SME on ARM: units; flags without them: none (bf16 emulated, never
+    measured); no flags listed at all (macOS): unknown, so a bounded measure decides."""
+    from recipe_zoo.core.flops import cpu_has_bf16_units
+
+    zen3 = "cpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu sse2 avx fma avx2\n"
+    assert cpu_has_bf16_units(zen3) is False
+    assert cpu_has_bf16_units(zen3.replace("avx2", "avx2 avx512f avx512_bf16")) is True
+    assert cpu_has_bf16_units(zen3.replace("avx2", "avx2 amx_bf16 amx_tile")) is True
+    assert cpu_has_bf16_units("processor\t: 0\nFeatures\t: fp asimd evtstrm bf16 i8mm\n") is True  # Graviton 3
+    assert cpu_has_bf16_units("processor\t: 0\nFeatures\t: fp asimd evtstrm\n") is False  # Graviton 2
+    assert cpu_has_bf16_units("") is None
+
+
 def test_a_cpu_peak_measured_under_load_is_measured_again(tmp_path, monkeypatch):
     """The cached fp32 peak sizes llm depth, the medical batch and the diffusion width: one measured while the CPU
     was busy (far below what a quick product reaches now) is replaced; a plausible one is kept as it is. The
@@ -116,7 +130,8 @@ def test_a_cpu_peak_measured_under_load_is_measured_again(tmp_path, monkeypatch)
     measured = []
     monkeypatch.setattr(flops, "_measure_matmul_flops",
                         lambda n=2048, trials=4, dtype="fp32": measured.append(n) or (5e10 if n == 1024 else 6e10))
-    key = f"{cpu_model()}|{torch.get_num_threads()} threads|fp32 matmul 2048"
+    key = flops.peak_key("fp32 matmul 2048")
+    assert key.startswith(f"{cpu_model()} [") and f"({torch.get_num_threads()} threads)|" in key  # family, model...
     cache = tmp_path / "cpu_peak.json"
     cache.write_text(json.dumps({key: 1e9}))  # 1 GFLOP/s: a quick product beats it by far, so measured again
     assert flops.cpu_peak_flops(tmp_path) == 6e10 and json.loads(cache.read_text())[key] == 6e10

@@ -79,7 +79,7 @@ def test_the_sizing_rules_choose_the_same_on_a_2_core_cpu_and_an_h200():
     assert plans[0]["patch"] == [128, 256] and plans[0]["batch_size"] == 3 and plans[0]["width"] == 16
 
 
-def fixed(recipe, mean, hardware, precision="bf16", budget="1500steps", **kw):
+def fixed(recipe, mean, hardware, precision="fp32", budget="1500steps", **kw):
     return {"protocol": 2, "benchmark": "cifar10-subset", "split": "test/", "metric": "test_accuracy",
             "higher_is_better": True, "recipe": recipe, "mean": mean, "std": 0.003, "n": 3, "budget": budget,
             "hardware": hardware, "precision": precision, "train_seconds": 300.0, "commit": "abc1234",
@@ -109,34 +109,34 @@ def test_reference_rows_of_every_machine_share_their_benchmark_table():
     rows = [fixed("vision/resnet", 0.826, AMD, overrides=pinned),
             fixed("vision/resnet", 0.829, INTEL, overrides=pinned),
             fixed("vision/resnet", 0.80, H200, overrides={**pinned, "lr": "0.1"}), fixed("x", 0.81, AMD),
-            fixed("vision/resnet", 0.70, AMD, precision="fp32"), fixed("z", 0.75, AMD, budget="5m")]
+            fixed("vision/resnet", 0.70, AMD, precision="bf16"), fixed("z", 0.75, AMD, budget="5m")]
     tables = board.group(rows)
     assert [(k[4], k[5], len(t)) for k, t in tables.items()] == [
         ("1500steps", "bf16", 1), ("1500steps", "fp32", 1), ("reference", "every machine", 3), ("5m", AMD, 1)]
     kw = dict(benchmark="cifar10-subset", budget="1500steps", metric="test_accuracy", higher=True, rows=rows)
-    line = ranking.rank_line(0.827, hardware="a laptop nobody measured (8 threads)", precision="bf16",
+    line = ranking.rank_line(0.827, hardware="a laptop nobody measured (8 threads)", precision="fp32",
                            recipe="vision/resnet", **kw)
-    assert line.startswith("2 of 4 on cifar10-subset @ 1500steps (the reference table, bf16), every machine")
-    assert ranking.rank_line(0.71, hardware="any", precision="fp32", recipe="vision/resnet", **kw).startswith("1 of 2")
-    assert ranking.rank_line(0.9, hardware="any", precision="bf16", recipe="x", **kw).startswith(
-        "1 of 2 on cifar10-subset @ 1500steps (bf16), every machine")
+    assert line.startswith("2 of 4 on cifar10-subset @ 1500steps (the reference table, fp32), every machine")
+    assert ranking.rank_line(0.71, hardware="any", precision="bf16", recipe="vision/resnet", **kw).startswith("1 of 2")
+    assert ranking.rank_line(0.9, hardware="any", precision="fp32", recipe="x", **kw).startswith(
+        "1 of 2 on cifar10-subset @ 1500steps (fp32), every machine")
     assert ranking.rank_line(0.7, hardware="any", precision="fp16", recipe="y", **kw).startswith("unranked")
 
-    speed = [{"benchmark": "cifar10-subset", "budget": "1500steps", "precision": "bf16", "recipe": "vision/resnet",
+    speed = [{"benchmark": "cifar10-subset", "budget": "1500steps", "precision": "fp32", "recipe": "vision/resnet",
               "overrides": pinned, "hardware": hw, "n": 3, "train_seconds": s, "throughput": 256 * 1500 / s,
-              "unit": "samples/s", "mfu_percent": 60.0, "mfu_of": "a bf16 matmul", "commit": "abc1234",
+              "unit": "samples/s", "mfu_percent": 60.0, "mfu_of": "a fp32 matmul", "commit": "abc1234",
               "date": "2026-12-03"} for hw, s in ((AMD, 312.0), (H200, 4.0))]
     text = board_render.render(rows, [], [], speed)
     table = text.split("## cifar10-subset · test_accuracy · reference runs · every machine")[1].split("\n## ")[0]
     assert f"| {AMD} |" in table and f"| {INTEL} |" in table and f"| {H200} |" in table
-    assert "| =1 | vision/resnet (reference) † | 1500steps, bf16 | 0.8290 ± 0.0030 |" in table
+    assert "| =1 | vision/resnet (reference) † | 1500steps, fp32 | 0.8290 ± 0.0030 |" in table
     assert "Speed of the work per machine" in table
-    assert f"| vision/resnet (reference) | 1500steps, bf16 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a bf16 " \
+    assert f"| vision/resnet (reference) | 1500steps, fp32 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a fp32 " \
            "matmul |" in table
     assert "Reference: `zoo run vision/resnet --reference`" in table
     assert "Not measured yet: `zoo bench contrastive/simclr --reference`" in table
     assert text.index("# Reference tables") < text.index("reference runs · every machine") < text.index(
-        "## cifar10-subset · test_accuracy · 1500steps of work · bf16") < text.index("# Time budgets")
+        "## cifar10-subset · test_accuracy · 1500steps of work · fp32") < text.index("# Time budgets")
     assert "## tinyshakespeare · reference runs · every machine" in text
     assert "Not measured yet: `zoo bench llm/gpt --reference`" in text
 
@@ -146,7 +146,8 @@ def test_a_time_budget_run_with_no_table_here_is_told_its_work_and_the_reference
                "metrics": {"steps": 1200}, "extra": {"precision": "bf16"}}
     hint = ranking.reference_hint(summary, "a machine with no rows")
     assert hint == ("; this run did 1,200 steps in 300 s; to rank on every machine: zoo run vision/resnet --reference "
-                    "(1500steps) (about 6.2 min of training here, from this run's step rate)")
+                    "(1500steps) (about 6.2 min of training here, from this run's step rate in bf16; the reference "
+                    "trains in fp32)")
     assert ranking.reference_hint(dict(summary, recipe="vision/convnext"), "x") == "; this run did 1,200 steps in 300 s"
     llm = dict(summary, recipe="llm/gpt", benchmark="tinyshakespeare", metrics={"steps": 150, "tokens": 614_400})
     assert ranking.reference_hint(llm, "x").startswith("; this run did 150 steps (614,400 tokens) in 300 s; to rank on "
@@ -235,8 +236,8 @@ def test_make_demo_runs_the_digits_reference_and_is_ranked_on_a_machine_with_no_
     ref = references.find("vision/resnet", "digits")
     rows = [dict(fixed("vision/resnet", 0.99, INTEL, budget=ref.work), benchmark="digits")]
     line = ranking.rank_line(0.995, benchmark="digits", budget=ref.work, hardware="a machine on no row",
-                           metric="test_accuracy", higher=True, rows=rows, precision="bf16", recipe="vision/resnet")
-    assert line.startswith(f"1 of 2 on digits @ {ref.work} (the reference table, bf16), every machine")
+                           metric="test_accuracy", higher=True, rows=rows, precision="fp32", recipe="vision/resnet")
+    assert line.startswith(f"1 of 2 on digits @ {ref.work} (the reference table, fp32), every machine")
 
 
 def test_rows_from_a_lent_gpu_are_imported_and_recorded_as_cross_hardware_checks(tmp_path):

@@ -69,7 +69,8 @@ def _show_header(spec) -> None:
     print(f"scale-out: {spec.scale_out}")
     if any(f.name == "precision" for f in dataclasses.fields(spec.config)):
         print(f"precision=auto: bf16 on GPUs (fp16 on older ones); on a CPU {spec.cpu_precision}"
-              + (" where its bf16 matmul is >= 1.3x its fp32 one (bf16 units), else fp32" if spec.cpu_precision ==
+              + (" where its bf16 matmul is >= 1.3x its fp32 one (bf16 units in its flags: AVX-512 BF16, AMX, "
+                 "ARM BF16), else fp32 (Zen 2/3, most client CPUs)" if spec.cpu_precision ==
                  "bf16" else " (bf16 was not measured to pay for this recipe)"))
     from recipe_zoo.doctor import lr_fields
     from recipe_zoo.sweep import batch_field

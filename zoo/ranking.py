@@ -137,15 +137,16 @@ def speed_estimate(reference, hardware: str, summary: dict) -> tuple[float | Non
     from recipe_zoo import references
     from recipe_zoo.core.budget import parse_budget
 
+    pinned = references.pinned_precision(reference)
     here = [r["train_seconds"] for r in all_rows("speed.jsonl") if r["hardware"] == hardware
-            and (r["recipe"], r["benchmark"], r["budget"]) == (reference.recipe, reference.benchmark, reference.work)]
+            and (r["recipe"], r["benchmark"], r["budget"]) == (reference.recipe, reference.benchmark, reference.work)
+            and r.get("precision") == pinned]  # a bf16 row's time is not the fp32 reference's
     if here:
         return statistics.median(here), "the speed view"
     work = parse_budget(reference.work)
     steps = (summary.get("metrics") or {}).get("steps")
     if work.kind != "steps" or not steps or not summary.get("train_seconds"):
         return None, ""
-    pinned = references.pinned_precision(reference)
     ran = (summary.get("extra") or {}).get("precision")
     other = f" in {ran}; the reference trains in {pinned}" if pinned and ran and ran != pinned else ""
     return summary["train_seconds"] * work.amount / steps, f"from this run's step rate{other}"
