@@ -46,6 +46,10 @@ def with_reference(spec, reference: str | None, overrides: list[str], budget: st
     if budget:
         raise ZooError(f"--budget {budget} with --reference: a reference run's work is fixed; drop one of them")
     ref = references.find(spec.name, reference or None)
+    precision = references.pinned_precision(ref)
+    print(f"reference: {ref.expanded()}" + (
+        f" ({precision} with TF32 off on every machine: the same arithmetic everywhere, so this run joins the "
+        f"{ref.benchmark} reference table whatever this machine is)" if precision else ""), flush=True)
     return [*ref.settings, *overrides], ref.work
 
 
