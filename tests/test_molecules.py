@@ -136,7 +136,7 @@ def test_reading_bad_tables(tmp_path, logp_csv):
                         header=("smiles", "a", "b"))
     t = read_table(cfg(data=str(multi), target="a,b"))
     assert t.task == "classification" and np.isnan(t.y).sum() == 2
-    with pytest.raises(ZooError, match="no such CSV"):
+    with pytest.raises(ZooError, match="no such file"):
         read_table(cfg(data=str(tmp_path / "nope.csv")))
 
 
@@ -183,7 +183,7 @@ def test_classification_reports_roc_auc_and_fp_xgb_runs(tmp_path):
 def test_bad_smiles_from_the_command_line_is_one_line_exit_2(tmp_path):
     data = write_table(tmp_path / "bad.csv", [("CCO", 1), ("C1CC", 2)] + [("C" * n, n) for n in range(1, 12)])
     r = zoo_in_process("run", "molecules/fp-xgb", f"data={data}", "target=y")
-    assert r.returncode == 2 and "1 SMILES do not parse (rows 3)" in r.stderr
+    assert r.returncode == 2 and "1 SMILES do not parse (row 3)" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -350,7 +350,7 @@ TINY = ["target=y"]
 
 
 @pytest.mark.parametrize("recipe, name, content, args, needles, budget", [
-    ("molecules/dmpnn", "nope.csv", None, TINY, ["nope.csv", "no such CSV file"], "3steps"),
+    ("molecules/dmpnn", "nope.csv", None, TINY, ["nope.csv", "no such file"], "3steps"),
     ("molecules/fp-xgb", "zero.csv", b"", TINY, ["zero.csv", "empty file"], "3steps"),
     ("molecules/dmpnn", "header.csv", "smiles,y\n", TINY, ["header.csv", "no rows"], "3steps"),
     ("molecules/fp-xgb", "t.csv", GOOD, [*TINY, "smiles=smi"], ["t.csv", "no column 'smi' (columns: smiles, y)"],
@@ -361,7 +361,7 @@ TINY = ["target=y"]
     ("molecules/dmpnn", "t.csv", _alcohols(y=lambda n: "" if n in (3, 8) else n), TINY,
      ["t.csv", "2 rows have no target value (first: row 4)"], "3steps"),
     ("molecules/dmpnn", "t.csv", _alcohols(smiles=lambda n: "C1CC" if n == 6 else "C" * n + "O"), TINY,
-     ["t.csv", "1 SMILES do not parse (rows 7)", "row 7 is 'C1CC'"], "3steps"),
+     ["t.csv", "1 SMILES do not parse (row 7)", "row 7 is 'C1CC'"], "3steps"),
     ("molecules/fp-xgb", "t.csv", _alcohols(smiles=lambda n: "CXO" if n in (2, 5) else "C" * n + "O"), TINY,
      ["t.csv", "2 SMILES do not parse (rows 3, 6)", "row 3 is 'CXO'"], "3steps"),
     ("molecules/fp-xgb", "latin.csv", GOOD.encode().replace(b"\nCCCO,", b"\nCC\xff\xfe\xfa,"), TINY,

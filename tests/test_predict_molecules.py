@@ -160,7 +160,7 @@ NO_SMILES = "name,structure\na,CCO\n"
 
 
 @pytest.mark.parametrize("name, content, args, needles", [
-    ("nope.csv", None, [], ["data=", "nope.csv", "no such CSV file"]),
+    ("nope.csv", None, [], ["data=", "nope.csv", "no such file"]),
     ("s.csv", NO_SMILES, [], ["s.csv", "no SMILES column 'smiles'", "(columns: name, structure)", "smiles=COLUMN"]),
     ("s.csv", NO_SMILES, ["smiles=smi"], ["s.csv", "no SMILES column 'smi'"]),
     ("h.csv", "smiles,y\n", [], ["h.csv", "no rows"]),

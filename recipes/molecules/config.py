@@ -17,9 +17,11 @@ class MolConfig:
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("split", "split_sizes", "folds", "target", "smiles", "task", "on_invalid",
                                              "exclude")
 
-    data: str = "esol"  # esol | lipophilicity | freesolv | bbbp, or a CSV file
-    smiles: str = ""  # SMILES column ('' = the dataset's, or 'smiles')
-    target: str = ""  # target column(s), comma-separated for multi-task ('' = the dataset's)
+    data: str = "esol"  # esol | lipophilicity | freesolv | bbbp, or a file: delimited text (CSV, TSV, ...) or SDF
+    smiles: str = ""  # SMILES column ('' = the dataset's, or 'smiles'; an SD file's molecules are written to it)
+    target: str = ""  # target column(s) or SD properties, comma-separated for multi-task ('' = the dataset's)
+    sep: str = ""  # separator of a delimited data= file ('' = sniffed among , tab ; |; 'tab' names a tab)
+    comment: str = ""  # lines of data= starting with this are skipped ('' = # lines on top, the last one a header)
     task: Literal["auto", "regression", "classification"] = "auto"  # auto: classification when targets are 0/1
     split: Literal["random", "scaffold"] = "random"  # seeded random, or Bemis-Murcko scaffold groups
     split_sizes: str = "0.8,0.1,0.1"  # train, validation, test fractions

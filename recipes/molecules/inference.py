@@ -16,19 +16,22 @@ import numpy as np
 
 from recipe_zoo.core import datasets
 from recipe_zoo.core.artifact import PredictOptions, Predictions
-from recipe_zoo.core.datafiles import column_list, not_utf8
+from recipe_zoo.core.datafiles import column_list
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.metrics import score_tasks
 from recipe_zoo.recipes.molecules.config import MolConfig
 from recipe_zoo.recipes.molecules.features import FEATURE_VERSION, descriptor_names
 from recipe_zoo.recipes.molecules.run_data import load_for, run_splits
 from recipe_zoo.recipes.molecules.scoring import METRIC_NAMES, SCORE_TASK
+from recipe_zoo.recipes.molecules import records
 from recipe_zoo.recipes.molecules.table import MolTable, canonical_smiles, moleculenet, quiet_rdkit, standardize
 
 
 @dataclass
 class MolPredictOptions(PredictOptions):
     smiles: str = ""  # SMILES column of data= ('' = the column the run trained on, e.g. smiles)
+    sep: str = ""  # separator of a delimited data= file ('' = sniffed among , tab ; |)
+    comment: str = ""  # lines of data= that start with this are skipped ('' = the # lines at the top)
 
 
 # =============================================================================================
@@ -105,7 +108,8 @@ def split_rows(table: MolTable, column: str, predicted: list, pre: dict) -> list
     rows = []
     for k, (_, _, test, pred) in enumerate(predicted):
         for i, p in zip(test, pred):
-            row = {column: table.smiles[i], **({"fold": k} if len(predicted) > 1 else {})}
+            row = {**({records.NAME: table.names[i]} if table.names is not None else {}), column: table.smiles[i],
+                   **({"fold": k} if len(predicted) > 1 else {})}
             row.update({t: _number(v) for t, v in zip(table.targets, table.y[i])})
             row.update({c: float(v) for c, v in zip(names, p)})
             rows.append(row)
@@ -118,7 +122,7 @@ def own_split(table: MolTable, column: str, predicted: list, metrics: dict, pre:
 
 
 # =============================================================================================
-# New data: a CSV of SMILES, features a batch at a time, the same CSV back with prediction columns
+# New data: a file of molecules, features a batch at a time, its rows back with prediction columns
 # =============================================================================================
 
 @dataclass
@@ -128,6 +132,10 @@ class MolInput:
     rows: list[dict]
     mols: list  # standardised RDKit molecules of the rows that parse, in row order
     valid: np.ndarray  # row indices of ``mols``
+    found: records.Records | None = None  # the file as read: where each row is in it (line, or SD record)
+
+    def where(self, i: int) -> str:
+        return self.found.where(i) if self.found is not None else f"row {i + 2}"
 
 
 def read_molecules(opts: MolPredictOptions, run, pre: dict) -> MolInput:
@@ -141,16 +149,13 @@ def read_molecules(opts: MolPredictOptions, run, pre: dict) -> MolInput:
     if not path.is_file() and known is not None:
         path, column = datasets.locate(opts.data), opts.smiles or known["smiles"]
     elif not path.is_file():
-        raise ZooError(f"data={opts.data}: {'a folder, not a CSV file' if path.is_dir() else 'no such CSV file'}")
+        raise ZooError(f"data={opts.data}: {'a folder' if path.is_dir() else 'no such file'}; molecules are read "
+                       f"from {records.READS}")
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
-            columns = list(reader.fieldnames or [])
-            rows = [{k: v for k, v in row.items() if k is not None} for row in reader]  # cells past the header go
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
+        found = records.read(path, column, opts.sep, opts.comment)
     except csv.Error as exc:
-        raise ZooError(f"{path} row {reader.line_num}: cannot read as a CSV ({exc})") from None
+        raise ZooError(f"{path}: cannot read as delimited text ({exc})") from None
+    columns, rows = found.columns, found.rows
     if column not in columns:
         raise ZooError(f"{path}: no SMILES column {column!r} (columns: {column_list(columns) or 'none'}); "
                        "set smiles=COLUMN")
@@ -166,10 +171,10 @@ def read_molecules(opts: MolPredictOptions, run, pre: dict) -> MolInput:
         mols.append(standardize(mol) if pre["standardize"] else mol)
         valid.append(i)
     if bad:
-        first = ", ".join(str(i + 2) for i in bad[:5])
-        run.log(f"{path}: {len(bad)} of {len(rows)} SMILES do not parse (rows {first}{', ...' if len(bad) > 5 else ''})"
-                ": their predictions are blank")
-    return MolInput(path, columns, rows, mols, np.array(valid, dtype=np.int64))
+        what = "records" if found.names is not None else "SMILES"
+        run.log(f"{path}: {len(bad)} of {len(rows)} {what} do not parse ({found.which(bad)}): their predictions "
+                "are blank")
+    return MolInput(path, columns, rows, mols, np.array(valid, dtype=np.int64), found)
 
 
 def in_batches(mols: list, size: int, predict, tasks: int, run) -> np.ndarray:
@@ -204,4 +209,4 @@ def _target(inp: MolInput, i: int, column: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ZooError(f"{inp.path} row {i + 2}: target {column!r} is {text!r}, not a number") from None
+        raise ZooError(f"{inp.path} {inp.where(i)}: target {column!r} is {text!r}, not a number") from None

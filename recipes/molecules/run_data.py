@@ -39,7 +39,7 @@ def load_for(cfg: MolConfig, run) -> MolTable:
     metric, higher = primary_metric(table.task)
     run.set_metric(f"test_{metric}", higher)
     if table.skipped:
-        run.log(f"{table.name}: {table.skipped} rows with unparsable SMILES skipped")
+        run.log(f"{table.name}: {table.skipped} rows with unparsable molecules skipped ({table.skipped_at})")
         run.report("invalid_smiles_skipped", table.skipped)
     if cfg.exclude:
         table, dropped = without(table, cfg.exclude)

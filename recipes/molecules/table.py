@@ -15,6 +15,7 @@ from recipe_zoo.core import datasets
 from recipe_zoo.core.datafiles import column_list, not_utf8
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.molecules import datasets as _datasets  # noqa: F401  (declares the domain's datasets)
+from recipe_zoo.recipes.molecules import records
 from recipe_zoo.recipes.molecules.config import MolConfig
 
 
@@ -35,7 +36,9 @@ class MolTable:
     targets: list[str]
     task: str  # regression | classification
     skipped: int = 0  # rows dropped for unparsable SMILES
+    skipped_at: str = ""  # the first of them as the file counts them ("row 7, row 12", "record 3 ('aspirin')")
     parents: list | None = None  # the standardised molecules whatever cfg.standardize (None: ``mols`` are)
+    names: list[str] | None = None  # an SD file's record names (its molecules' ids in predictions.csv)
 
     @property
     def split_mols(self) -> list:
@@ -61,26 +64,22 @@ def read_table(cfg: MolConfig) -> MolTable:
     else:
         path, smiles_col, targets, known_bad, name = Path(cfg.data).expanduser(), "smiles", [], 0, cfg.data
         if not path.is_file():
-            raise ZooError(f"{cfg.data}: no such CSV file, and not a dataset name (see `zoo data list`)")
+            raise ZooError(f"{cfg.data}: no such file ({records.READS}), and not a dataset name (see `zoo data "
+                           "list`)")
     smiles_col = cfg.smiles or smiles_col
     targets = [t.strip() for t in cfg.target.split(",") if t.strip()] if cfg.target else targets
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            columns = reader.fieldnames or []
-            rows = list(reader)
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
+        found = records.read(path, smiles_col, cfg.sep, cfg.comment)
     except csv.Error as exc:
-        raise ZooError(f"{path} row {reader.line_num}: cannot read as a CSV ({exc})") from None
-    except OSError as exc:
-        raise ZooError(f"{path}: cannot read as a UTF-8 CSV ({exc})") from None
-    if not columns:
-        raise ZooError(f"{path}: empty file (no header row, no rows)")
+        raise ZooError(f"{path}: cannot read as delimited text ({exc})") from None
+    columns, rows = found.columns, found.rows
     if not targets:
         raise ZooError(f"{path}: say which column to predict: target=COLUMN (columns: {column_list(columns)})")
     for col in [smiles_col, *targets]:
         if col not in columns:
+            if found.names is not None:
+                raise ZooError(f"{path}: no property {col!r} in its records (properties: "
+                               f"{column_list(columns[2:]) or 'none'}); set target=")
             raise ZooError(f"{path}: no column {col!r} (columns: {column_list(columns)}); set smiles= / target=")
     if not rows:
         raise ZooError(f"{path}: no rows")
@@ -93,12 +92,12 @@ def read_table(cfg: MolConfig) -> MolTable:
             try:
                 y[i, j] = float(text)
             except ValueError:
-                raise ZooError(f"{path} row {i + 2}: target {col!r} is {text!r}, not a number") from None
+                raise ZooError(f"{path} {found.where(i)}: target {col!r} is {text!r}, not a number") from None
             if not math.isfinite(y[i, j]):
-                raise ZooError(f"{path} row {i + 2}: target {col!r} is {text!r}")
+                raise ZooError(f"{path} {found.where(i)}: target {col!r} is {text!r}")
     empty = np.where(np.isnan(y).all(axis=1))[0]
     if len(empty):
-        raise ZooError(f"{path}: {len(empty)} rows have no target value (first: row {empty[0] + 2}); "
+        raise ZooError(f"{path}: {len(empty)} rows have no target value (first: {found.where(empty[0])}); "
                        "remove them or fill them in")
     mols, bad = [], []
     for i, row in enumerate(rows):
@@ -108,10 +107,11 @@ def read_table(cfg: MolConfig) -> MolTable:
         mols.append(mol)
     skip = cfg.on_invalid == "skip" or (cfg.on_invalid == "auto" and known_bad and len(bad) == known_bad)
     if bad and not skip:
-        first = ", ".join(str(i + 2) for i in bad[:5])
-        raise ZooError(f"{path}: {len(bad)} SMILES do not parse (rows {first}{', ...' if len(bad) > 5 else ''}): "
-                       f"row {bad[0] + 2} is {(rows[bad[0]][smiles_col] or '').strip()[:100]!r}; "
-                       "fix them or set on_invalid=skip")
+        if found.names is not None:  # an SD file: RDKit could not read those records' molecules
+            raise ZooError(f"{path}: {len(bad)} of {len(rows)} records do not parse ({found.which(bad)}); fix them "
+                           "or set on_invalid=skip")
+        raise ZooError(f"{path}: {len(bad)} SMILES do not parse ({found.which(bad)}): {found.where(bad[0])} is "
+                       f"{(rows[bad[0]][smiles_col] or '').strip()[:100]!r}; fix them or set on_invalid=skip")
     keep = [i for i in range(len(rows)) if i not in set(bad)]
     parents = [standardize(mols[i]) for i in keep]
     mols = parents if cfg.standardize else [mols[i] for i in keep]
@@ -122,8 +122,11 @@ def read_table(cfg: MolConfig) -> MolTable:
         task = "classification" if np.isin(observed, (0.0, 1.0)).all() else "regression"
     if task == "classification" and not np.isin(y[~np.isnan(y)], (0.0, 1.0)).all():
         raise ZooError(f"{path}: task=classification needs 0/1 targets in {', '.join(targets)}")
+    skipped_at = found.which(bad) if bad else ""
     return MolTable(name, [rows[i][smiles_col].strip() for i in keep], mols, y, targets, task, skipped=len(bad),
-                    parents=None if cfg.standardize else parents)
+                    skipped_at=skipped_at,
+                    parents=None if cfg.standardize else parents,
+                    names=None if found.names is None else [found.names[i] for i in keep])
 
 
 def standardize(mol):
@@ -166,8 +169,9 @@ def without(table: MolTable, source: str) -> tuple[MolTable, int]:
     if len(keep) == len(table.mols):
         return table, 0
     kept = MolTable(table.name, [table.smiles[i] for i in keep], [table.mols[i] for i in keep], table.y[keep],
-                    table.targets, table.task, table.skipped,
-                    None if table.parents is None else [table.parents[i] for i in keep])
+                    table.targets, table.task, table.skipped, table.skipped_at,
+                    None if table.parents is None else [table.parents[i] for i in keep],
+                    None if table.names is None else [table.names[i] for i in keep])
     return kept, len(table.mols) - len(keep)
 
 
