@@ -24,7 +24,8 @@ from recipe_zoo.core.splits import readable_key
 from recipe_zoo.recipes.image_decoding import decode_image, is_grey
 from recipe_zoo.recipes.image_splits import ImageSplits
 
-PREPARED_FIELDS = ("image_size", "val_fraction", "test_fraction")  # fixed when the arrays are written
+# fixed when the arrays are written
+PREPARED_FIELDS = ("image_size", "val_fraction", "test_fraction", "labels", "file_column", "label_column")
 STATS_SAMPLE = 10_000  # input statistics over this many training images, evenly spaced (all when fewer)
 DOCTOR_SAMPLE = 2_000  # zoo doctor's data checks on a streamed part read this many images
 

@@ -19,9 +19,10 @@ import torch
 from recipe_zoo.core import datasets, prepared, streams
 from recipe_zoo.core.datasets import DatasetInfo
 from recipe_zoo.core.errors import ZooError
-from recipe_zoo.recipes import image_streams
+from recipe_zoo.recipes import image_streams, image_tables
 from recipe_zoo.recipes.image_datasets import CIFAR10, CIFAR10_SUBSET, DIGITS, MNIST_TEST
 from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES, decode_images, own_image_size
+from recipe_zoo.recipes.image_tables import LabelsTable
 from recipe_zoo.recipes.image_splits import ImageSplits, carve_validation, content_keys, hash_parts, split_by_index
 
 # the declared datasets load_image_splits reads by name, in the order its message lists them
@@ -149,10 +150,14 @@ def list_class_folder(root: Path, classes: list[str] | None = None, log=print) -
 
 
 def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_fraction: float, log=print,
-                       flat_val_fraction: float | None = None, stream: bool = False) -> ImageSplits:
+                       flat_val_fraction: float | None = None, stream: bool = False,
+                       labels: LabelsTable = LabelsTable()) -> ImageSplits:
     """An own folder at ``size`` (``image_decoding.decode_image``; 0: ``own_image_size`` of the training part;
     None: the images' own), keyed by each file's path relative to ``root``:
 
+    - a labels table (``labels.csv`` in the folder, or ``labels``): its rows' files and labels; its split column's
+      parts where it has one (validation hash-chosen from train when it names only train and test), else split as
+      class folders are;
     - ``train/``, ``val/`` and ``test/``: the three parts as given;
     - ``train/`` and one of ``val/`` or ``test/``: that folder is the test set, and validation is a hash-chosen
       ``val_fraction`` of ``train/``;
@@ -160,6 +165,10 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
       of the rest (``flat_val_fraction`` when given) validation.
 
     ``stream``: the parts are lazy arrays decoding their files when read (``image_streams.folder_images``)."""
+    table = image_tables.find_table(root, labels)
+    if table is not None:
+        return _table_splits(root, image_tables.read_listing(table, labels, log), size, val_fraction, test_fraction,
+                             log, flat_val_fraction, stream)
     held_out = [d for d in ("val", "test") if (root / d).is_dir()] if (root / "train").is_dir() else []
     paths, labels, ends, classes = [], [], [], None
     for folder in [root / "train", *(root / d for d in held_out)] if held_out else [root]:
@@ -181,6 +190,42 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
         how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each file's path: "
                f"test {test_fraction:g} of the images, validation {flat_val_fraction or val_fraction:.3g} of the rest)")
         out = split_by_index(index, y, keys, parts, classes, root.name, how)
+    return _decoded(root, out, paths, size, log, stream)
+
+
+def _table_splits(root: Path, listing: image_tables.Listing, size, val_fraction: float, test_fraction: float, log,
+                  flat_val_fraction: float | None, stream: bool) -> ImageSplits:
+    """The images a labels table lists, split by its split column or, without one, by a hash of each path."""
+    paths, name = listing.paths, listing.table.name
+    index, y = torch.arange(len(paths)), torch.tensor(listing.labels)
+    keys = [p.relative_to(listing.table.parent).as_posix() if p.is_relative_to(listing.table.parent) else str(p)
+            for p in paths]
+    if listing.split is not None:
+        parts = [np.array([i for i, s in enumerate(listing.split) if s == part], dtype=np.int64)
+                 for part in ("train", "val", "test")]
+        if not len(parts[0]) or not len(parts[2]):
+            raise ZooError(f"{listing.table}: its split column names {len(parts[0])} train and {len(parts[2])} test "
+                           "images; it needs both (val is optional: carved from train by a hash)")
+        if len(parts[1]):
+            out = split_by_index(index, y, keys, parts, listing.classes, root.name, "")
+            out.how = f"{out.sizes()} (the split column of {name})"
+        else:
+            out = carve_validation(index, y, keys, parts[0], parts[2], val_fraction, listing.classes, root.name,
+                                   f"the split column of {name}")
+    else:
+        try:
+            parts = hash_parts(keys, flat_val_fraction or val_fraction, test_fraction)
+        except ZooError as exc:
+            raise ZooError(f"{listing.table}: {exc}") from None
+        how = (f"{len(parts[0])} train / {len(parts[1])} validation / {len(parts[2])} test (hash of each file's path "
+               f"in {name}: test {test_fraction:g} of the images, validation {flat_val_fraction or val_fraction:.3g} "
+               "of the rest)")
+        out = split_by_index(index, y, keys, parts, listing.classes, root.name, how)
+    return _decoded(root, out, paths, size, log, stream)
+
+
+def _decoded(root: Path, out: ImageSplits, paths: list[Path], size, log, stream: bool) -> ImageSplits:
+    """``out``'s parts (file indices) as images: decoded now, or as they are read (``stream``)."""
     if not len(out.train_y) or not len(out.val_y):
         raise ZooError(f"{root}: {out.sizes()} images: too few to train and validate")
     size = own_image_size([paths[i] for i in out.train_x], log) if size == 0 else size
@@ -239,7 +284,7 @@ def default_flip(name: str, named: tuple[str, ...] = NAMED_SETS) -> str:
 # =============================================================================================
 
 def load_image_splits(data: str, image_size: int, val_fraction: float, test_fraction: float, run,
-                      stream: bool = False) -> ImageSplits:
+                      stream: bool = False, labels: LabelsTable = LabelsTable()) -> ImageSplits:
     """A named dataset or a folder of class folders; ``image_size`` 0 keeps the dataset's own size (own
     folders: ``own_image_size``). ``val_fraction``: validation's share of the training images; ``test_fraction``:
     the test share of a folder that has no test split of its own. ``stream``: folders are decoded as they are read;
@@ -251,7 +296,8 @@ def load_image_splits(data: str, image_size: int, val_fraction: float, test_frac
     if data in NAMED_SETS:
         out = load_dataset(datasets.get(data), size, val_fraction, test_fraction, run.log, stream=stream)
     elif Path(data).exists():
-        out = load_folder_splits(Path(data), image_size, val_fraction, test_fraction, run.log, stream=stream)
+        out = load_folder_splits(Path(data), image_size, val_fraction, test_fraction, run.log, stream=stream,
+                                 labels=labels)
         if not image_size:
             run.report("image_size", out.train_x.shape[-1])
     else:

@@ -139,7 +139,8 @@ def cpu_peak_flops(cache_dir: Path | None = None, dtype: str = "fp32") -> float:
     A practical peak, not the datasheet's: MFU on CPUs says how close a step runs to what this CPU
     reaches on its best-tuned kernel (convolutions through oneDNN can come close to it). A 2048x2048 product,
     except bf16 on a CPU that emulates it: 256x256 there (1.3 GFLOP/s on a Zen 3, where 2048x2048 ran at 0.3 and
-    took about a minute a product), so no measure takes minutes. Sizing a bf16 run reads it; MFU does not (``peak_flops``)."""
+    took about a minute a product), so no measure takes minutes. Sizing a bf16 run reads it; MFU does not
+    (``peak_flops``)."""
     n = 256 if dtype == "bf16" and cpu_emulates_bf16() else 2048
     key = peak_key(f"{dtype} matmul {n}" + (" (emulated)" if n == 256 else ""))
     cache = (cache_dir or computed_cache_root()) / "cpu_peak.json"

@@ -26,8 +26,9 @@ def logp(smiles: str) -> float:
     return round(Descriptors.MolLogP(Chem.MolFromSmiles(smiles)), 3)
 
 
-BROKEN = "broken\n  hand-made\n\n  1  0  0  0  0  0  0  0  0  0999 V2000\n    0.0000    0.0000    0.0000 Xx  0\nM  END\n" \
-         "> <logS>\n1.0\n\n$$$$\n"  # an element RDKit does not know: the record does not parse
+# an element RDKit does not know: the record does not parse
+BROKEN = ("broken\n  hand-made\n\n  1  0  0  0  0  0  0  0  0  0999 V2000\n"
+          "    0.0000    0.0000    0.0000 Xx  0\nM  END\n> <logS>\n1.0\n\n$$$$\n")
 
 
 def write_sdf(path: Path, smiles=ALCOHOLS, broken_at: int | None = None) -> Path:
@@ -64,7 +65,8 @@ def test_an_sd_file_gives_molecules_targets_from_properties_and_record_names(tmp
     assert len(table.mols) == len(ALCOHOLS) and table.names == [f"mol{i}" for i in range(len(ALCOHOLS))]
     assert table.targets == ["logS"] and table.y[3, 0] == logp(ALCOHOLS[3]) and table.task == "regression"
     broken = write_sdf(tmp_path / f"broken-{name}", broken_at=2)
-    with pytest.raises(ZooError, match=r"broken-mols.sdf(.gz)?: 1 of 37 records do not parse \(record 3 \('broken'\)\)"):
+    with pytest.raises(ZooError, match=r"broken-mols.sdf(.gz)?: 1 of 37 records do not parse \(record 3 "
+                                       r"\('broken'\)\)"):
         read_table(MolConfig(data=str(broken), target="logS"))
     table = read_table(MolConfig(data=str(broken), target="logS", on_invalid="skip"))
     assert table.skipped == 1 and table.skipped_at == "record 3 ('broken')" and "broken" not in table.names
@@ -109,7 +111,8 @@ def test_dmpnn_and_fp_xgb_train_on_an_sd_file_and_predict_it_by_record_name(tmp_
     assert [r["name"] for r in rows[4:7]] == ["mol4", "broken", "mol5"] and rows[5]["pred_logS"] == ""
     assert float(rows[0]["pred_logS"]) == pytest.approx(float(rows[36 + 1]["pred_logS"]), abs=1e-6)  # the same
     r = zoo_in_process("run", "molecules/dmpnn", f"data={data}", "target=logS",
-                       "hidden=16", "ffn_hidden=16", "on_invalid=skip", "--budget", "3steps", "--out", tmp_path / "runs")
+                       "hidden=16", "ffn_hidden=16", "on_invalid=skip", "--budget", "3steps",
+                       "--out", tmp_path / "runs")
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
     assert json.loads((Path(summary_block(r.stdout)["run_dir"]) / "summary.json").read_text())["status"] == "ok"
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from recipe_zoo.core.batches import to_device
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes import image_tables
 from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES, decode_images, own_image_size
 from recipe_zoo.recipes.image_splits import ImageSplits, content_keys
 from recipe_zoo.recipes.images import default_flip, load_folder_splits, load_image_splits, resize_splits
@@ -65,7 +66,8 @@ def load_data(cfg, run) -> SSLData:
         if not cfg.image_size:
             run.report("image_size", x.shape[-1])
         # evaluated at the pretraining images' size and channels: the backbone sees one kind of input
-        splits = load_folder_splits(Path(cfg.eval_data), x.shape[-1], cfg.val_fraction, cfg.test_fraction, run.log)
+        splits = load_folder_splits(Path(cfg.eval_data), x.shape[-1], cfg.val_fraction, cfg.test_fraction, run.log,
+                                    labels=image_tables.labels_table(cfg))
         if x.shape[1] != splits.train_x.shape[1]:  # grey repeated to three channels, as PIL converts it
             run.log(f"{cfg.data if x.shape[1] == 1 else cfg.eval_data}: greyscale images converted to RGB (the "
                     "other folder is colour)")
@@ -74,7 +76,8 @@ def load_data(cfg, run) -> SSLData:
         x, keys = without_held_out(x, keys, splits, run.log, cfg.data)
         run.log(f"{cfg.data}: {len(x)} unlabelled images for pretraining")
         return SSLData(x, splits, keys)
-    splits = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+    splits = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run,
+                               labels=image_tables.labels_table(cfg))
     return SSLData(splits.train_x, splits, splits.keys["train"])  # train minus validation: labels never read
 
 

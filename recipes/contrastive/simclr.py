@@ -51,13 +51,16 @@ Jitter = Annotated[float, Range(0, 2)]  # at most 2: the hue jitter, a quarter o
 @dataclass
 class ContrastiveConfig(LoopSettings):
     CHOSEN_ON_TEST: ClassVar[str] = "batch_size=128, read off kNN accuracy on the test queries"
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("eval_data", "val_fraction", "test_fraction", "knn_k", "knn_temperature",
-                                             "probe_c")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("eval_data", "labels", "file_column", "label_column", "val_fraction",
+                                             "test_fraction", "knn_k", "knn_temperature", "probe_c")
     BATCH_IN_LOSS: ClassVar[bool] = True  # the micro-batch is the negatives: out of memory never halves it
 
     method: Literal["simclr", "byol"] = "simclr"  # simclr (negatives, NT-Xent) | byol (EMA target + predictor)
-    data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (of class folders, or unlabelled with eval_data)
+    data: str = "digits"  # digits, mnist-test, cifar10-subset, or a folder (classes, labels.csv; unlabelled: eval_data)
     eval_data: str = ""  # labelled class folder(s) for evaluation; '' = the labelled splits of data
+    labels: str = ""  # a folder's labels table (CSV, TSV, parquet; paths relative to it): '' = its labels.csv if any
+    file_column: str = ""  # the labels table's file column ('' = file, filename, image, image_id, path, ...)
+    label_column: str = ""  # the labels table's label column ('' = label, class, category, target, y)
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation (the kNN queries while training): this share of the training images
     test_fraction: Share = 0.2  # test share of a labelled folder without val/ or test/ inside (hash-chosen)

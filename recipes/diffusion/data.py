@@ -11,6 +11,7 @@ import torch
 from recipe_zoo.core import datasets
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.diffusion.datasets import MNIST
+from recipe_zoo.recipes import image_tables
 from recipe_zoo.recipes.image_datasets import CIFAR10_SUBSET, DIGITS
 from recipe_zoo.recipes.image_splits import ImageSplits, content_keys, hash_parts, keep_classes, split_by_index
 from recipe_zoo.recipes.images import default_flip, load_dataset, load_folder_splits, resize_splits
@@ -52,7 +53,7 @@ def load_data(cfg, run) -> ImageSplits:
                             split_arrays=split, flat_val_fraction=flat_val)
     elif Path(cfg.data).exists():
         data = load_folder_splits(Path(cfg.data), cfg.image_size, cfg.val_fraction, cfg.test_fraction, run.log,
-                                  flat_val_fraction=flat_val)
+                                  flat_val_fraction=flat_val, labels=image_tables.labels_table(cfg))
         if not cfg.image_size:
             run.report("image_size", data.train_x.shape[-1])
     else:

@@ -53,13 +53,16 @@ Images = Annotated[int, Range(2)]  # two images or more (train refuses fewer: a 
 
 @dataclass
 class DiffusionConfig(LoopSettings):
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("classes", "image_size", "val_fraction", "test_fraction", "conditional",
-                                             "n_samples", "n_real")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("classes", "labels", "file_column", "label_column", "image_size",
+                                             "val_fraction", "test_fraction", "conditional", "n_samples", "n_real")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "precision", "tf32")
     CHOSEN_ON_TEST: ClassVar[str] = ("lr and the width rule, set on the 1,000 held-out mnist images that are now "
                                      "validation and test")
 
-    data: str = "digits"  # digits, mnist, cifar10-subset, or a folder of class subfolders (or of images)
+    data: str = "digits"  # digits, mnist, cifar10-subset, or a folder: class subfolders, images + labels.csv, images
+    labels: str = ""  # a folder's labels table (CSV, TSV, parquet; paths relative to it): '' = its labels.csv if any
+    file_column: str = ""  # the labels table's file column ('' = file, filename, image, image_id, path, ...)
+    label_column: str = ""  # the labels table's label column ('' = label, class, category, target, y)
     classes: str = ""  # only these classes, comma-separated names (e.g. 0,1,2: a class subset); '' = all
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation: this share of the images, hash-chosen (train/ + val/ or test/: of train/)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from recipe_zoo.core import prepared
+from recipe_zoo.recipes import image_tables
 from recipe_zoo.recipes.image_splits import ImageSplits
 from recipe_zoo.recipes.image_streams import PREPARED_FIELDS, default_workers, write_prepared
 from recipe_zoo.recipes.images import default_flip, load_image_splits
@@ -37,7 +38,8 @@ def prepare_images(cfg, run, out: Path | None = None, force: bool = False) -> Pa
 
 
 def _write_images(cfg, run, folder: Path) -> dict:
-    data = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run, stream=True)
+    data = load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run, stream=True,
+                             labels=image_tables.labels_table(cfg))
     return write_prepared(data, folder, default_workers(getattr(cfg, "workers", -1)),
                           run.progress if hasattr(run, "progress") else None)
 

@@ -25,7 +25,7 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Range, Share, Unit, recipe
-from recipe_zoo.recipes import backbones, image_files, image_streams, images
+from recipe_zoo.recipes import backbones, image_files, image_streams, image_tables, images
 from recipe_zoo.recipes import image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
 from recipe_zoo.recipes.vision.data import augment, mix, prediction_rows, prepare_images, resolve_auto, test_names
 from recipe_zoo.recipes.vision.evaluation import evaluate, predict, score_test, scores
@@ -41,10 +41,13 @@ Decay = Annotated[float, Range(0, 1, low_open=True)]  # a multiplier per step th
 
 @dataclass
 class VisionConfig(LoopSettings):
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "labels", "file_column", "label_column")
     CHOSEN_ON_TEST: ClassVar[str] = "the tuned defaults, ported when vision had only train and test"
 
-    data: str = "digits"  # dataset name (zoo data list) or a folder of class subfolders
+    data: str = "digits"  # dataset name (zoo data list), or a folder of class subfolders or with a labels.csv
+    labels: str = ""  # a folder's labels table (CSV, TSV, parquet; paths relative to it): '' = its labels.csv if any
+    file_column: str = ""  # the labels table's file column ('' = file, filename, image, image_id, path, ...)
+    label_column: str = ""  # the labels table's label column ('' = label, class, category, target, y)
     image_size: NonNegativeInt = 0  # px per side; 0 = own (folder: median short side to x32, 32-224; finetune: model)
     val_fraction: Share = 0.1  # validation: this share of the training images, chosen by a hash of each image
     test_fraction: Share = 0.2  # test share of a folder without val/ or test/ inside (hash-chosen)
@@ -177,7 +180,8 @@ def predict_images(cfg: VisionConfig, opts: VisionPredictOptions, run) -> artifa
         x = image_files.read_images(files, pre["image_size"], pre["channels"], run.log, run.progress)
         names, y = image_files.item_names(files, root), torch.tensor(labels) if labels else None
     else:
-        data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run)
+        data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run,
+                                        labels=image_tables.labels_table(cfg))
         if data.test_x.shape[-1] != pre["image_size"]:  # a pretrained model's own resolution
             images.resize_splits(data, pre["image_size"])
         x = streams.mapped(data.test_x, lambda b: b.expand(-1, pre["channels"], -1, -1),
@@ -227,7 +231,7 @@ def train(cfg: VisionConfig, run) -> dict[str, float]:
         raise ZooError("two-stage fine-tuning (head_fraction > 0) needs pretrained weights: weights=PATH "
                        "(file or folder) or weights=hub")
     data = images.load_image_splits(cfg.data, cfg.image_size, cfg.val_fraction, cfg.test_fraction, run,
-                                    stream=cfg.stream)
+                                    stream=cfg.stream, labels=image_tables.labels_table(cfg))
     run.record_split(data.keys)
     run.report("split", data.how)
     cfg = resolve_auto(cfg, data)
