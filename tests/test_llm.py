@@ -371,7 +371,8 @@ def test_key_fields_name_the_split_and_the_scored_bytes():
     from recipe_zoo.runs import key_suffix
 
     for config in (gpt.GPTConfig, lora.LoRAConfig):
-        assert config.KEY_FIELDS == ("val_fraction", "test_fraction", "eval_bytes")
+        assert config.KEY_FIELDS[:3] == ("val_fraction", "test_fraction", "eval_bytes")
+        assert config.KEY_FIELDS[3:] == (("text_field",) if config is gpt.GPTConfig else ())
         assert key_suffix(config()) == "" and key_suffix(config(lr=0.5) if config is lora.LoRAConfig else
                                                          config(tokenizer="bytes", depth=3)) == ""
         assert key_suffix(config(test_fraction=0.2, eval_bytes=5000)) == ":test_fraction=0.2:eval_bytes=5000"

@@ -1,5 +1,6 @@
 """llm/gpt from token shards (``zoo data prepare llm/gpt``, ``stream=true``): the same split, tokenizer and tokens as
 in memory, so the same training bit for bit; exact resume; each process reading its own windows; bounded memory."""
+import gzip
 import json
 import os
 import random
@@ -78,6 +79,18 @@ def write_sources(root, kind: str) -> str:
         (root / "corpus.txt").write_text(text, newline="")
         (root / "corpus.val.txt").write_text(shakespeare_like(120, seed=2), newline="")
         return str(root / "corpus.txt")
+    if kind in ("jsonl", "jsonl.gz", "parquet"):  # records: documents kept whole by the split
+        docs = [shakespeare_like(20 + 7 * (i % 5), seed=20 + i) for i in range(30)]
+        path = root / f"docs.{kind}"
+        if kind == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"id": list(range(30)), "body": docs}), path)
+        else:
+            lines = "".join(json.dumps({"id": i, "body": d}) + "\n" for i, d in enumerate(docs))
+            path.write_bytes(gzip.compress(lines.encode()) if kind.endswith(".gz") else lines.encode())
+        return str(path)
     folder = root / "docs"
     (folder / "b").mkdir(parents=True)
     for i, name in enumerate(["a.txt", "b/c.md", "d.txt", "e.txt"]):  # the cuts fall inside and between documents
@@ -89,7 +102,7 @@ def write_sources(root, kind: str) -> str:
     return str(folder)
 
 
-@pytest.mark.parametrize("kind", ["file", "held_file", "folder", "held_folder"])
+@pytest.mark.parametrize("kind", ["file", "held_file", "folder", "held_folder", "jsonl", "jsonl.gz", "parquet"])
 @pytest.mark.parametrize("tokenizer", ["bpe", "bytes"])
 def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path, monkeypatch, kind, tokenizer):
     """Read in blocks of a few bytes (multi-byte characters straddle them) and encoded in small chunks, the shards
@@ -99,11 +112,15 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
     monkeypatch.setattr(shards, "CHUNK_CHARS", 200)
     monkeypatch.setattr(shards, "BATCH_CHARS", 1500)
     source = write_sources(tmp_path, kind)
+    field = "body" if kind in ("jsonl", "jsonl.gz", "parquet") else "text"
     cfg = gpt.GPTConfig(data=source, tokenizer=tokenizer, vocab_size=400, eval_bytes=2000, val_fraction=0.1,
-                        test_fraction=0.15)
+                        test_fraction=0.15, text_field=field)
     run = SimpleRun(Budget("steps", 1), log=lambda message: None)
     memory = shards.text_data(cfg, run)
-    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)  # whole documents, one each
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log, field)  # whole documents
+    if field == "body":  # records: every one whole on one side of the split
+        assert "each whole" in memory.how and not any("[" in k for keys in memory.keys.values() for k in keys)
+        assert all(memory.keys[part] for part in ("train", "validation", "test"))
     whole = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size, splits.train)
     assert memory.tok.to_str() == whole.to_str()
     assert torch.equal(memory.train, tokenization.encode_docs(whole, splits.train))
@@ -120,7 +137,7 @@ def test_prepared_shards_hold_the_in_memory_split_tokenizer_and_tokens(tmp_path,
     folder = shards.prepared_folder(cfg, run)
     manifest = prepared.read(folder, "tokens")
     assert manifest["settings"] == {"tokenizer": tokenizer, **({"vocab_size": 400} if tokenizer == "bpe" else {}),
-                                    "val_fraction": 0.1, "test_fraction": 0.15}
+                                    "val_fraction": 0.1, "test_fraction": 0.15, "text_field": field}
     assert manifest["tokens"]["train"] == len(memory.train)
     assert manifest["benchmark"] == datasets.own_data_key(Path(source))  # a source's benchmark: its content
 

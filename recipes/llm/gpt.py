@@ -39,10 +39,11 @@ from recipe_zoo.recipes.llm import inference, models, scoring, shards, sizing, t
 class GPTConfig(LoopSettings):
     # the LR fields of each optimizer group kind, for zoo doctor's range test and zoo sweep's batch rule
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
-    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes")
+    KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes", "text_field")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("depth", "batch_tokens", "micro_batch", "compile", "precision", "tf32")
     TUNED_BATCH: ClassVar[int] = 4096  # batch_tokens the LR defaults were tuned at (zoo sweep's batch rule)
-    data: str = "tinyshakespeare"  # dataset name, text file, folder of .txt/.md files, hf:NAME[:CONFIG], prepared
+    data: str = "tinyshakespeare"  # dataset name, file (.txt/.md, .jsonl, .parquet, .gz), folder, hf:NAME, prepared
+    text_field: str = "text"  # the text of a .jsonl line (its field) or a .parquet row (its column)
     stream: bool = False  # train from token shards read as used, tokenized once (zoo data prepare llm/gpt)
     val_fraction: Share = 0.05  # validation: the text before the test tail (the training text's tail: val file)
     test_fraction: Share = 0.1  # test: the last part of the text, when the data has no held-out file or split

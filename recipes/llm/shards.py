@@ -27,7 +27,8 @@ from recipe_zoo.core.progress import Progress
 from recipe_zoo.core.streams import NpyArray, NpyWriter
 from recipe_zoo.recipes.llm import text_splits, textfiles, tokenization
 
-FIXED = ("tokenizer", "vocab_size", "val_fraction", "test_fraction")  # fixed at prepare time; eval_bytes is not
+# fixed at prepare time (eval_bytes is not)
+FIXED = ("tokenizer", "vocab_size", "val_fraction", "test_fraction", "text_field")
 FILES = ["train.npy", "tokenizer.json", "val.txt", "test.txt", "split.json"]
 CHUNK_CHARS = 1 << 16  # a chunk ends at the first clean cut past this many characters
 BATCH_CHARS = 1 << 20  # characters handed to the tokenizer at once (its threads share the chunks)
@@ -62,13 +63,14 @@ def prepare_tokens(cfg, run, out: Path | None = None, force: bool = False) -> Pa
 def write_shards(cfg, run, folder: Path) -> dict:
     """Three passes over the source: count its characters (and check it), train the BPE on the training split's
     chunks (tokenizer=bpe only), then encode them into ``train.npy`` and copy the held-out text."""
-    found = textfiles.sources(cfg.data, run.log)
+    found = textfiles.sources(cfg.data, run.log, cfg.text_field)
     files = [path for _, path in found.docs + found.held]
-    reading = Progress(sum(p.stat().st_size for p in files), "reading", run.log, "bytes")
+    reading = Progress(sum(map(textfiles.size_of, files)), "reading", run.log, "bytes")
     lengths = [textfiles.count_chars(path, progress=reading) for _, path in found.docs]
     held_chars = sum(textfiles.count_chars(path, progress=reading) for _, path in found.held)
     reading.done()
-    bounds = text_splits.tail_bounds(lengths, cfg.val_fraction, 0.0 if found.held else cfg.test_fraction)
+    bounds = text_splits.tail_bounds(lengths, cfg.val_fraction, 0.0 if found.held else cfg.test_fraction,
+                                     found.whole)
     training = Progress(None, "training the tokenizer", run.log, "characters")
     tok = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size,
                                       (c for doc, b in zip(found.docs, bounds)
@@ -79,7 +81,7 @@ def write_shards(cfg, run, folder: Path) -> dict:
     dtype = np.dtype(np.uint16 if tok.get_vocab_size() <= 1 << 16 else np.uint32)
     table = byte_table(tok, dtype) if cfg.tokenizer == "bytes" else None
     bos, train_bytes = np.array([tok.token_to_id(tokenization.BOS)], dtype), 0
-    tokenizing = Progress(sum(p.stat().st_size for p in files), "tokenizing", run.log, "bytes")
+    tokenizing = Progress(sum(map(textfiles.size_of, files)), "tokenizing", run.log, "bytes")
     with NpyWriter(folder / "train.npy", dtype) as train, open(folder / "val.txt", "w", encoding="utf-8",
                                                                 newline="") as val, \
             open(folder / "test.txt", "w", encoding="utf-8", newline="") as test:
@@ -104,7 +106,9 @@ def write_shards(cfg, run, folder: Path) -> dict:
     run.log(f"{found.name}: {characters['train']:,} training characters -> {tokens:,} tokens ({dtype.name}, vocab "
             f"{tok.get_vocab_size()})")
     return {"files": FILES, "name": found.name, "dtype": dtype.name, "vocab": tok.get_vocab_size(),
-            "how": text_splits.split_how(cfg.val_fraction, 0.0 if found.held else cfg.test_fraction, found.held_how),
+            "how": text_splits.split_how(cfg.val_fraction, 0.0 if found.held else cfg.test_fraction, found.held_how,
+                                         whole=found.whole and all(sum(b[k + 1] > b[k] for k in range(3)) == 1
+                                                                   for b in bounds)),
             "characters": characters, "tokens": {"train": tokens},
             "bytes": {"train": train_bytes, "validation": (folder / "val.txt").stat().st_size,
                       "test": (folder / "test.txt").stat().st_size}}
@@ -239,7 +243,7 @@ def text_data(cfg, run) -> TextData:
     token shards prepared once."""
     if streams(cfg):
         return open_shards(prepared_folder(cfg, run), cfg, run.log)
-    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)
+    splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log, cfg.text_field)
     val_text = text_splits.eval_text(splits, cfg.eval_bytes, "validation")
     test_text = text_splits.eval_text(splits, cfg.eval_bytes)
     tok = tokenization.load_tokenizer(cfg.tokenizer, cfg.vocab_size,
@@ -316,11 +320,11 @@ def test_text(cfg, run) -> str:
         return scored_text(Path(cfg.data) / "test.txt", prepared.read(cfg.data, "tokens")["name"], cfg.eval_bytes,
                            "test")
     if not streams(cfg):
-        splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log)
+        splits = text_splits.load_text(cfg.data, cfg.val_fraction, cfg.test_fraction, run.log, cfg.text_field)
         return text_splits.eval_text(splits, cfg.eval_bytes)
-    found = textfiles.sources(cfg.data, run.log)
+    found = textfiles.sources(cfg.data, run.log, cfg.text_field)
     bounds = text_splits.tail_bounds([textfiles.count_chars(path) for _, path in found.docs], cfg.val_fraction,
-                                     0.0 if found.held else cfg.test_fraction)
+                                     0.0 if found.held else cfg.test_fraction, found.whole)
     pieces = itertools.chain((text for (_, path), b in zip(found.docs, bounds) if b[3] > b[2]
                               for part, text in _parts(path, b) if part == 2),
                              (text for _, path in found.held for text in textfiles.text_blocks(path)))

@@ -60,26 +60,37 @@ def check_fractions(val_fraction: float, test_fraction: float) -> None:
         raise ZooError(f"val_fraction={val_fraction} + test_fraction={test_fraction}: leave some data to train on")
 
 
-def split_tail(docs: list[Piece], val_fraction: float, test_fraction: float = 0.0) \
+def split_tail(docs: list[Piece], val_fraction: float, test_fraction: float = 0.0, whole: bool = False) \
         -> tuple[list[Piece], list[Piece], list[Piece]]:
     """In reading order: the last ``test_fraction`` of the characters is test, the ``val_fraction`` before it
     validation, the rest train. Where a cut falls inside a document, the document is split at that character
     and each side is a document of its own (it starts with <|bos|> once tokenized; its key in ``split.csv`` is
-    ``source[start:end]``): no character is on two sides, none is dropped."""
+    ``source[start:end]``): no character is on two sides, none is dropped. ``whole``: documents are records, each
+    kept whole (``tail_bounds``)."""
     parts: tuple[list[Piece], ...] = ([], [], [])
-    for p, bounds in zip(docs, tail_bounds([len(p.text) for p in docs], val_fraction, test_fraction)):
+    for p, bounds in zip(docs, tail_bounds([len(p.text) for p in docs], val_fraction, test_fraction, whole)):
         for part, a, b in zip(parts, bounds, bounds[1:]):
             if b > a:
                 part.append(p.cut(a, b))
     return parts
 
 
-def tail_bounds(lengths: list[int], val_fraction: float, test_fraction: float) -> list[tuple[int, int, int, int]]:
+def tail_bounds(lengths: list[int], val_fraction: float, test_fraction: float,
+                whole: bool = False) -> list[tuple[int, int, int, int]]:
     """``split_tail``'s cuts from the documents' lengths alone (characters): each document's (0, validation start,
-    test start, end); its train part is [0, validation start)."""
+    test start, end); its train part is [0, validation start). ``whole``: each document goes whole to the part its
+    middle character falls in, where that leaves every part a document (else the cuts fall inside them)."""
     total = sum(lengths)
     test_at = int(total * (1 - test_fraction) + 1e-6)  # + 1e-6: a whole product never floors one short
     cuts = (max(0, test_at - round(total * val_fraction)), test_at)
+    if whole:
+        bounds, seen = [], 0
+        for n in lengths:
+            part = sum(seen + n / 2 >= c for c in cuts)  # 0 train, 1 validation, 2 test
+            bounds.append((0, *(n if part < k else 0 for k in (1, 2)), n))
+            seen += n
+        if all(any(b[k + 1] > b[k] for b in bounds) for k in range(3 if test_fraction else 2)):
+            return bounds
     bounds, seen = [], 0
     for n in lengths:
         bounds.append((0, *(min(max(c - seen, 0), n) for c in cuts), n))
@@ -87,7 +98,7 @@ def tail_bounds(lengths: list[int], val_fraction: float, test_fraction: float) -
     return bounds
 
 
-def load_text(data: str, val_fraction: float, test_fraction: float, log=print) -> TextSplits:
+def load_text(data: str, val_fraction: float, test_fraction: float, log=print, text_field: str = "text") -> TextSplits:
     """Train, validation and test text. One text (a named dataset, a file, a folder of text files, read in
     sorted order): its last ``test_fraction`` is test and the ``val_fraction`` before it validation. Where the
     data holds its own held-out part (``NAME.val.txt`` beside the file, a ``val`` subfolder or ``val.txt``
@@ -96,17 +107,19 @@ def load_text(data: str, val_fraction: float, test_fraction: float, log=print) -
     check_fractions(val_fraction, test_fraction)
     if data.startswith("hf:"):
         return _load_hf_text(data, val_fraction, test_fraction)
-    found = sources(data, log)
+    found = sources(data, log, text_field)
     docs = [Piece(key, read_text(path)) for key, path in found.docs]
     if found.held:
         return _held_out_split(found.name, docs, [Piece(key, read_text(path)) for key, path in found.held],
                                val_fraction, found.held_how)
-    return _tail_split(found.name, docs, val_fraction, test_fraction)
+    return _tail_split(found.name, docs, val_fraction, test_fraction, found.whole)
 
 
-def _tail_split(name: str, docs: list[Piece], val_fraction: float, test_fraction: float) -> TextSplits:
-    train, val, test = split_tail(docs, val_fraction, test_fraction)
-    return TextSplits.of(name, train, val, test, split_how(val_fraction, test_fraction))
+def _tail_split(name: str, docs: list[Piece], val_fraction: float, test_fraction: float,
+                whole: bool = False) -> TextSplits:
+    train, val, test = split_tail(docs, val_fraction, test_fraction, whole)
+    kept = whole and all(p.whole for p in train + val + test)
+    return TextSplits.of(name, train, val, test, split_how(val_fraction, test_fraction, whole=kept))
 
 
 def _held_out_split(name: str, docs: list[Piece], held: list[Piece], val_fraction: float, test: str) -> TextSplits:
@@ -114,8 +127,13 @@ def _held_out_split(name: str, docs: list[Piece], held: list[Piece], val_fractio
     return TextSplits.of(name, train, val, held, split_how(val_fraction, 0.0, test))
 
 
-def split_how(val_fraction: float, test_fraction: float, held: str = "") -> str:
-    """The split in one line (the leaderboard's split text); ``held``: what the data's own held-out part is."""
+def split_how(val_fraction: float, test_fraction: float, held: str = "", whole: bool = False) -> str:
+    """The split in one line (the leaderboard's split text); ``held``: what the data's own held-out part is;
+    ``whole``: documents (records) kept whole, each in the part its middle character falls in."""
+    if whole:
+        return (f"documents in reading order, each whole: about the first {100 * (1 - val_fraction - test_fraction):g}%"
+                f" of the characters train, the next {100 * val_fraction:g}% validation, the last "
+                f"{100 * test_fraction:g}% test")
     if held:
         return (f"{held}; validation: the last {100 * val_fraction:g}% of the training text's characters, in reading "
                 "order")
