@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from recipe_zoo.core.errors import ZooError
+from recipe_zoo.recipes import image_tables
 from recipe_zoo.recipes.backbones import OWN_MODELS
 from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES, decode_image
 
@@ -20,6 +21,16 @@ def list_images(data: str, classes: list[str] | None = None, log=print) -> tuple
     root = Path(data)
     if not root.exists():
         raise ZooError(f"data={data}: no such file or folder")
+    table = image_tables.find_table(root, image_tables.LabelsTable())
+    if table is not None:  # a labels table: its files, scored where its labels are the run's classes
+        listing = image_tables.read_listing(table, image_tables.LabelsTable(), log, training=False)
+        known = bool(classes) and set(listing.classes) <= set(classes)
+        if known:
+            log(f"{table}: {len(listing.paths)} images with labels: scored against them")
+        else:
+            log(f"{table}: {len(listing.paths)} images; its labels are not all the run's classes, so not scored")
+        labels = [classes.index(listing.classes[k]) for k in listing.labels] if known else None
+        return listing.paths, labels, table.parent
     if root.is_file():
         if root.suffix.lower() not in IMAGE_SUFFIXES:
             raise ZooError(f"{root}: not an image file ({', '.join(sorted(IMAGE_SUFFIXES))})")

@@ -15,6 +15,7 @@ from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.image_decoding import IMAGE_SUFFIXES
 
 TABLE_NAMES = ("labels.csv", "labels.tsv", "labels.parquet")  # what a data folder's own table is called
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 FILE_COLUMNS = ("file", "filename", "file_name", "image", "image_id", "image_name", "path", "filepath", "id")
 LABEL_COLUMNS = ("label", "class", "category", "target", "y")
 SPLIT_COLUMN = "split"
@@ -58,6 +59,8 @@ def find_table(root: Path, spec: LabelsTable) -> Path | None:
             raise ZooError(f"{root}: file_column= / label_column= name a labels table's columns, and {root} has no "
                            f"{' or '.join(TABLE_NAMES)}; give labels=FILE")
         return found
+    if root.is_file() and root.suffix.lower() in TABLE_SUFFIXES:  # data= the table itself
+        return root
     return next((root / n for n in TABLE_NAMES if root.is_dir() and (root / n).is_file()), None)
 
 
@@ -114,10 +117,10 @@ def _resolve(base: Path, name: str) -> Path | None:
     return None
 
 
-def read_listing(table: Path, spec: LabelsTable, log=print) -> Listing:
+def read_listing(table: Path, spec: LabelsTable, log=print, training: bool = True) -> Listing:
     """The images a labels table lists, their labels and (with a split column) their parts. One line naming the
     table and the row for what cannot be read; repeated rows and labels with one image each are counted in the
-    log."""
+    log. ``training``: a table to train on, which needs two labels or more."""
     columns, rows = read_rows(table)
     if not columns:
         raise ZooError(f"{table}: empty file (no header row, no rows)")
@@ -167,11 +170,11 @@ def read_listing(table: Path, spec: LabelsTable, log=print) -> Listing:
         log(f"{table}: {len(repeated)} repeated rows read once (rows {', '.join(map(str, repeated[:5]))}"
             f"{', ...' if len(repeated) > 5 else ''})")
     classes = sorted(set(names), key=lambda c: (0, int(c), c) if c.lstrip("-").isdigit() else (1, 0, c))
-    if len(classes) < 2:
+    if len(classes) < 2 and training:
         raise ZooError(f"{table}: every image has the label {classes[0]!r}; a classifier needs two labels or more")
     counts = {c: names.count(c) for c in classes}
     single = [c for c in classes if counts[c] == 1]
-    if single:
+    if single and training:
         log(f"{table}: {len(single)} labels have one image each ({', '.join(single[:5])}"
             f"{', ...' if len(single) > 5 else ''}): they cannot be both trained on and tested")
     index = {c: k for k, c in enumerate(classes)}

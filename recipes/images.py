@@ -196,7 +196,7 @@ def load_folder_splits(root: Path, size: int | None, val_fraction: float, test_f
 def _table_splits(root: Path, listing: image_tables.Listing, size, val_fraction: float, test_fraction: float, log,
                   flat_val_fraction: float | None, stream: bool) -> ImageSplits:
     """The images a labels table lists, split by its split column or, without one, by a hash of each path."""
-    paths, name = listing.paths, listing.table.name
+    paths, name, root = listing.paths, listing.table.name, root if root.is_dir() else root.parent
     index, y = torch.arange(len(paths)), torch.tensor(listing.labels)
     keys = [p.relative_to(listing.table.parent).as_posix() if p.is_relative_to(listing.table.parent) else str(p)
             for p in paths]

@@ -136,3 +136,21 @@ def test_every_image_recipe_trains_on_a_labels_table(tmp_path, recipe, args):
                                "test" if k < 6 else "val" if k < 12 else "train") for k in range(24)])
     summary = _run([recipe, f"data={root}", *args, "--budget", "2steps"], tmp_path / "runs")
     assert summary["status"] == "ok" and "(the split column of labels.csv)" in summary["extra"]["split"]
+
+
+def test_a_run_predicts_a_labels_table_and_scores_it_where_its_labels_are_the_runs_classes(tmp_path, capfd):
+    from recipe_zoo.cli import main
+
+    root = table_folder(tmp_path / "pets")
+    _run(["vision/resnet", f"data={root / 'labels.csv'}", "width=8", "batch_size=8", "tta=0", "--budget", "2steps"],
+         tmp_path / "runs")  # data= the table itself: its paths are relative to it
+    (run_dir,) = (tmp_path / "runs" / "vision" / "resnet").iterdir()
+    out = tmp_path / "p.csv"
+    capfd.readouterr()
+    assert main(["predict", str(run_dir), f"data={root}", "--out", str(out), "--device", "cpu"]) == 0
+    assert "labels.csv: 24 images with labels: scored against them" in capfd.readouterr().err
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 24 and rows[0]["file"] == "images/0.png"
+    other = table_folder(tmp_path / "zoo", classes=("cat", "emu"))
+    assert main(["predict", str(run_dir), f"data={other}", "--out", str(tmp_path / "q.csv"), "--device", "cpu"]) == 0
+    assert "its labels are not all the run's classes, so not scored" in capfd.readouterr().err
