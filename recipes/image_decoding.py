@@ -35,6 +35,8 @@ def decode_image(path: Path, size: int | None) -> torch.Tensor:
             return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.size[1], im.size[0], -1)
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ZooError(f"{path}: cannot decode image ({exc})") from None
+    except Image.DecompressionBombError as exc:  # Pillow's guard against huge images (not an OSError)
+        raise ZooError(f"{path}: {exc}; downscale it first") from None
 
 
 def decode_images(paths: list[Path], size: int | None, root: Path, log=print) -> torch.Tensor:
@@ -67,6 +69,8 @@ def own_image_size(paths: list[Path], log=print) -> int:
                 sides.append(min(im.size))
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise ZooError(f"{path}: cannot decode image ({exc})") from None
+        except Image.DecompressionBombError as exc:
+            raise ZooError(f"{path}: {exc}; downscale it first") from None
     median = float(np.median(sides))
     size = min(max(int(median / 32 + 0.5) * 32, 32), 224)
     log(f"image size {size} px: the median short side {median:g} px rounded to 32, within [32, 224] "

@@ -302,6 +302,8 @@ def load_image_splits(data: str, image_size: int, val_fraction: float, test_frac
             run.report("image_size", out.train_x.shape[-1])
     else:
         raise ZooError(f"data={data!r}: not a vision dataset ({', '.join(NAMED_SETS)}) nor an existing folder")
+    if len(out.classes) < 2:  # vision and contrastive classify (contrastive's kNN): one class teaches nothing
+        raise ZooError(f"data={data}: one class only ({out.classes[0]!r}); classifying needs two classes or more")
     if size and out.train_x.shape[-1] != size:
         resize_splits(out, size)
     return out

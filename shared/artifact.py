@@ -200,8 +200,16 @@ class PredictRun:
 
     @property
     def files_dir(self) -> Path:
+        """The folder of the prediction's files (masks, samples): new, empty or the zoo's (``owned.check_folder``;
+        inside the run folder, the run's), marked as the zoo's once made outside it."""
+        from recipe_zoo.core import owned
+
         folder = self.out.with_suffix("")
+        in_run = folder.resolve().is_relative_to(self.dir.resolve())
+        owned.check_folder(folder, "--out's files", owned=in_run)
         folder.mkdir(parents=True, exist_ok=True)
+        if not in_run and not (folder / owned.MARKER).is_file():
+            owned.mark_folder(folder, run=str(self.dir), by="zoo predict")
         return folder
 
     def path(self, name: str) -> Path:

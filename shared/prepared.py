@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe_zoo.core import datasets
+from recipe_zoo.core import datasets, owned
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.progress import Progress
 
@@ -82,6 +82,14 @@ def settings_of(cfg, fields: tuple[str, ...]) -> dict:
     return {name: getattr(cfg, name) for name in fields}
 
 
+def _zoo_prepared(folder: Path) -> bool:
+    """``folder`` holds a manifest this zoo wrote (any kind, any version): a prepare may replace it."""
+    try:
+        return json.loads((folder / MANIFEST).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def ensure(cfg, run, *, kind: str, fields: tuple[str, ...], recipe: str, make: Callable[[Path], dict],
            out: Path | None = None, force: bool = False) -> Path:
     """The prepared folder of ``cfg.data`` under the settings ``fields`` name, made by ``make(folder) -> dict``
@@ -96,6 +104,8 @@ def ensure(cfg, run, *, kind: str, fields: tuple[str, ...], recipe: str, make: C
     name = Path(str(cfg.data).rstrip("/")).name or "data"
     folder = Path(out).expanduser() if out else cache_root() / f"{kind}-{name}-{key[:12]}"
     manifest_path = folder / MANIFEST
+    if out is not None and not _zoo_prepared(folder):  # a folder of the user's is never replaced
+        owned.check_folder(folder, "--out")
     if manifest_path.is_file() and not force:
         current = json.loads(manifest_path.read_text())
         if current.get("key") == key:

@@ -154,3 +154,19 @@ def test_a_run_predicts_a_labels_table_and_scores_it_where_its_labels_are_the_ru
     other = table_folder(tmp_path / "zoo", classes=("cat", "emu"))
     assert main(["predict", str(run_dir), f"data={other}", "--out", str(tmp_path / "q.csv"), "--device", "cpu"]) == 0
     assert "its labels are not all the run's classes, so not scored" in capfd.readouterr().err
+
+
+def test_one_class_and_a_decompression_bomb_are_one_line_exit_2(tmp_path, capfd, monkeypatch):
+    from PIL import Image as PILImage
+
+    root = tmp_path / "one"
+    (root / "cat").mkdir(parents=True)
+    for k in range(6):
+        PILImage.new("L", (16, 16), 40 * k).save(root / "cat" / f"{k}.png")
+    bad_input(capfd, ["vision/resnet", f"data={root}", "width=8"], tmp_path / "runs",
+              "one class only ('cat'); classifying needs two classes or more")
+    bad_input(capfd, ["contrastive/simclr", f"data={root}", "width=8"], tmp_path / "runs", "one class only ('cat')")
+    folder = table_folder(tmp_path / "big")
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 100)  # 16x16 images are then over twice Pillow's limit
+    bad_input(capfd, ["vision/resnet", f"data={folder}", "width=8"], tmp_path / "runs", "decompression bomb",
+              "downscale it first")

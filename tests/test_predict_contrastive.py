@@ -132,7 +132,8 @@ def test_exports(digits_run, tmp_path, capfd):
     from recipe_zoo.recipes.backbones import ZooNet
 
     assert main(["export", str(digits_run), "--format", "safetensors", "--out", str(tmp_path / "st")]) == 0
-    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == [".zoo-written", "config.json", "model.json",
+                                                           "model.safetensors"]
     card = json.loads((tmp_path / "st" / "model.json").read_text())
     backbone = load_backbone(card, tmp_path / "st" / "model.safetensors")
     assert isinstance(backbone, ZooNet) and backbone(torch.zeros(2, 1, 8, 8)).shape == (2, 32)

@@ -86,7 +86,8 @@ def test_label_steps_and_guidance_change_what_is_sampled(flow_cfg_run, tmp_path,
     assert main(["predict", str(flow_cfg_run), "n=5", "label=7", "--out", str(out), "--device", "cpu"]) == 0
     assert "5 predictions" in capfd.readouterr().out
     assert [r["label"] for r in _rows(out)] == ["7"] * 5
-    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == [f"0000{i}.png" for i in range(5)] + ["grid.png"]
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == [".zoo-written"] + [f"0000{i}.png" for i in
+                                                                                        range(5)] + ["grid.png"]
 
 
 def test_unconditional_predict(ddpm_run, tmp_path):
@@ -135,7 +136,7 @@ def test_export_pretrained_flow_unet_loads_in_diffusers(flow_cfg_run, tmp_path, 
     from recipe_zoo.recipes.diffusion.models import load_unet
 
     assert main(["export", str(flow_cfg_run), "--format", "pretrained", "--out", str(tmp_path / "x")]) == 0
-    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["model.json", "unet"]
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [".zoo-written", "model.json", "unet"]
     unet = UNet2DModel.from_pretrained(tmp_path / "x", subfolder="unet").eval()
     card = load(flow_cfg_run, device="cpu").card
     ours = load_unet(card, flow_cfg_run / "model.safetensors", "cpu")

@@ -198,7 +198,7 @@ def test_xgboost_json_export_predicts_with_xgboost_and_rdkit_alone(xgb_run, tmp_
     out = tmp_path / "export"
     assert main(["export", str(xgb_run), "--format", "xgboost-json", "--out", str(out)]) == 0
     spec = json.loads((out / "features.json").read_text())
-    assert sorted(p.name for p in out.iterdir()) == ["features.json", "xgb.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".zoo-written", "features.json", "xgb.json"]
     smiles = [row["smiles"] for row in _saved(xgb_run)]
     gen = rdFingerprintGenerator.GetMorganGenerator(radius=spec["morgan"]["radius"], fpSize=spec["morgan"]["bits"])
     X = []

@@ -129,7 +129,8 @@ def test_export_formats_and_refusals(digits_run, tmp_path, capfd):
     from recipe_zoo.cli import main
 
     assert main(["export", str(digits_run), "--format", "safetensors", "--out", str(tmp_path / "st")]) == 0
-    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == [".zoo-written", "config.json", "model.json",
+                                                           "model.safetensors"]
     capfd.readouterr()
     assert main(["export", str(digits_run), "--format", "timm"]) == 2
     assert "zoo's own network" in capfd.readouterr().err

@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from recipe_zoo.core import artifact
+from recipe_zoo.core import artifact, owned
 from recipe_zoo.core.errors import ZooError
 
 
@@ -130,7 +130,11 @@ def cmd_predict(args) -> int:
     model = load(args.run_dir, device=args.device)
     opts = model.options(config_mod.parse_overrides(args.overrides))
     out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts, model.card)}.csv"
+    in_run = out.resolve().is_relative_to(Path(args.run_dir).resolve())
+    owned.check_file(out, "--out", owned=in_run)
     result = model.predict(out, options=opts)
+    if not in_run and out.is_file():
+        owned.mark_file(out)
     seconds = time.perf_counter() - start
     if result.text:
         print(result.text, end="" if result.text.endswith("\n") else "\n", flush=True)
@@ -162,8 +166,11 @@ def export(model: Model, fmt: str, out: Path) -> list[Path]:
     if fmt == "safetensors":
         out.mkdir(parents=True, exist_ok=True)
         written = []
+        card = model.dir / artifact.CARD
         for name in [artifact.CARD, "config.json", *model.card["weights"], *model.card.get("files", [])]:
-            src = model.dir / name
+            src = owned.inside(model.dir, name, str(card))  # a card's names stay inside the run
+            for item in [src, *(src.rglob("*") if src.is_dir() else ())]:
+                owned.inside(model.dir, item.relative_to(model.dir).as_posix(), str(card))
             dest = out / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
@@ -182,7 +189,10 @@ def export(model: Model, fmt: str, out: Path) -> list[Path]:
 def cmd_export(args) -> int:
     model = load(args.run_dir, device="cpu")
     out = Path(args.out) if args.out else args.run_dir / "export" / args.format
+    owned.check_folder(out, "--out", owned=not args.out)
     written = export(model, args.format, out)
+    if args.out:  # a folder outside the run: marked as the zoo's, so a later export may replace it
+        owned.mark_folder(out, run=str(args.run_dir), format=args.format, by="zoo export")
     print(f"{args.format}: {len(written)} files -> {out}/")
     for path in written:
         print(f"  {path}")

@@ -56,7 +56,7 @@ def cluster(cfg, run):
         client = connect(cfg.scheduler)
     else:
         local = LocalCluster(n_workers=cfg.dask_workers, threads_per_worker=1, processes=True,
-                             dashboard_address=":0", silence_logs=logging.ERROR)  # :0: any free port
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)  # this host only, a free port
         client = Client(local, set_as_default=False)
         client.run(stderr_to, str(run.dir / WORKER_LOG))
     try:
