@@ -120,7 +120,8 @@ def _resolve(base: Path, name: str) -> Path | None:
 def read_listing(table: Path, spec: LabelsTable, log=print, training: bool = True) -> Listing:
     """The images a labels table lists, their labels and (with a split column) their parts. One line naming the
     table and the row for what cannot be read; repeated rows and labels with one image each are counted in the
-    log. ``training``: a table to train on, which needs two labels or more."""
+    log. ``training``: a table to train on (labels with one image each are named: they cannot be on both sides).
+    One label only is for the recipe to judge (a classifier refuses it, a generator need not)."""
     columns, rows = read_rows(table)
     if not columns:
         raise ZooError(f"{table}: empty file (no header row, no rows)")
@@ -170,8 +171,6 @@ def read_listing(table: Path, spec: LabelsTable, log=print, training: bool = Tru
         log(f"{table}: {len(repeated)} repeated rows read once (rows {', '.join(map(str, repeated[:5]))}"
             f"{', ...' if len(repeated) > 5 else ''})")
     classes = sorted(set(names), key=lambda c: (0, int(c), c) if c.lstrip("-").isdigit() else (1, 0, c))
-    if len(classes) < 2 and training:
-        raise ZooError(f"{table}: every image has the label {classes[0]!r}; a classifier needs two labels or more")
     counts = {c: names.count(c) for c in classes}
     single = [c for c in classes if counts[c] == 1]
     if single and training:

@@ -94,13 +94,13 @@ def test_named_tables_and_columns_and_what_is_counted(tmp_path):
      ["labels.csv: 2 of 3 listed files are missing (row 3: 'images/99.png', row 4: 'gone.png'"]),
     ([("images/0.png", "a"), ("images/0.png", "b")],
      ["labels.csv row 3: 'images/0.png' is labelled 'b', and 'a' in row 2"]),
-    ([("images/0.png", "a"), ("images/1.png", "a")], ["labels.csv: every image has the label 'a'"]),
+    ([(f"images/{k}.png", "a") for k in range(24)], ["one class only ('a'); classifying needs two classes"]),
     ([("images/0.png", ""), ("images/1.png", "a")], ["labels.csv row 2: no label in column 'label'"]),
     ([("labels.csv", "a"), ("images/1.png", "b")], ["labels.csv row 2: 'labels.csv' is not an image file"]),
     ([], ["labels.csv: no rows"]),
 ], ids=["missing-files", "conflicting-duplicate", "one-label", "empty-label", "not-an-image", "no-rows"])
 def test_tables_that_cannot_be_used_are_one_line_exit_2(tmp_path, capfd, rows, needles):
-    root = table_folder(tmp_path / "bad", n=2, header=("file", "label"), rows=rows)
+    root = table_folder(tmp_path / "bad", header=("file", "label"), rows=rows)
     bad_input(capfd, ["vision/resnet", f"data={root}", "width=8"], tmp_path / "runs", *needles)
 
 

@@ -222,7 +222,8 @@ def test_gpt_export_safetensors_loads_back(gpt_run, tmp_path):
 
     assert main(["export", str(gpt_run), "--format", "safetensors", "--out", str(tmp_path / "x")]) == 0
     out = tmp_path / "x"
-    assert {p.name for p in out.iterdir()} == {"model.json", "config.json", "model.safetensors", "tokenizer.json"}
+    assert {p.name for p in out.iterdir()} == {".zoo-written", "model.json", "config.json", "model.safetensors",
+                                                "tokenizer.json"}
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         shape = json.loads(f.metadata()["shape"])
     assert shape == json.loads((out / "model.json").read_text())["shape"]

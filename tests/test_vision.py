@@ -325,9 +325,9 @@ def _vision_bad_case(case: str, tmp):
     if case == "empty_folder":
         (tmp / "empty").mkdir()
         return [f"data={tmp / 'empty'}"], ["empty", "no class subfolders"], "3steps"
-    if case == "file_not_folder":
-        (tmp / "pics.csv").write_text("path,label\n0.png,a\n")
-        return [f"data={tmp / 'pics.csv'}"], ["pics.csv", "not a folder"], "3steps"
+    if case == "file_not_folder":  # a .csv would be a labels table (tests/test_image_tables.py)
+        (tmp / "pics.txt").write_text("path,label\n0.png,a\n")
+        return [f"data={tmp / 'pics.txt'}"], ["pics.txt", "not a folder"], "3steps"
     if case == "no_class_subfolders":  # images straight in the folder
         (tmp / "flat").mkdir()
         for i in range(3):

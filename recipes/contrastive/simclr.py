@@ -1,13 +1,12 @@
 """Self-supervised image representations: SimCLR (``contrastive/simclr``) and BYOL (``contrastive/byol``).
 
-Reads top to bottom: config, losses, optimizer, predict (``zoo predict``: images to embeddings), training;
-the data and its two-view augmentation are in ``recipe_zoo.recipes.contrastive.data``, the networks in
-``recipe_zoo.recipes.contrastive.models``, the frozen-feature evaluation (kNN and a linear probe) in
-``recipe_zoo.recipes.contrastive.evaluation``. Labels are only ever used for evaluation. What a run
-keeps is the backbone: the projection head (and BYOL's predictor and target network) are discarded,
-and ``model.safetensors`` holds the backbone in the layout ``vision/resnet weights=RUN_DIR`` loads
-for fine-tuning; ``model.json`` says how inputs are scaled, and ``embeddings.npy`` holds the test images'
-embeddings (the rows of ``predictions.csv``), what ``zoo predict RUN_DIR`` recomputes.
+Reads top to bottom: config, losses, optimizer, predict (images to embeddings), training; the data and its two-view
+augmentation are in ``contrastive.data``, the networks in ``contrastive.models``, the frozen-feature evaluation (kNN
+and a linear probe) in ``contrastive.evaluation``. Labels are only ever used for evaluation. What a run keeps is the
+backbone: the projection head (and BYOL's predictor and target network) are discarded, and ``model.safetensors``
+holds the backbone in the layout ``vision/resnet weights=RUN_DIR`` loads for fine-tuning; ``model.json`` says how
+inputs are scaled, and ``embeddings.npy`` holds the test images' embeddings (the rows of ``predictions.csv``), what
+``zoo predict RUN_DIR`` recomputes.
 """
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ from recipe_zoo.core.loop import LoopSettings, fit
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Auto, Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
-from recipe_zoo.recipes import backbones
-from recipe_zoo.recipes import image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
+from recipe_zoo.recipes import backbones, image_datasets as _image_datasets  # noqa: F401  (declares the image datasets)
 from recipe_zoo.recipes.image_files import item_names, list_images, read_images
 from recipe_zoo.recipes.images import resize_splits
 from recipe_zoo.recipes.contrastive.data import (SSLData, build_augment, describe_augment, eval_splits, load_data,
@@ -68,8 +66,7 @@ class ContrastiveConfig(LoopSettings):
     # seed: +0.017/+0.018/+0.049 at 1 min, +0.019/+0.019 at 5 min (seeds 1-2; seed 0 ran beside another job).
     model: str = "zoo-net"  # backbone: zoo-net, zoo-resnet, or a timm name (3x3 stem, no max-pool under 64 px)
     width: Count = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
-    # a fine-tune keeps the source's backbone (model and width from its card), whitening and input statistics; the
-    # projector (and BYOL's predictor) start afresh
+    # a fine-tune keeps the source's backbone (model, width), whitening and input statistics; the heads start afresh
     weights: str = ""  # a vision or contrastive run folder to start from; '' = from scratch
     # fine-tuned from a vision run on cifar10-subset, 30 s, 3 seeds, validation kNN: 1 0.572, 0.1 0.694, 0.03 0.713
     backbone_lr: AutoUnit = -1.0  # a fine-tune's backbone LR as a fraction of lr (new heads get lr); -1 = 0.1
