@@ -65,9 +65,9 @@ def add_to_card(run_dir: str | os.PathLike, **fields: Any) -> None:
 
 
 def _write_card(path: Path, card: dict) -> None:
-    tmp = path.with_name(f".{CARD}.tmp")
-    tmp.write_text(json.dumps(card, indent=1, default=_plain) + "\n")
-    os.replace(tmp, path)
+    from recipe_zoo.core.checkpoint import write_text
+
+    write_text(path, json.dumps(card, indent=1, default=_plain) + "\n")
 
 
 def _main_process() -> bool:
@@ -139,8 +139,10 @@ def write_rows(path: str | os.PathLike, rows: list[dict]) -> Path:
     """Rows as CSV (or TSV by suffix): columns in first-seen order; floats written exactly (``repr``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from recipe_zoo.core.checkpoint import replaced
+
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with open(path, "w", newline="") as f:
+    with replaced(path) as tmp, open(tmp, "w", newline="") as f:  # whole or not at all
         writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
         writer.writerow(columns)
         for row in rows:

@@ -64,11 +64,7 @@ def save_atomic(obj, path: str | os.PathLike, *, keep_previous: bool = False) ->
         raise
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write (SIGKILL)
         stale.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _fsync_folder(path.parent)
 
 
 class _Writes:
@@ -93,15 +89,38 @@ class _Writes:
 
 
 @contextlib.contextmanager
-def replaced(path: Path):
-    """A temporary path beside ``path`` to write to, renamed onto ``path`` when the block ends well and removed
-    when it does not: a reader never sees half a file, and the processes of a torchrun job each write their own."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def replaced(path: str | os.PathLike):
+    """A temporary path beside ``path`` to write to (its suffix kept: XGBoost picks its format by it); when the block
+    ends well it is fsynced, renamed onto ``path`` and the folder fsynced, and removed when it does not: a reader
+    never sees half a file, a kill or a power cut leaves the old file or the new one, and the processes of a
+    torchrun job each write their own."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
         yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+        _fsync_folder(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """``text`` written to ``path`` through ``replaced``: whole or not at all, and on disk when this returns."""
+    with replaced(path) as tmp:
+        tmp.write_text(text)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def load(path: str | os.PathLike, map_location="cpu"):
@@ -183,9 +202,11 @@ def export_safetensors(model: torch.nn.Module, path: str | os.PathLike, metadata
     if distributed.fsdp_sharded(model):  # FSDP2: every rank gathers, rank 0 writes
         full = distributed.gathered_state(model)
         if full:
-            save_file({k: v.contiguous() for k, v in full.items()}, str(path), metadata=metadata)
+            with replaced(path) as tmp:
+                save_file({k: v.contiguous() for k, v in full.items()}, str(tmp), metadata=metadata)
         return
-    save_model(model, str(path), metadata=metadata)
+    with replaced(path) as tmp:  # a kill mid-write leaves no half a model.safetensors
+        save_model(model, str(tmp), metadata=metadata)
 
 
 def rng_state() -> dict:

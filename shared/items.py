@@ -190,7 +190,9 @@ FILE = "test_items.json"
 
 
 def save(run_dir: Path, scores: ItemScores) -> None:
-    (run_dir / FILE).write_text(json.dumps(scores.to_json()))
+    from recipe_zoo.core.checkpoint import write_text
+
+    write_text(run_dir / FILE, json.dumps(scores.to_json()))
 
 
 def load(run_dir: Path) -> ItemScores | None:

@@ -116,3 +116,36 @@ def test_the_declared_torch_excludes_releases_with_the_weights_only_bypass():
     (torch_req,) = [Requirement(d) for d in deps if Requirement(d).name == "torch"]
     assert not any(torch_req.specifier.contains(v) for v in ("2.6.0", "2.9.1", "2.10.0a0"))
     assert torch_req.specifier.contains("2.10.0") and Version(torch.__version__.split("+")[0]) >= Version("2.10")
+
+
+def test_artefacts_are_written_whole_fsynced_and_renamed(tmp_path, monkeypatch):
+    """model.safetensors, predictions.csv, model.json, summary/config.json, test_items.json and the XGBoost boosters
+    go through checkpoint.replaced: a write that fails half-way leaves the previous file and no temp file; a good
+    one fsyncs the file and its folder before and after the rename."""
+    import os
+
+    import safetensors.torch
+    import torch
+
+    from recipe_zoo.core import artifact, checkpoint
+
+    model = torch.nn.Linear(3, 2)
+    path = tmp_path / "model.safetensors"
+    checkpoint.export_safetensors(model, path)
+    before = path.read_bytes()
+
+    def half_then_fail(m, filename, metadata=None):
+        Path(filename).write_bytes(before[:10])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_model", half_then_fail)
+    with pytest.raises(OSError):
+        checkpoint.export_safetensors(torch.nn.Linear(3, 2), path)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+                        or real_fsync(fd))
+    artifact.write_rows(tmp_path / "predictions.csv", [{"a": 1.5}])
+    assert synced[0].startswith(".predictions.") and synced[1] == tmp_path.name  # the file, then its folder
+    assert (tmp_path / "predictions.csv").read_text() == "a\n1.5\n"

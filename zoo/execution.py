@@ -368,9 +368,9 @@ def format_summary(summary: dict) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    from recipe_zoo.core.checkpoint import write_text
+
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")  # fsynced, renamed, folder fsynced
 
 
 def _plot_curves(run: Run) -> None:

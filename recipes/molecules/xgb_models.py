@@ -6,10 +6,12 @@ second recipe).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
 from recipe_zoo.core.budget import xgboost_time_limit
+from recipe_zoo.core.checkpoint import replaced
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.recipes.molecules import feature_cache
 from recipe_zoo.recipes.molecules.config import FPXGBConfig
@@ -31,7 +33,8 @@ def booster_name(k: int, t: int, splits: int, targets: int, stem: str = "xgb") -
 def save_best(model, path) -> None:
     """A fitted model as XGBoost JSON, cut to its best validation round: the trees that were scored, so the file
     predicts the same with no early-stopping state."""
-    model.get_booster()[: model.best_iteration + 1].save_model(path)
+    with replaced(Path(path)) as tmp:  # whole or not at all; the .json suffix kept (XGBoost's format)
+        model.get_booster()[: model.best_iteration + 1].save_model(tmp)
 
 
 def predict_saved(boosters: list, X: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import torch
 from recipe_zoo.core import artifact
 from recipe_zoo.core.api import recipe
 from recipe_zoo.core.budget import xgboost_time_limit
+from recipe_zoo.core.checkpoint import replaced
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
@@ -302,7 +303,8 @@ def save_models(run, cfg: XGBConfig, table, views: list, per_split: list, test_p
                        "log_target": stats["log_target"], "depth": stats["depth"]})
         for name, m in zip(splits[-1]["models"], stats["models"]):
             if is_main():
-                m.save_model(run.dir / name)
+                with replaced(run.dir / name) as tmp:  # whole or not at all; the .json suffix kept
+                    m.save_model(tmp)
     k = len(per_split[0]["models"])
     inference.save(run, cfg, table, views, test_preds, splits, recipe="tabular/xgb",
                    weights=[n for s in splits for n in s["models"]],
