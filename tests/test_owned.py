@@ -149,3 +149,38 @@ def test_artefacts_are_written_whole_fsynced_and_renamed(tmp_path, monkeypatch):
     artifact.write_rows(tmp_path / "predictions.csv", [{"a": 1.5}])
     assert synced[0].startswith(".predictions.") and synced[1] == tmp_path.name  # the file, then its folder
     assert (tmp_path / "predictions.csv").read_text() == "a\n1.5\n"
+
+
+def test_a_run_killed_by_sigkill_reads_as_killed_not_running(tmp_path):
+    """The row records the run's pid and host; the next read of the index finds the process gone and says so (and
+    records it). An index from before those columns gets them, its rows kept."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from recipe_zoo import results
+    from test_reliability import wait_for_step
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "recipe_zoo", "run", "tabular/mlp", "data=wine", "hidden=16",
+                             "log_every=0", "--budget", "100000steps", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_step(proc, 5)
+        (row,) = results.all_rows(out / "index.sqlite")
+        assert row["status"] == "running" and row["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (row,) = results.all_rows(out / "index.sqlite")
+    assert row["status"] == "killed"
+    with sqlite3.connect(out / "index.sqlite") as con:
+        assert con.execute("SELECT status FROM runs").fetchone()[0] == "killed"  # recorded, not only shown
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as con:
+        con.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, status TEXT, started TEXT)")
+        con.execute("INSERT INTO runs VALUES ('a', 'ok', '2026-12-01')")
+    results.upsert(old, {"run_id": "b", "status": "running", "pid": 1, "host": "elsewhere"})
+    assert sorted((r["run_id"], r["status"]) for r in results.all_rows(old)) == [("a", "ok"), ("b", "running")]

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -180,7 +181,7 @@ def _start(run: Run, run_dir: Path, index: Path, env: dict, cfg, *, budget, seed
            "description": description or spec.name, "recipe": spec.name, "benchmark": run.benchmark,
            "metric_name": spec.metric, "higher_is_better": int(spec.higher_is_better), "seed": seed,
            "budget": str(budget), "hardware": env["hardware"], "run_dir": str(run_dir.resolve()),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(), "host": socket.gethostname()}
     _index_start(run, index, row)
     if os.environ.get("ZOO_RUN_FILE"):  # `zoo run --nproc`: the launcher closes the row if this rank dies
         Path(os.environ["ZOO_RUN_FILE"]).write_text(json.dumps({"index": str(index), "run_id": run_dir.name}))

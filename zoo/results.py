@@ -1,6 +1,8 @@
 """The local results index: one SQLite row per run, safe under concurrent writers (WAL + busy timeout)."""
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 from contextlib import closing
@@ -13,7 +15,7 @@ COLUMNS = {  # name: SQL type; the first five are the TSV's leading columns
     "description": "TEXT", "recipe": "TEXT", "benchmark": "TEXT", "metric_name": "TEXT",
     "higher_is_better": "INTEGER", "seed": "INTEGER", "budget": "TEXT", "train_seconds": "REAL",
     "params_M": "REAL", "mfu_percent": "REAL", "hardware": "TEXT", "dirty": "INTEGER", "started": "TEXT",
-    "finished": "TEXT", "run_dir": "TEXT",
+    "finished": "TEXT", "run_dir": "TEXT", "pid": "INTEGER", "host": "TEXT",
 }
 TSV_HEAD = ["commit", "metric", "memory_gb", "status", "description"]
 
@@ -26,6 +28,9 @@ def connect(path: Path) -> sqlite3.Connection:
         con.execute("PRAGMA journal_mode = WAL")
         cols = ", ".join(f"{k} {v}" for k, v in COLUMNS.items())
         con.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+        have = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
+        for name in [c for c in COLUMNS if c not in have]:  # an index from before the column: added, rows kept
+            con.execute(f"ALTER TABLE runs ADD COLUMN {name} {COLUMNS[name]}")
     except BaseException:
         con.close()  # a damaged index: leave no -wal or -shm of ours beside it when it is moved aside
         raise
@@ -56,14 +61,33 @@ def upsert(path: Path, row: dict) -> None:
 
 
 def all_rows(path: Path) -> list[dict]:
+    """Every run's row. A ``running`` row whose process (its pid on this host) is gone, killed by SIGKILL or the
+    OOM killer before it could close its row, is ``killed``: so recorded, and so returned."""
     if not path.exists():
         return []
     try:
         with closing(connect(path)) as con:
             con.row_factory = sqlite3.Row
-            return [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY started, run_id")]
+            rows = [dict(r) for r in con.execute("SELECT * FROM runs ORDER BY started, run_id")]
     except sqlite3.DatabaseError as exc:
         raise unreadable(path, exc) from None
+    for row in rows:
+        if row["status"] == "running" and row.get("pid") and row.get("host") == socket.gethostname() \
+                and not _alive(row["pid"]):
+            row["status"] = "killed"
+            upsert(path, {"run_id": row["run_id"], "status": "killed"})
+    return rows
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists here (a reused pid reads as alive: the row then stays running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process holds the pid
+        return True
+    return True
 
 
 def unreadable(path: Path, exc: Exception) -> ZooError:
