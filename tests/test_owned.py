@@ -184,3 +184,24 @@ def test_a_run_killed_by_sigkill_reads_as_killed_not_running(tmp_path):
         con.execute("INSERT INTO runs VALUES ('a', 'ok', '2026-12-01')")
     results.upsert(old, {"run_id": "b", "status": "running", "pid": 1, "host": "elsewhere"})
     assert sorted((r["run_id"], r["status"]) for r in results.all_rows(old)) == [("a", "ok"), ("b", "running")]
+
+
+def test_a_second_resume_of_a_run_still_going_is_one_line(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from test_reliability import wait_for_step
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "recipe_zoo", "run", "tabular/mlp", "data=wine", "hidden=16",
+                             "log_every=0", "checkpoint_every=1", "--budget", "100000steps", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_step(proc, 5, checkpoint_of=out)
+        (run_dir,) = (out / "tabular" / "mlp").iterdir()
+        refused(zoo_in_process("run", "--resume", run_dir), f"{run_dir}: another zoo process is writing this run now")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()

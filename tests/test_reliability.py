@@ -111,10 +111,10 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, recipe):
     out = tmp_path / "runs"
     proc = start(args, out)
     wait_for_step(proc, kill_at, checkpoint_of=out, fit=fit)
-    proc.kill()  # SIGKILL: no handler runs, no last checkpoint, the index row is left "running"
+    proc.kill()  # SIGKILL: no handler runs, no last checkpoint, the index row is left "running" by the run
     assert proc.wait(timeout=60) == -signal.SIGKILL
     run_dir = the_run_dir(out, recipe)
-    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["running"]
+    assert [r["status"] for r in results.all_rows(out / "index.sqlite")] == ["killed"]  # its pid is gone
     resumed = zoo_in_process("run", "--resume", run_dir, "--out", out)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout

@@ -87,8 +87,10 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
 
     extras.require(spec.name)
     cfg = resolved(spec, cfg, device)
+    lock = None
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
+        lock = _lock(run_dir)
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
                   resuming=resume_dir is not None, logger=make_logger(run_dir))
     else:
@@ -102,6 +104,26 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     finally:
         if not run.main:
             shutil.rmtree(run.dir, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)  # the lock goes with it
+
+
+def _lock(run_dir: Path) -> int | None:
+    """An exclusive lock on the run folder itself (flock on the folder, no file of its own) while this process
+    writes it: a second ``zoo run --resume`` of a run that is still going is one line. None where flock is not
+    available (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ZooError(f"{run_dir}: another zoo process is writing this run now; let it finish (or stop it) before "
+                       "resuming it") from None
+    return fd
 
 
 def resolved(spec: RecipeSpec, cfg, device: str):
