@@ -23,7 +23,8 @@ from recipe_zoo import extras, memory, ranking, results
 from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ResourceError, ZooError
-from recipe_zoo.runs import Run, fingerprint, index_path, input_files, make_logger, new_run_dir, runs_root
+from recipe_zoo.runs import (Run, fingerprint, index_path, input_files, lock_run, make_logger, new_run_dir,
+                             runs_root)
 
 EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 SUMMARY_KEYS = ("recipe", "benchmark", "metric", "value", "budget", "train_seconds", "peak_mem_mb", "peak_rss_mb",
@@ -90,7 +91,7 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     lock = None
     if distributed.is_main():
         run_dir = _agree(lambda: resume_dir or new_run_dir(out_root, spec.name))
-        lock = _lock(run_dir)
+        lock = lock_run(run_dir)
         run = Run(spec=spec, cfg=cfg, budget=budget, seed=seed, dir=run_dir, device=device,
                   resuming=resume_dir is not None, logger=make_logger(run_dir))
     else:
@@ -107,23 +108,6 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
         if lock is not None:
             os.close(lock)  # the lock goes with it
 
-
-def _lock(run_dir: Path) -> int | None:
-    """An exclusive lock on the run folder itself (flock on the folder, no file of its own) while this process
-    writes it: a second ``zoo run --resume`` of a run that is still going is one line. None where flock is not
-    available (Windows)."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ZooError(f"{run_dir}: another zoo process is writing this run now; let it finish (or stop it) before "
-                       "resuming it") from None
-    return fd
 
 
 def resolved(spec: RecipeSpec, cfg, device: str):

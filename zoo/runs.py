@@ -292,6 +292,24 @@ class _QuietFileHandler(logging.FileHandler):
         pass
 
 
+def lock_run(run_dir: Path) -> int | None:
+    """An exclusive lock on the run's ``log.txt`` (a POSIX record lock: this process's own, not its forked data
+    workers', and gone with it on a SIGKILL) while it writes the folder: a second ``zoo run --resume`` of a run
+    still going is one line. The file descriptor to close at the end; None where fcntl is not available."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(run_dir / "log.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ZooError(f"{run_dir}: another zoo process is writing this run now; let it finish (or stop it) before "
+                       "resuming it") from None
+    return fd
+
+
 def make_logger(run_dir: Path) -> logging.Logger:
     logger = logging.getLogger(f"zoo.run.{run_dir}")
     logger.setLevel(logging.INFO)
