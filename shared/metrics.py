@@ -5,7 +5,6 @@ RMSE, MAE, R², Spearman, Pearson, accuracy, macro-F1, ROC-AUC, PR-AUC."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 
 import numpy as np
@@ -60,13 +59,13 @@ def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float,
 
 def summarize_folds(results: list[dict[str, float]], log: Callable[[str], None]) -> dict[str, float]:
     """One split: its metrics. Several folds: each metric's mean, plus ``<metric>_std`` across folds
-    (sample std); the per-fold values go to ``log``."""
+    (sample std; NaN where a fold's value is: e.g. R² of a fold of one row); the per-fold values go to ``log``."""
     if len(results) == 1:
         return results[0]
     out = {}
     for k in results[0]:
-        values = [r[k] for r in results]
-        out[k], out[f"{k}_std"] = statistics.fmean(values), statistics.stdev(values)
+        values = np.asarray([r[k] for r in results], dtype=np.float64)
+        out[k], out[f"{k}_std"] = float(values.mean()), float(values.std(ddof=1))
     log("per fold: " + "; ".join(", ".join(f"{k} {v:.4f}" for k, v in r.items()) for r in results))
     return out
 

@@ -369,9 +369,20 @@ GOOD = _table()
     ("tabular/mlp", "t.csv", GOOD, ["target=y", "batch_size=abc"], ["batch_size='abc'", "not a valid int"], "3steps"),
     ("tabular/xgb", "t.csv", GOOD, ["target=y"], ["budget '0s'", "positive"], "0s"),
     ("tabular/mlp", "t.csv", GOOD, ["target=y"], ["budget '-5'"], "-5"),
+    ("tabular/mlp", "one.csv", "a,y\n1,2.5\n", ["target=y"], ["one.csv: 1 row,", "too few for a test split"], "3steps"),
+    ("tabular/xgb", "t.csv", _table(4, y=lambda i: "a" if i else "b"), ["target=y"],
+     ["t.csv: class 'b' has 1 row", "a test split (test_size=0.2), stratified"], "3steps"),
+    ("tabular/xgb", "t.csv", _table(8, y=lambda i: "a" if i > 1 else "b"), ["target=y", "folds=3"],
+     ["t.csv: class 'b' has 2 rows", "folds=3, stratified, needs 3 of each class"], "3steps"),
+    ("tabular/mlp", "t.csv", _table(3), ["target=y"], ["t.csv: 1 training row left", "2 or more"],
+     "3steps"),
+    ("tabular/xgb", "t.csv", _table(5), ["target=y"], ["t.csv: 3 training rows, too few for bagging=5"], "3steps"),
+    ("tabular/xgb", "t.csv", "a,b,y\n" + "1,1,2.5\n" * 6, ["target=y"],
+     ["t.csv: 4 training rows leave no", "rows at val_fraction=0.1"], "3steps"),
 ], ids=["missing-file", "empty-0-bytes", "header-only", "no-target-column", "text-in-numeric-target",
         "text-in-regression-target", "nan-target", "inf-target", "non-utf8", "typo-key-mlp", "typo-key-xgb",
-        "ill-typed-value", "budget-0s", "budget-negative"])
+        "ill-typed-value", "budget-0s", "budget-negative", "one-row", "class-of-one", "class-short-of-folds",
+        "one-training-row", "rows-short-of-bagging", "copies-only"])
 def test_bad_input_table(tmp_path, capfd, recipe, name, content, args, needles, budget):
     path = conftest.write_file(tmp_path / name, content)
     conftest.bad_input(capfd, [recipe, f"data={path}", *args], tmp_path / "runs", *needles, budget=budget)

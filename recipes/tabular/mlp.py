@@ -73,6 +73,9 @@ def fit_nn(cfg: MLPConfig, run, table: Table, X, fit_rows: np.ndarray, val: np.n
     model.to(device)
     weights = data.sample_weights(table, np.arange(len(table.y)), cfg)
     w = torch.from_numpy(weights).float() if weights is not None else torch.ones(len(table.y))
+    if len(fit_rows) < 2:  # batch norm: one row has no spread
+        raise ZooError(f"{table.name}: {len(fit_rows)} training row left beside the test and validation rows; "
+                       "the network trains on 2 or more")
     rows = torch.as_tensor(fit_rows)
     inputs = (streams.rows(enc.num, fit_rows), streams.rows(enc.cat, fit_rows))  # a stream's: read by batch
     batches = TensorBatches((*inputs, target[rows], w[rows]), cfg.batch_size, seed=run.seed)
@@ -223,7 +226,7 @@ ONNX_OPSET = 18  # torch.onnx.export(dynamo=True): the torch.export-based export
 
 def load_network(run, split: dict, device) -> nn.Module:
     model = models.network(split["network"])
-    model.load_state_dict(artifact.load_tensors(run.path(split["weights"])))
+    artifact.load_into(model, run.path(split["weights"]))
     return model.to(device).eval()
 
 

@@ -17,6 +17,22 @@ def stratify(table: Table, idx: np.ndarray):
     return table.y[idx] if table.task != "regression" else None
 
 
+def enough_rows(table: Table, parts: int, what: str, rows: np.ndarray | None = None) -> None:
+    """One line, not scikit-learn's ValueError, when the table (or its ``rows``) is too small to split into
+    ``parts`` (stratified splits: each class in every part)."""
+    y = table.y if rows is None else table.y[rows]
+    n = len(y)
+    if n < parts:
+        raise ZooError(f"{table.name}: {n} {'training ' if rows is not None else ''}row{'s' if n != 1 else ''}, "
+                       f"too few for {what}")
+    if table.task != "regression":
+        counts = np.bincount(y, minlength=len(table.classes))
+        rare = int(np.argmin(counts))
+        if counts[rare] < parts:
+            raise ZooError(f"{table.name}: class {table.classes[rare]!r} has {counts[rare]} row"
+                           f"{'s' if counts[rare] != 1 else ''}; {what}, stratified, needs {parts} of each class")
+
+
 def test_split(table: Table, cfg: TabularConfig) -> tuple[np.ndarray, np.ndarray]:
     """(train rows, test rows): the given test file, or a split_seed split (stratified for classes)."""
     from sklearn.model_selection import train_test_split
@@ -26,6 +42,7 @@ def test_split(table: Table, cfg: TabularConfig) -> tuple[np.ndarray, np.ndarray
         return np.setdiff1d(np.arange(n), table.test_rows), np.asarray(table.test_rows)
     if not 0 < cfg.test_size < 1:
         raise ZooError(f"test_size={cfg.test_size}: a fraction between 0 and 1")
+    enough_rows(table, 2, f"a test split (test_size={cfg.test_size})")
     return tuple(train_test_split(np.arange(n), test_size=cfg.test_size, random_state=cfg.split_seed,
                                   stratify=stratify(table, np.arange(n))))
 
@@ -36,6 +53,7 @@ def fold_splits(table: Table, cfg: TabularConfig):
     if cfg.folds < 2:
         raise ZooError(f"folds={cfg.folds}: cross-validation needs at least 2 folds")
     n = len(table.y)
+    enough_rows(table, cfg.folds, f"folds={cfg.folds}")
     kind = KFold if table.task == "regression" else StratifiedKFold
     return list(kind(cfg.folds, shuffle=True, random_state=cfg.split_seed).split(np.zeros(n), stratify(table, np.arange(n))))
 
@@ -47,6 +65,10 @@ def carve_validation(table: Table, train: np.ndarray, fraction: float) -> tuple[
         raise ZooError(f"val_fraction={fraction}: a fraction between 0 and 1")
     units = getattr(table, "units", None)  # a streamed table keeps each row's hash, not its content
     held = carve([table.keys[i] for i in train], fraction) if units is None else carve_units(units[train], fraction)
+    if held.all() or not held.any():
+        raise ZooError(f"{table.name}: {len(train)} training row{'s' if len(train) != 1 else ''} leave "
+                       f"{'no training' if held.all() else 'no validation'} rows at val_fraction={fraction}; "
+                       "more rows are needed")
     return train[~held], train[held]
 
 

@@ -28,7 +28,7 @@ from recipe_zoo.core.checkpoint import replaced
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.loop import peak_memory_mb
 from recipe_zoo.core.metrics import score
-from recipe_zoo.recipes.tabular import dask_engine, data, inference, protocol, stream, stream_xgb
+from recipe_zoo.recipes.tabular import dask_engine, data, inference, protocol, split, stream, stream_xgb
 from recipe_zoo.recipes.tabular.config import XGBConfig
 from recipe_zoo.recipes.tabular.data import Table
 
@@ -130,6 +130,7 @@ def fit_xgb(cfg: XGBConfig, run, table: Table, fitter: Fitter, fit_rows: np.ndar
     if k == 1:
         folds = [(fit_rows, val)]
     else:
+        split.enough_rows(table, k, f"bagging={k}", fit_rows)
         kind = KFold if table.task == "regression" else StratifiedKFold
         folds = [(fit_rows[a], fit_rows[b]) for a, b in kind(k, shuffle=True, random_state=run.seed).split(
             np.zeros(len(fit_rows)), table.y[fit_rows] if table.task != "regression" else None)]
