@@ -135,6 +135,29 @@ def test_inception_weights_refuse_a_pickle_with_code(tmp_path):
         models.InceptionFeatures(str(tmp_path / "missing.pth"), torch.device("cpu"))
 
 
+def test_torch_fidelity_loads_the_tensors_checked_not_the_path_again(tmp_path, monkeypatch):
+    """One reader: the safe loader reads inception_weights once; torch-fidelity's own torch.load (weights_only=False)
+    gets a copy of those tensors in a private folder, so a file swapped between the two reads is never loaded."""
+    import torch_fidelity.feature_extractor_inceptionv3 as fidelity
+
+    path = tmp_path / "pt_inception.pth"
+    torch.save({"fc.weight": torch.ones(2, 2)}, path)
+    seen = []
+    real = fidelity.torch.load  # torch.load itself: the safe read goes through it too, with weights_only=True
+
+    def spy(f, *args, **kwargs):
+        if kwargs.get("weights_only") is False:  # torch-fidelity's read
+            path.write_bytes(b"swapped after the check")  # the user's file changes between the two reads
+            seen.append(str(f))
+        return real(f, *args, **kwargs)
+
+    monkeypatch.setattr(fidelity.torch, "load", spy)
+    with pytest.raises(ZooError, match="not torch-fidelity's Inception-v3 weights"):  # the checked tensors, loaded
+        models.InceptionFeatures(str(path), torch.device("cpu"))
+    (where,) = seen
+    assert "zoo-inception-" in where and where != str(path)
+
+
 @pytest.mark.slow
 def test_flow_cfg_end_to_end_on_digits(tmp_path):
     summary, proc = run_ok("diffusion/flow-cfg", *TINY, "--out", tmp_path)

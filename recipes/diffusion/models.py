@@ -235,15 +235,22 @@ class InceptionFeatures:
     """torch-fidelity's Inception-v3 (the standard FID network), from a local weights file."""
 
     def __init__(self, path: str, device):
+        import tempfile
+
         file = Path(path)
-        # refuse a pickle that carries code before torch-fidelity (weights_only=False) loads it
+        # one reader: the safe loader reads the file once; torch-fidelity (weights_only=False) gets those tensors,
+        # saved again in a private folder, never the user's path (which could change between two reads)
         state = read_weights(file, key="inception_weights")
-        if not isinstance(state, dict):
-            raise ZooError(f"inception_weights={file}: not a plain state dict ({type(state).__name__})")
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ZooError(f"inception_weights={file}: not a plain state dict of tensors ({type(state).__name__})")
         from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
         try:
-            net = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(file))
+            with tempfile.TemporaryDirectory(prefix="zoo-inception-") as tmp:
+                checked = Path(tmp) / "checked.pth"
+                torch.save(state, checked)
+                net = FeatureExtractorInceptionV3("inception-v3-compat", ["2048"],
+                                                  feature_extractor_weights_path=str(checked))
         except RuntimeError as exc:  # another network's weights: missing keys or other shapes
             raise ZooError(f"inception_weights={file}: not torch-fidelity's Inception-v3 weights "
                            f"(pt_inception-2015-12-05; {str(exc).splitlines()[-1].strip()[:160]})") from None
