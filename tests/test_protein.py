@@ -224,6 +224,21 @@ def test_local_esm_file_loads_the_same_model(tiny_esm):
     assert "2 layers, width 32" in what
 
 
+def test_an_esm_file_is_checked_against_the_pinned_sha256_before_it_is_read(tiny_esm, variant_fasta, monkeypatch):
+    import hashlib
+
+    digest = hashlib.sha256(tiny_esm.read_bytes()).hexdigest()
+    run = SimpleRun(Budget("steps", 1))
+    _, _, what = esm2.load_esm(FinetuneConfig(esm_weights=str(tiny_esm), esm_sha256=digest.upper()), run)
+    assert f"sha256 {digest}" in what  # logged with every run: the value to pin
+    monkeypatch.setattr(esm2, "read_esm_file", lambda path: pytest.fail("read before the check"))
+    with pytest.raises(ZooError, match=f"sha256 {digest}, not the esm_sha256=0{{64}} given"):
+        esm2.load_esm(FinetuneConfig(esm_weights=str(tiny_esm), esm_sha256="0" * 64), run)
+    monkeypatch.undo()
+    msg = run_bad("protein/esm-embed", f"data={variant_fasta}", f"esm_weights={tiny_esm}", "esm_sha256=" + "1" * 64)
+    assert str(tiny_esm) in msg and "not the esm_sha256=" in msg
+
+
 def test_a_pickle_carrying_code_is_refused(tmp_path):
     class Evil:
         def __reduce__(self):

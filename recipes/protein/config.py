@@ -92,6 +92,7 @@ def head_dropout(cfg, by_split: bool = True) -> float:
 class ESMFields:
     esm_model: str = "esm2_t6_8M_UR50D"  # fair-esm name (esm2_t6_8M_UR50D ... esm2_t36_3B_UR50D), or scratch
     esm_weights: str = ""  # a local fair-esm .pt file (else the torch hub cache, downloaded when online)
+    esm_sha256: str = ""  # the weights file's sha256, checked before it is read (a run logs it; fair-esm gives none)
     scratch_layers: Count = 2  # esm_model=scratch: a randomly initialised ESM-2 of this depth ...
     scratch_dim: Count = 64  # ... width ...
     scratch_heads: Count = 4  # ... and attention heads

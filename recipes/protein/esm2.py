@@ -17,6 +17,7 @@ from torch import nn
 
 from recipe_zoo.core.artifact import PredictRun
 from recipe_zoo.core.checkpoint import read_weights
+from recipe_zoo.core.datasets import sha256_file
 from recipe_zoo.core.downloads import download
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.precision import autocast
@@ -53,7 +54,9 @@ def read_esm_file(path: Path) -> tuple[nn.Module, object]:
 
 
 def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
-    """(model, alphabet, description): a scratch model, a local file, or a fair-esm name."""
+    """(model, alphabet, description): a scratch model, a local file, or a fair-esm name. A file is checked against
+    ``esm_sha256`` when given, before it is read; its sha256 is in the description either way (fair-esm publishes
+    no checksums: a run's log gives the value to pin)."""
     import esm
 
     if cfg.esm_model == "scratch":
@@ -75,14 +78,17 @@ def load_esm(cfg: ESMFields, run) -> tuple[nn.Module, object, str]:
             try:
                 if isinstance(run, PredictRun):  # zoo predict's run does not download
                     raise ZooError("not downloaded when predicting")
-                download(ESM_URL.format(cfg.esm_model), path, sha256=None, timeout=30)
+                download(ESM_URL.format(cfg.esm_model), path, sha256=cfg.esm_sha256.lower() or None, timeout=30)
             except ZooError as exc:
                 reason = str(exc).rsplit(": ", 1)[-1]
                 raise ZooError(f"ESM weights {cfg.esm_model} are not on this machine and the download failed "
                                f"({reason}): put {cfg.esm_model}.pt in {path.parent}/ or pass esm_weights=PATH.pt"
                                ) from None
+    digest = sha256_file(path)
+    if cfg.esm_sha256 and digest != cfg.esm_sha256.lower():
+        raise ZooError(f"{path}: sha256 {digest}, not the esm_sha256={cfg.esm_sha256} given; not read")
     model, alphabet = read_esm_file(path)
-    return model, alphabet, f"{path.name} ({model.num_layers} layers, width {model.embed_dim})"
+    return model, alphabet, f"{path.name} ({model.num_layers} layers, width {model.embed_dim}, sha256 {digest})"
 
 
 # =============================================================================================
