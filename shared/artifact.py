@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipe_zoo.core import owned
 from recipe_zoo.core.api import NonNegativeInt
 from recipe_zoo.core.errors import ZooError
 
@@ -112,8 +113,8 @@ def read_card(run_dir: str | os.PathLike) -> dict:
     if card.get("format_version") != FORMAT_VERSION:
         raise ZooError(f"{path}: format_version {card.get('format_version')!r}, and this zoo reads format_version "
                        f"{FORMAT_VERSION}; use the zoo version that trained it, or retrain")
-    for name in card.get("weights", []):
-        if not (run_dir / name).exists():
+    for name in [*card.get("weights", []), *card.get("files", [])]:
+        if not owned.inside(run_dir, name, str(path)).exists():  # a card's names stay inside its run
             raise ZooError(f"{run_dir / name}: not found (model.json lists it)")
     return card
 
@@ -133,6 +134,21 @@ def load_tensors(path: str | os.PathLike) -> dict:
     from recipe_zoo.core.checkpoint import read_weights
 
     return read_weights(path)
+
+
+def fit_state(module, state: dict, path: str | os.PathLike, strict: bool = True):
+    """``module.load_state_dict(state)``, where ``state`` was read from ``path``: weights of another shape or with
+    other names (a damaged or swapped file) are one line naming the file, not a traceback."""
+    try:
+        return module.load_state_dict(state, strict=strict)
+    except RuntimeError as exc:
+        detail = " ".join(line.strip() for line in str(exc).splitlines()[1:3])
+        raise ZooError(f"{path}: does not fit the model the run's model.json describes ({detail[:200]})") from None
+
+
+def load_into(module, path: str | os.PathLike):
+    """A saved state dict (safetensors) into ``module``, one line when it does not fit."""
+    return fit_state(module, load_tensors(path), path)
 
 
 def write_rows(path: str | os.PathLike, rows: list[dict]) -> Path:
@@ -216,7 +232,7 @@ class PredictRun:
 
     def path(self, name: str) -> Path:
         """A file the run saved (``model.safetensors``, ``plan.json``): one line when it is missing."""
-        path = self.dir / name
+        path = owned.inside(self.dir, name, f"{self.dir / CARD}")
         if not path.exists():
             raise ZooError(f"{path}: not found (the run's model needs it)")
         return path

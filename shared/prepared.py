@@ -151,7 +151,7 @@ def read(folder: str | os.PathLike, kind: str | None = None) -> dict:
         raise ZooError(f"{folder}: prepared as {manifest.get('kind')!r} data (by {manifest.get('recipe')}), and this "
                        f"recipe reads {kind!r} data")
     for name in manifest.get("files", []):
-        if not (folder / name).is_file():
+        if not owned.inside(folder, name, str(path)).is_file():
             raise ZooError(f"{folder / name}: not found (prepared.json lists it); prepare the data again")
     return manifest
 

@@ -405,17 +405,17 @@ def garble_digits_test(monkeypatch) -> None:
     monkeypatch.setattr(images, "fixed_test_split", garbage)
 
 
-def roundtrip(run_dir: Path, tol: float = 1e-6, **options):
+def roundtrip(run_dir: Path, tol: float = 1e-6, recipe_file=None, **options):
     """``recipe_zoo.load(RUN_DIR).predict()`` on the run's own test split: every metric the run reported that
     predict recomputes agrees within ``tol``, and the rows equal the run's ``predictions.csv``. Returns the
-    Predictions."""
+    Predictions. ``recipe_file``: the file a run of a user's recipe was trained from."""
     import csv
     import json
     import math
 
     from recipe_zoo import load
 
-    result = load(run_dir, device="cpu").predict(**options)
+    result = load(run_dir, device="cpu", recipe_file=recipe_file).predict(**options)
     reported = json.loads((run_dir / "summary.json").read_text())["metrics"]
     shared = [k for k in result.metrics if k in reported]
     assert shared, (sorted(result.metrics), sorted(reported))

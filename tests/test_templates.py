@@ -94,10 +94,10 @@ def test_a_template_runs_elsewhere_and_equals_the_recipe(tmp_path, name, vendor,
     recipe, original = _original(name, args, tmp_path, capsys)
     copied_recipe, copied, run_dir = _value([moved, *args], capsys)
     assert (recipe, copied_recipe) == (name, "mytask") and copied == original
-    model = load(run_dir, device="cpu")  # the copy's own predict hook, found through its file
+    model = load(run_dir, device="cpu", recipe_file=moved)  # the copy's own predict hook, from the file named
     assert model.spec.name == "mytask" and model.spec.predict is not None
     if (run_dir / "predictions.csv").exists():
-        roundtrip(run_dir)
+        roundtrip(run_dir, recipe_file=moved)
 
 
 def test_new_writes_a_file_once(tmp_path, monkeypatch, capsys):

@@ -9,8 +9,9 @@ Each layer imports only downward: recipes import the core, the application reach
 """
 
 
-def load(run_dir, device: str = "auto"):
-    """A finished run, opened for use: ``recipe_zoo.load("runs/vision/resnet/...").predict(data="photos/")``."""
+def load(run_dir, device: str = "auto", recipe_file=None):
+    """A finished run, opened for use: ``recipe_zoo.load("runs/vision/resnet/...").predict(data="photos/")``; a run
+    of a recipe file of yours needs that file: ``recipe_file="mytask.py"`` (the run folder's own is never imported)."""
     from recipe_zoo.predict import load as _load
 
-    return _load(run_dir, device)
+    return _load(run_dir, device, recipe_file)

@@ -1,9 +1,12 @@
 """The recipes as the commands name them: one found by name or by file (``resolve_spec``), ``zoo list`` (every recipe
 in a line, read without importing any) and ``zoo show`` (one recipe in full: its config with each field's comment,
-how to tune it, what a finished run can do, and its leaderboard rows)."""
+how to tune it, what a finished run can do, and its leaderboard rows); ``run_spec``: the recipe a finished run was
+trained with, which for a run of a user's recipe file is the file the user names, never one the run folder names."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from pathlib import Path
 
 from recipe_zoo.core.errors import ZooError
 
@@ -19,6 +22,39 @@ def resolve_spec(target: str):
             raise ZooError(f"{target}: registers several recipes ({names}); run one by name after importing")
         return specs[0]
     return registry.get(target)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_spec(run_dir: Path, saved: dict, named: str | Path | None = None, how: str = "--from FILE.py"):
+    """The recipe of a run (``saved``: its config.json). A zoo recipe comes from the registry. A run folder imports
+    no code of its own: for a run of a recipe file, the user names the file (``--from FILE.py``), and it must be the
+    one the run trained from (the sha256 config.json recorded), checked before it is imported. ``how``: how the
+    command names it."""
+    from recipe_zoo import registry
+
+    trained_from = saved.get("recipe_file") or ""
+    if not trained_from:
+        if named:
+            raise ZooError(f"{run_dir}: trained with the zoo's own {saved['recipe']}, not from a recipe file: "
+                           "drop the recipe file")
+        return registry.get(saved["recipe"])
+    if not named:
+        raise ZooError(f"{run_dir}: trained from a recipe file ({Path(trained_from).name}); a run folder runs no code "
+                       f"of its own: name the file you trust with {how}")
+    path = Path(named)
+    if not path.is_file():
+        raise ZooError(f"{path}: recipe file not found")
+    recorded, digest = saved.get("recipe_sha256") or "", file_sha256(path)
+    if recorded and digest != recorded:
+        raise ZooError(f"{path}: not the file {run_dir} was trained from (sha256 {digest[:12]}, the run recorded "
+                       f"{recorded[:12]})")
+    specs = [s for s in registry.load_file(path) if s.name == saved["recipe"]]
+    if not specs:
+        raise ZooError(f"{path}: registers no {saved['recipe']}, the recipe {run_dir} was trained with")
+    return specs[0]
 
 
 def cmd_list(args) -> int:
@@ -56,7 +92,7 @@ def cmd_show(args) -> int:
     if "prepare" in spec.hooks:
         print(f"data at scale: stream=true reads the data as it trains; zoo data prepare {spec.name} data=SOURCE "
               "writes it once in the streamed form (then data=FOLDER)\n")
-    _show_use(spec)
+    _show_use(spec, args.recipe if args.recipe.endswith(".py") else None)
     _show_standing(spec)
     return 0
 
@@ -105,8 +141,9 @@ def _show_fields(spec, cfg) -> None:
     print("\n* set by this variant; override any field with key=value\n")
 
 
-def _show_use(spec) -> None:
-    """What a finished run of the recipe can do: zoo predict's options and zoo export's formats."""
+def _show_use(spec, recipe_file: str | None = None) -> None:
+    """What a finished run of the recipe can do: zoo predict's options and zoo export's formats (a recipe file's
+    run: with ``--from FILE.py``, as a run folder runs no code of its own)."""
     from recipe_zoo import config as config_mod
 
     if spec.predict is None:
@@ -118,10 +155,11 @@ def _show_use(spec) -> None:
     comments = config_mod.field_comments(options)
     values = dataclasses.asdict(options())
     width = max(len(k) for k in values)
-    print("predict: zoo predict RUN_DIR [key=value ...] [--out FILE]; options:")
+    named = f" --from {recipe_file}" if recipe_file else ""
+    print(f"predict: zoo predict RUN_DIR{named} [key=value ...] [--out FILE]; options:")
     for key, value in values.items():
         print(f"    {key:<{width}} = {value!r:<14} # {comments.get(key, '')}")
-    print(f"export:  zoo export RUN_DIR --format {'|'.join(['safetensors', *spec.exports])}\n")
+    print(f"export:  zoo export RUN_DIR{named} --format {'|'.join(['safetensors', *spec.exports])}\n")
 
 
 def _show_standing(spec) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe_zoo import extras, memory, ranking, results
+from recipe_zoo.catalog import file_sha256
 from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.errors import ResourceError, ZooError
@@ -152,6 +153,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     elif run.main:
         _write_json(run_dir / "config.json", {
             "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
+            "recipe_sha256": file_sha256(recipe_file) if recipe_file else None,
             "budget": str(budget), "seed": seed, "device": device, "processes": distributed.world_size(),
             "description": description, "track": list(track), "argv": sys.argv[1:]})
     row = _start(run, run_dir, index, env, cfg, budget=budget, seed=seed, description=description,

@@ -29,7 +29,8 @@ def _add_run(sub) -> None:
     run = sub.add_parser("run", help="run a recipe: zoo run NAME|PATH.py [key=value ...]",
                          description="Run a recipe by name or from a recipe file. key=value pairs override "
                                      "config fields (see `zoo show NAME`).")
-    run.add_argument("target", nargs="?", help="recipe name (vision/resnet) or path to a recipe .py file")
+    run.add_argument("target", nargs="?", help="recipe name (vision/resnet) or path to a recipe .py file (with "
+                                               "--resume: the file a run of yours was trained from)")
     run.add_argument("overrides", nargs="*", help="key=value config overrides")
     run.add_argument("--budget", help="training budget: 90s, 5m, 1h, 300steps, 3epochs (default: the recipe's)")
     run.add_argument("--reference", nargs="?", const="", metavar="BENCHMARK",
@@ -177,6 +178,13 @@ def _add_predict(sub) -> None:
                          help="the CSV to write (default RUN_DIR/predict/<data>.csv); other files go to a folder "
                               "beside it of the same name")
     predict.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    _add_recipe_file(predict)
+
+
+def _add_recipe_file(parser) -> None:
+    parser.add_argument("--from", dest="recipe_file", metavar="FILE.py",
+                        help="for a run of your recipe file: that file (checked against the sha256 the run recorded; "
+                             "a run folder's own recipe file is never imported)")
 
 
 def _add_export(sub) -> None:
@@ -185,6 +193,7 @@ def _add_export(sub) -> None:
     export.add_argument("--format", required=True, help="safetensors (every recipe), or the recipe's own: onnx, "
                                                         "timm, pretrained, xgboost-json (zoo show RECIPE)")
     export.add_argument("--out", type=Path, default=None, help="folder to write (default RUN_DIR/export/FORMAT)")
+    _add_recipe_file(export)
 
 
 def _add_data(sub) -> None:

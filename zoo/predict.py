@@ -93,23 +93,18 @@ def _stem(opts, card: dict) -> str:
     return Path(prompts).stem if prompts else "prompt" if getattr(opts, "prompt", "") else "test"
 
 
-def load(run_dir: str | Path, device: str = "auto") -> Model:
-    """Open a finished run for prediction: its card (format checked), recipe (through the registry, or the run's
-    own recipe file) and config."""
+def load(run_dir: str | Path, device: str = "auto", recipe_file: str | Path | None = None) -> Model:
+    """Open a finished run for prediction: its card (format checked), recipe (through the registry, or for a run of
+    a recipe file, the file named here, checked against the run's sha256: a run folder runs no code of its own) and
+    config."""
     from recipe_zoo import config as config_mod
-    from recipe_zoo import registry, runs
+    from recipe_zoo import runs
+    from recipe_zoo.catalog import run_spec
 
     run_dir = Path(run_dir)
     card = artifact.read_card(run_dir)
     saved = runs.load_run_config(run_dir)
-    recipe_file = saved.get("recipe_file") or ""
-    if recipe_file:
-        if not Path(recipe_file).is_file():
-            raise ZooError(f"{run_dir}: trained from {recipe_file}, which is no longer there (its predict hook "
-                           "lives in that file)")
-        spec = next(s for s in registry.load_file(recipe_file) if s.name == saved["recipe"])
-    else:
-        spec = registry.get(saved["recipe"])
+    spec = run_spec(run_dir, saved, recipe_file)
     if spec.predict is None:
         raise ZooError(f"{spec.name}: this recipe registers no predict hook (@recipe(..., predict=...))")
     from recipe_zoo import extras
@@ -127,7 +122,7 @@ def cmd_predict(args) -> int:
     from recipe_zoo import config as config_mod
 
     start = time.perf_counter()
-    model = load(args.run_dir, device=args.device)
+    model = load(args.run_dir, device=args.device, recipe_file=args.recipe_file)
     opts = model.options(config_mod.parse_overrides(args.overrides))
     out = Path(args.out) if args.out else args.run_dir / "predict" / f"{_stem(opts, model.card)}.csv"
     in_run = out.resolve().is_relative_to(Path(args.run_dir).resolve())
@@ -187,7 +182,7 @@ def export(model: Model, fmt: str, out: Path) -> list[Path]:
 
 
 def cmd_export(args) -> int:
-    model = load(args.run_dir, device="cpu")
+    model = load(args.run_dir, device="cpu", recipe_file=args.recipe_file)
     out = Path(args.out) if args.out else args.run_dir / "export" / args.format
     owned.check_folder(out, "--out", owned=not args.out)
     written = export(model, args.format, out)

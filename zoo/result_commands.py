@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from recipe_zoo.catalog import resolve_spec
+from recipe_zoo.catalog import run_spec
 from recipe_zoo.core.errors import ZooError
 
 
@@ -84,18 +84,21 @@ def cmd_compare(args) -> int:
 
 def _finished_run(run_dir) -> tuple:
     """(run dir, its summary, its hardware, whether its metric is higher-better) of a run that has a summary."""
-    import json
-
     from recipe_zoo import runs
 
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
         raise ZooError(f"{run_dir}: no summary.json (not a finished run directory)")
-    summary = json.loads(summary_path.read_text())
-    env = json.loads((run_dir / "env.json").read_text())
-    saved = runs.load_run_config(run_dir)
-    spec = resolve_spec(saved.get("recipe_file") or saved["recipe"])
-    return run_dir, summary, env["hardware"], summary.get("higher_is_better", spec.higher_is_better)
+    summary, env = runs.read_json(summary_path), runs.read_json(run_dir / "env.json")
+    missing = [k for k in ("status", "recipe", "benchmark", "metric", "value", "budget", "seed") if k not in summary]
+    if missing:
+        raise ZooError(f"{summary_path}: no {missing[0]!r} entry (not a zoo run's summary)")
+    if "hardware" not in env:
+        raise ZooError(f"{run_dir / 'env.json'}: no hardware entry (not written by a zoo run)")
+    higher = summary.get("higher_is_better")
+    if higher is None:  # summaries of older runs: the zoo's own recipe says (a recipe file is never imported here)
+        higher = run_spec(run_dir, runs.load_run_config(run_dir)).higher_is_better
+    return run_dir, summary, env["hardware"], bool(higher)
 
 
 def _comparable_groups(entries: list[tuple]) -> dict[tuple, list]:

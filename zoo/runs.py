@@ -325,7 +325,24 @@ def load_run_config(run_dir: Path) -> dict:
     path = run_dir / "config.json"
     if not path.is_file():
         raise ZooError(f"{run_dir}: not a run directory (no config.json)")
-    return json.loads(path.read_text())
+    saved = read_json(path)
+    for key in ("recipe", "config"):
+        if key not in saved:
+            raise ZooError(f"{path}: no {key!r} entry (not a run's config.json)")
+    return saved
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object a run wrote; missing, damaged or of another shape is one line naming the file."""
+    if not path.is_file():
+        raise ZooError(f"{path}: not found (not a finished run directory)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ZooError(f"{path}: damaged, not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ZooError(f"{path}: holds a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def parse_budget_arg(text: str) -> Budget:

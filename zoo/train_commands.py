@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recipe_zoo.catalog import resolve_spec
+from recipe_zoo.catalog import resolve_spec, run_spec
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.launch import check_device, join_process_group, launch, should_launch, without_nproc
 
@@ -59,9 +59,10 @@ def _resume(args, out_root: Path) -> int:
     from recipe_zoo import execution, runs
 
     saved = runs.load_run_config(args.resume)
-    if args.target or args.overrides:
+    named = args.target if args.target and args.target.endswith(".py") else None  # a recipe file's run: the user's
+    if (args.target and not named) or args.overrides:
         raise ZooError("--resume continues a run exactly as configured; drop the recipe and overrides")
-    spec = resolve_spec(saved.get("recipe_file") or saved["recipe"])
+    spec = run_spec(args.resume, saved, named, how=f"zoo run FILE.py --resume {args.resume}")
     cfg = config_mod.apply(spec.config(), saved["config"], str(args.resume / "config.json"))
     budget = runs.parse_budget_arg(saved["budget"])
     check_device(saved.get("device", "auto"))
@@ -71,7 +72,8 @@ def _resume(args, out_root: Path) -> int:
     join_process_group(spec, saved.get("device", "auto"))
     return execution.execute(spec, cfg, budget=budget, seed=saved["seed"], out_root=out_root,
                              device=saved.get("device", "auto"), description=saved.get("description", ""),
-                             resume_dir=args.resume.resolve(), recipe_file=saved.get("recipe_file"),
+                             resume_dir=args.resume.resolve(),
+                             recipe_file=str(Path(named).resolve()) if named else None,
                              track=saved.get("track", [])).code
 
 

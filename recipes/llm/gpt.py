@@ -191,7 +191,7 @@ def predict_gpt(cfg: GPTConfig, opts: inference.LMPredictOptions, run) -> artifa
     precision = resolve_precision(device, cfg.precision)
     tok = Tokenizer.from_file(str(run.path(run.card["preprocess"]["tokenizer"])))
     model = models.GPT(models.GPTShape(**run.card["shape"]))
-    model.load_state_dict(artifact.load_tensors(run.path("model.safetensors")))
+    artifact.load_into(model, run.path("model.safetensors"))
     model.to(device).eval()
     if prompts:
         temperature = cfg.temperature if opts.temperature < 0 else opts.temperature
@@ -268,7 +268,7 @@ def load_source(model: models.GPT, source: finetune.Source) -> None:
     if dataclasses.asdict(model.shape) != source.card["shape"]:
         raise ZooError(f"weights={source.folder}: its card's shape {source.card['shape']} is not the shape rebuilt "
                        f"from its config {dataclasses.asdict(model.shape)}")
-    model.load_state_dict(artifact.load_tensors(source.path("model.safetensors")))
+    artifact.load_into(model, source.path("model.safetensors"))
 
 
 # precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25

@@ -243,7 +243,7 @@ def train_fold(cfg: MedicalConfig, run, data: SegData, fold: Fold, index: int, t
     net = network(cfg)
     model = build_model(net, plan["dims"], in_channels, len(data.classes), plan["width"], plan["levels"])
     if source is not None:
-        model.load_state_dict(artifact.load_tensors(source.path(source.card["weights"][0])))
+        artifact.load_into(model, source.path(source.card["weights"][0]))
     model.to(device)
     layout = net.layout(plan["dims"])
     model = model.to(memory_format=layout)

@@ -249,7 +249,7 @@ def load_nets(cfg: DMPNNConfig, run, device) -> list[list[nn.Module]]:
     nets = []
     for i, name in enumerate(card["weights"]):
         net = network(cfg, pre["atom_dim"], pre["bond_dim"], pre["extra_dim"], len(pre["targets"]))
-        net.load_state_dict(artifact.load_tensors(run.path(name)))
+        artifact.load_into(net, run.path(name))
         if i % per_split == 0:
             nets.append([])
         nets[-1].append(net.to(device).eval())

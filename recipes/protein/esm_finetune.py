@@ -141,11 +141,12 @@ def load_finetuned(cfg: FinetuneConfig, opts, run) -> ESMRegressor:
         names = ["model.safetensors"]
     model = ESMRegressor(backbone, backbone.alphabet, pre["layer"], pre["pool"], head["out"], head["hidden"],
                          head["dropout"])
-    state = artifact.load_tensors(run.path(names[0]))
+    path = run.path(names[0])
+    state = artifact.load_tensors(path)
     if spec["mode"] == "lora":
-        model.head.load_state_dict({k.removeprefix("head."): v for k, v in state.items()})
+        artifact.fit_state(model.head, {k.removeprefix("head."): v for k, v in state.items()}, path)
     else:
-        model.load_state_dict(state)
+        artifact.fit_state(model, state, path)
     return model
 
 

@@ -75,7 +75,7 @@ def _load_inner(run: artifact.PredictRun, t: dict) -> ClosedForm | MLPFit:
     if meta["head"] == "mlp":
         device = choose_device(run.device)
         model = MLPHead(meta["d_in"], meta["hidden"], meta["out"], meta["dropout"])
-        model.load_state_dict({k[4:]: v for k, v in t.items() if k.startswith("mlp.")})
+        artifact.fit_state(model, {k[4:]: v for k, v in t.items() if k.startswith("mlp.")}, run.path(HEAD_FILE))
         return MLPFit(feats, model.to(device), meta["target_mean"], meta["target_std"], meta["task"], device)
     device = closed_form_device(run)
     basis = t["basis"].to(device) if "basis" in t else None
