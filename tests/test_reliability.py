@@ -343,7 +343,7 @@ def test_a_damaged_checkpoint_with_none_before_it_is_one_line(tmp_path, monkeypa
 
 
 def test_write_errors_name_the_file_and_the_fix(tmp_path):
-    from recipe_zoo.execution import write_advice
+    from recipe_zoo.memory import write_advice
 
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.pt"))
     assert write_advice(full, tmp_path, has_checkpoint=True) == (

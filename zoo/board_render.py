@@ -8,11 +8,13 @@ import functools
 import os
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_rows, board_dir, fixed_work, group, label,
                               machine_free, metric_base, number_text, precision_text, protocol, ranked, ranks,
                               rendering, row_id, row_name, stale, value_text)
+from recipe_zoo.core.errors import ResourceError
 
 
 HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed.jsonl` and `transfer.jsonl`; do "
@@ -306,10 +308,22 @@ def verified(row: dict, checks: list[dict]) -> str:
 def write_board() -> Path:
     """leaderboard.md and the protocol-1 archive rendered again, each replaced whole; refused (``DamagedRow``)
     while a row cannot be read."""
-    with rendering():
+    with rendering(), _not_written("board"):
         kinds = [all_rows(kind, strict=True) for kind in KINDS]
         _write_text(board_dir() / "leaderboard-protocol1.md", render_archive(kinds[0]))
         return _write_text(board_dir() / "leaderboard.md", render(*kinds))
+
+
+@contextmanager
+def _not_written(what: str):
+    """A page or chart that cannot be written (a full or failing disk) is one line: the rows stay in the JSONL
+    files, each page is whole (the old one or the new), and ``zoo board --write`` renders them again."""
+    try:
+        yield
+    except OSError as exc:
+        raise ResourceError(f"{exc.filename or board_dir()}: {exc.strerror or exc}; the {what} was not rendered "
+                            "(the rows are kept, each page is as it was or whole): free some space or check its "
+                            "permissions, then zoo board --write --plot") from None
 
 
 def _write_text(board: Path, text: str) -> Path:
@@ -332,8 +346,8 @@ def write_charts() -> list[Path]:
     from recipe_zoo.plots import plot_board
 
     folder = board_dir() / "benchmarks" / "plots"
-    with rendering():
-        rows = all_rows(strict=True)  # before any chart is removed
-        for old in folder.glob("*.png"):
+    with rendering(), _not_written("charts"):
+        paths = plot_board(all_rows(strict=True), folder)  # each chart replaced whole
+        for old in set(folder.glob("*.png")) - set(paths):  # then the charts of tables gone
             old.unlink()
-        return plot_board(rows, folder)
+        return paths

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
-import errno
 import json
 import logging
 import math
@@ -103,6 +102,10 @@ def execute(spec: RecipeSpec, cfg, *, budget: Budget, seed: int, out_root: Path,
     try:
         return _execute(run, spec, cfg, budget=budget, seed=seed, out_root=out_root, device=device,
                         description=description, resume_dir=resume_dir, recipe_file=recipe_file, track=track)
+    except OSError as exc:  # a full, failing or read-only disk outside training (config, env, summary): one line
+        if exc.errno not in memory.WRITE_ERRNOS:
+            raise
+        raise ResourceError(memory.write_advice(exc, run_dir, _has_checkpoint(run))) from None
     finally:
         if not run.main:
             shutil.rmtree(run.dir, ignore_errors=True)
@@ -166,7 +169,12 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
         if trained.status == "ok":  # leave together: a rank exiting while rank 0 still talks can abort gloo's peer
             distributed.barrier()
         return Outcome(trained.code, run_dir, {})
-    return _finish(run, trained, run_dir, index, env, row)
+    try:
+        return _finish(run, trained, run_dir, index, env, row)
+    except OSError:  # summary.json or the curves not written (a full disk): the row must not stay running
+        if "finished" not in row:
+            _index_end(index, {**row, "status": "crash", "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        raise
 
 
 def _check_resumable(run: Run, run_dir: Path) -> None:
@@ -249,10 +257,10 @@ def _train(run: Run, spec, cfg, seed: int, run_dir: Path) -> Trained:
         run.log("interrupted twice: stopped without a new checkpoint")
         status, code = "interrupted", 130
     except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:  # not a full or read-only disk: a crash like any other
+        if exc.errno not in memory.WRITE_ERRNOS:  # not a full or read-only disk: a crash like any other
             status, code = _crash(run)
         else:
-            input_error = ResourceError(write_advice(exc, run_dir, _has_checkpoint(run)))
+            input_error = ResourceError(memory.write_advice(exc, run_dir, _has_checkpoint(run)))
             run.log(f"error: {input_error}")
             status, code = "crash", input_error.exit_code
     except Exception:  # a bug or an unexpected failure: keep the traceback in the log
@@ -283,11 +291,12 @@ def _finish(run: Run, trained: Trained, run_dir: Path, index: Path, env: dict, r
     _plot_curves(run)
     for tracker in run.trackers:
         tracker.finish(summary, run_dir)
+    row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     _index_end(index, {**row, "status": status, "metric": summary["value"], "metric_name": run.metric,
                        "higher_is_better": int(run.higher_is_better),
                        "memory_gb": summary["peak_mem_mb"] / 1024 if summary["peak_mem_mb"] else None,
                        "train_seconds": summary["train_seconds"], "params_M": summary["params_M"],
-                       "mfu_percent": summary["mfu_percent"], "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                       "mfu_percent": summary["mfu_percent"]})
     print(format_summary(summary), flush=True)
     for handler in run.logger.handlers:
         handler.close()
@@ -339,17 +348,6 @@ def _crash(run: Run) -> tuple[str, int]:
     if not run.main:  # this rank has no log file: its traceback goes to stderr, where torchrun shows it
         print(f"[rank {distributed.rank()}] crash:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
     return "crash", EXIT_CRASH
-
-
-WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
-
-
-def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
-    """One line for a full, read-only or forbidden path met mid-run."""
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-    fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
-    kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
-    return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"
 
 
 def _summary(run: Run, metrics: dict, status: str) -> dict:

@@ -1,12 +1,16 @@
 """Out of memory in a run: on an accelerator, a first step that does not fit is tried again with half the
 micro-batch and twice the accumulation (the same global batch), down to a micro-batch of 1; otherwise, and on a
 CPU (where the allocator's failure is not a clean error to recover from), the run stops with the fixes in order.
+Out of disk (or a disk that fails a write, or a path that cannot be written): one line with the fix
+(``write_advice``).
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import json
+from pathlib import Path
 
 import torch
 
@@ -84,3 +88,16 @@ def oom_advice(exc, cfg) -> str:
         fixes.append("precision=bf16")
     fixes.append("a smaller model or shorter inputs")
     return f"{exc}. Try, in order: " + "; ".join(f"{i}) {fix}" for i, fix in enumerate(fixes, 1))
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO)
+
+
+def write_advice(exc: OSError, run_dir: Path, has_checkpoint: bool) -> str:
+    """One line for a full, read-only or forbidden path met mid-run."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    fix = "free some space or give --out another disk" if full else "check its permissions or give --out another folder"
+    if exc.errno == errno.EIO:
+        fix = "the disk failed a write: check it, or give --out another disk"
+    kept = f"; the last checkpoint is intact: zoo run --resume {run_dir}" if has_checkpoint else ""
+    return f"{exc.filename or run_dir}: {exc.strerror or exc}; {fix}{kept}"

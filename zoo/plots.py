@@ -42,7 +42,7 @@ def plot_curves(train_rows: list[dict], eval_rows: list[dict], metric: str, path
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -87,7 +87,15 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a row
         ax.grid(axis="x", alpha=0.3)
         path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}-p{proto}") + ".png")
-        fig.savefig(path, dpi=100)
+        _save(fig, path)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _save(fig, path: Path) -> None:
+    """The figure as PNG, replaced whole (``checkpoint.replaced``): a full disk leaves the old chart, not half."""
+    from recipe_zoo.core.checkpoint import replaced
+
+    with replaced(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")

@@ -260,15 +260,15 @@ class PartRun:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    """Rewritten whole (rows are few) through a temp file, so a new column fits and a reader never
-    sees half a file."""
+    """Rewritten whole (rows are few) through ``checkpoint.replaced``, so a new column fits, a reader never sees
+    half a file and a failed write leaves the previous one (and no temp file)."""
+    from recipe_zoo.core.checkpoint import replaced
+
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    with replaced(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def _fmt(v) -> str:
