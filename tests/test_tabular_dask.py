@@ -129,3 +129,20 @@ def test_an_existing_scheduler_is_used_and_left_running(houses, tmp_path):
         assert card["training"] == {"engine": "dask", "scheduler": address, "workers": 2, "threads": 2}
         with Client(address, timeout="5s") as client:
             assert len(client.scheduler_info()["workers"]) == 2
+
+
+def test_the_local_cluster_listens_on_this_host_only(tmp_path):
+    """The dashboard and the scheduler of the cluster engine=dask starts bind to 127.0.0.1, not every interface."""
+    from types import SimpleNamespace
+    from urllib.parse import urlparse
+
+    import psutil
+
+    from recipe_zoo.recipes.tabular import dask_engine
+
+    run = SimpleNamespace(dir=tmp_path, log=lambda line: None, report=lambda key, value: None)
+    with dask_engine.cluster(SimpleNamespace(scheduler="", dask_workers=1), run) as client:
+        ports = {urlparse(client.dashboard_link).port, urlparse(client.scheduler.address).port}
+        bound = {c.laddr.ip for c in psutil.Process().net_connections("tcp")  # the scheduler runs in this process
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port in ports}
+    assert bound == {"127.0.0.1"}, bound
