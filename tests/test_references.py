@@ -86,49 +86,64 @@ def fixed(recipe, mean, hardware, precision="fp32", budget="1500steps", **kw):
             "date": "2026-12-03", "command": f"zoo bench {recipe} --reference --seeds 3", **kw}
 
 
-def test_a_row_made_by_the_reference_command_before_a_setting_was_pinned_is_still_the_reference():
-    ref = references.find("medical/unet", "isbi2012-membrane")
-    pinned = config.parse_overrides(ref.overrides)
-    before = {k: v for k, v in pinned.items() if k != "compile"}  # compile=false pinned after the row was measured
-    row = fixed("medical/unet", 0.808, AMD, precision="fp32", budget=ref.work, overrides=before,
-                benchmark="isbi2012-membrane", command="zoo bench medical/unet --reference --seeds 3")
-    assert references.of_row(row) == ref and board.row_name(row) == "medical/unet (reference)"
-    variant = {**row, "overrides": {**before, "lr": "0.1"}, "command": row["command"] + " lr=0.1"}
-    assert references.of_row(variant) is None
-    # the own-benchmark command is a prefix of another benchmark's: that row is not this reference's
-    other = {**row, "command": "zoo bench medical/unet --reference other-bench --seeds 3"}
-    assert references.of_row(other) is None
+def test_a_reference_table_admits_only_rows_that_trained_the_reference_s_configuration():
+    """The row's resolved configuration (what its runs' config.json held) must agree with the reference's on every
+    field both have: a pinned setting (tf32, compile) or a default changed since (the head's dropout) puts the row
+    in the table of its work instead; a row whose configuration is not known is named so and never admitted; a
+    field only one side has (added or removed since) does not count."""
+    ref = references.find("protein/esm-embed", "tem1-esm2-8m:split=positions")
+    same = references.resolved_config(ref)
+    row = fixed(ref.recipe, 0.40, AMD, budget=ref.work, benchmark=ref.benchmark,
+                overrides=config.parse_overrides(ref.overrides), config=same)
+    assert references.in_table(row) and references.of_row(row) == ref and board.row_name(row) == \
+        "protein/esm-embed (reference)"
+    older = {k: v for k, v in same.items() if k != "esm_sha256"}  # a field added since: still the reference
+    assert references.in_table({**row, "config": {**older, "retired_field": 1}})
+    for key, value in (("dropout", 0.1), ("tf32", True), ("lr", 0.01)):
+        other = {**row, "config": {**same, key: value}}
+        assert not references.in_table(other) and references.of_row(other) is None, key
+        assert references.disagreement(other, ref) == f"{key}={value!r} (the reference's {same[key]!r})"
+        assert board.table_key(other)[4:] == (ref.work, "fp32")  # its work's table, every machine
+    unet = references.find("medical/unet", "isbi2012-membrane")
+    planned = fixed(unet.recipe, 0.81, AMD, budget=unet.work, benchmark=unet.benchmark,
+                    config={**references.resolved_config(unet), "min_steps": 600})  # a sizing input: width etc. pinned
+    assert references.in_table(planned) and not references.in_table({**planned, "config": {
+        **planned["config"], "width": 32}})
+    unknown = {k: v for k, v in row.items() if k != "config"}
+    assert not references.in_table(unknown) and board.row_name(unknown).endswith(" (configuration unknown)")
+    assert references.hash_config(ref.recipe, ref.work, same) == references.config_hash(ref)
 
 
 def test_reference_rows_of_every_machine_share_their_benchmark_table():
-    """A row at its recipe's reference work and precision is in the benchmark's reference table whatever machine
-    measured it (a variant of the reference too); other work budgets get a table per work and precision; a time
-    budget stays on its hardware."""
+    """A row that trained its recipe's reference is in the benchmark's reference table whatever machine measured
+    it; a variant at that work gets the table of its work and precision (every machine), as other work budgets
+    do; a time budget stays on its hardware."""
     ref = references.find("vision/resnet", "cifar10-subset")
-    pinned = config.parse_overrides(ref.overrides)
-    rows = [fixed("vision/resnet", 0.826, AMD, overrides=pinned),
-            fixed("vision/resnet", 0.829, INTEL, overrides=pinned),
-            fixed("vision/resnet", 0.80, H200, overrides={**pinned, "lr": "0.1"}), fixed("x", 0.81, AMD),
-            fixed("vision/resnet", 0.70, AMD, precision="bf16"), fixed("z", 0.75, AMD, budget="5m")]
+    pinned, same = config.parse_overrides(ref.overrides), references.resolved_config(ref)
+    rows = [fixed("vision/resnet", 0.826, AMD, overrides=pinned, config=same),
+            fixed("vision/resnet", 0.829, INTEL, overrides=pinned, config=same),
+            fixed("vision/resnet", 0.80, H200, overrides={**pinned, "lr": "0.1"}, config={**same, "lr": 0.1}),
+            fixed("x", 0.81, AMD), fixed("vision/resnet", 0.70, AMD, precision="bf16"),
+            fixed("z", 0.75, AMD, budget="5m")]
     tables = board.group(rows)
     assert [(k[4], k[5], len(t)) for k, t in tables.items()] == [
-        ("1500steps", "bf16", 1), ("1500steps", "fp32", 1), ("reference", "every machine", 3), ("5m", AMD, 1)]
+        ("1500steps", "bf16", 1), ("1500steps", "fp32", 2), ("reference", "every machine", 2), ("5m", AMD, 1)]
     kw = dict(benchmark="cifar10-subset", budget="1500steps", metric="test_accuracy", higher=True, rows=rows)
     line = ranking.rank_line(0.827, hardware="a laptop nobody measured (8 threads)", precision="fp32",
-                           recipe="vision/resnet", **kw)
-    assert line.startswith("2 of 4 on cifar10-subset @ 1500steps (the reference table, fp32), every machine")
+                             recipe="vision/resnet", config=same, **kw)
+    assert line.startswith("2 of 3 on cifar10-subset @ 1500steps (the reference table, fp32), every machine")
     assert ranking.rank_line(0.71, hardware="any", precision="bf16", recipe="vision/resnet", **kw).startswith("1 of 2")
     assert ranking.rank_line(0.9, hardware="any", precision="fp32", recipe="x", **kw).startswith(
-        "1 of 2 on cifar10-subset @ 1500steps (fp32), every machine")
+        "1 of 3 on cifar10-subset @ 1500steps (fp32), every machine")
     assert ranking.rank_line(0.7, hardware="any", precision="fp16", recipe="y", **kw).startswith("unranked")
 
     speed = [{"benchmark": "cifar10-subset", "budget": "1500steps", "precision": "fp32", "recipe": "vision/resnet",
-              "overrides": pinned, "hardware": hw, "n": 3, "train_seconds": s, "throughput": 256 * 1500 / s,
-              "unit": "samples/s", "mfu_percent": 60.0, "mfu_of": "a fp32 matmul", "commit": "abc1234",
-              "date": "2026-12-03"} for hw, s in ((AMD, 312.0), (H200, 4.0))]
+              "overrides": pinned, "config": same, "hardware": hw, "n": 3, "train_seconds": s,
+              "throughput": 256 * 1500 / s, "unit": "samples/s", "mfu_percent": 60.0, "mfu_of": "a fp32 matmul",
+              "commit": "abc1234", "date": "2026-12-03"} for hw, s in ((AMD, 312.0), (H200, 4.0))]
     text = board_render.render(rows, [], [], speed)
     table = text.split("## cifar10-subset · test_accuracy · reference runs · every machine")[1].split("\n## ")[0]
-    assert f"| {AMD} |" in table and f"| {INTEL} |" in table and f"| {H200} |" in table
+    assert f"| {AMD} |" in table and f"| {INTEL} |" in table
     assert "| =1 | vision/resnet (reference) † | 1500steps, fp32 | 0.8290 ± 0.0030 |" in table
     assert "Speed of the work per machine" in table
     assert f"| vision/resnet (reference) | 1500steps, fp32 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a fp32 " \
@@ -186,6 +201,7 @@ def test_a_reference_row_ranks_on_any_machine_its_speed_is_added_and_it_verifies
     assert row["budget"] == speed["budget"] == "10steps" and row["precision"] == speed["precision"] == "fp32"
     assert speed["hardware"] == row["hardware"] and speed["train_seconds"] > 0 and speed["unit"] == "samples/s"
     assert row["command"] == f"zoo bench vision/resnet --reference {key} --seeds 1" and references.of_row(row) == ref
+    assert row["config_hash"] == speed["config_hash"] == references.config_hash(ref)  # as its runs' config.json
     assert zoo_in_process("bench", "vision/resnet", "--reference", key, "--speed", "--out", out,
                           "--allow-dirty").returncode == 0
     assert len(board.load_rows()) == 1 and len(board.load_rows(board.speed_file())) == 2  # never a quality row
@@ -234,9 +250,11 @@ def test_make_demo_runs_the_digits_reference_and_is_ranked_on_a_machine_with_no_
     """The Makefile's demo is the digits reference; on a machine on no row it still gets `k of n on digits`."""
     assert "zoo run vision/resnet --reference digits" in (runs.CODE_DIR / "Makefile").read_text()
     ref = references.find("vision/resnet", "digits")
-    rows = [dict(fixed("vision/resnet", 0.99, INTEL, budget=ref.work), benchmark="digits")]
+    same = references.resolved_config(ref)
+    rows = [dict(fixed("vision/resnet", 0.99, INTEL, budget=ref.work, config=same), benchmark="digits")]
     line = ranking.rank_line(0.995, benchmark="digits", budget=ref.work, hardware="a machine on no row",
-                           metric="test_accuracy", higher=True, rows=rows, precision="fp32", recipe="vision/resnet")
+                             metric="test_accuracy", higher=True, rows=rows, precision="fp32", recipe="vision/resnet",
+                             config=same)
     assert line.startswith(f"1 of 2 on digits @ {ref.work} (the reference table, fp32), every machine")
 
 
@@ -260,8 +278,10 @@ def test_rows_from_a_lent_gpu_are_imported_and_recorded_as_cross_hardware_checks
 
     ref = references.find("vision/resnet", "cifar10-subset")
     pinned = config.parse_overrides(ref.overrides)
-    cpu = fixed("vision/resnet", 0.8275, AMD, overrides=pinned, values=[0.826, 0.827, 0.8295])
-    board.append_rows([cpu, dict(cpu, n=1, date="2026-12-01"), dict(cpu, overrides={**pinned, "lr": "0.1"})])
+    same = references.resolved_config(ref)
+    cpu = fixed("vision/resnet", 0.8275, AMD, overrides=pinned, values=[0.826, 0.827, 0.8295], config=same)
+    board.append_rows([cpu, dict(cpu, n=1, date="2026-12-01"),
+                       dict(cpu, overrides={**pinned, "lr": "0.1"}, config={**same, "lr": 0.1})])
     back = tmp_path / "back"
     back.mkdir()
     gpu = dict(cpu, hardware=H200, mean=0.8253, std=0.0011, values=[0.824, 0.8255, 0.8264], dirty=False,

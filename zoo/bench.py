@@ -50,7 +50,7 @@ def speed_row(row: dict, outcomes: list) -> dict:
             "throughput": median(s["metrics"].get(key) for s in summaries), "unit": unit,
             "mfu_percent": median(s.get("mfu_percent") for s in summaries),
             "mfu_of": summaries[0]["extra"].get("mfu_of"), "commit": row["commit"], "dirty": row["dirty"],
-            "date": row["date"], "command": row["command"]}
+            "date": row["date"], "command": row["command"], "config": row["config"], "config_hash": row["config_hash"]}
 
 
 def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path, log=print,
@@ -77,7 +77,10 @@ def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], comma
     """The leaderboard row of finished seeds: mean ± std on test, the validation mean, the provenance."""
     from recipe_zoo import data
 
+    from recipe_zoo import references
+
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
+    trained = runs.load_run_config(outcomes[0].run_dir)["config"]  # resolved: precision=auto as it resolved
     values = [o.summary["value"] for o in outcomes]
     mean, std = board.mean_std(values)
     summaries = [json.loads((o.run_dir / "summary.json").read_text()) for o in outcomes]
@@ -102,6 +105,7 @@ def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], comma
         "hardware": env["hardware"], "commit": env["commit"] + ("-dirty" if env["dirty"] else ""),
         "dirty": bool(env["dirty"]), "inputs": summaries[0].get("inputs", {}),
         "date": time.strftime("%Y-%m-%d"), "command": command,
+        "config": trained, "config_hash": references.hash_config(recipe, str(budget), trained),
     }
 
 

@@ -264,12 +264,12 @@ def place(row: dict) -> str:
 
 
 def table_key(row: dict) -> tuple:
-    """(protocol, benchmark, split, metric, budget, place). A row at the work and precision of its recipe's
-    reference on its benchmark (the reference itself, or a variant of it) is in that benchmark's reference table,
-    whatever machine measured it: budget ``reference``, place ``every machine``."""
+    """(protocol, benchmark, split, metric, budget, place). A row that trained its recipe's reference on its
+    benchmark (its work, precision and configuration: ``references.in_table``) is in that benchmark's reference
+    table, whatever machine measured it: budget ``reference``, place ``every machine``."""
     from recipe_zoo import references
 
-    if references.in_table(row["recipe"], row["benchmark"], row["budget"], row.get("precision")):
+    if references.in_table(row):
         return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], REFERENCE, EVERY_MACHINE)
     return (protocol(row), row["benchmark"], row.get("split", ""), row["metric"], row["budget"], place(row))
 
@@ -369,10 +369,14 @@ def value_text(row: dict) -> str:
 
 def row_name(row: dict) -> str:
     """A row as the board names it: ``vision/resnet (reference)`` for a reference run (its settings are listed
-    above its table), else its label."""
+    above its table), else its label; a row at a reference's work whose configuration is not known says so."""
     from recipe_zoo import references
 
-    return f"{row['recipe']} (reference)" if references.of_row(row) else label(row)
+    if references.of_row(row):
+        return f"{row['recipe']} (reference)"
+    ref = references.matching(row["recipe"], row["benchmark"], row["budget"])
+    unknown = ref is not None and references.disagreement(row, ref) == "configuration unknown"
+    return label(row) + (" (configuration unknown)" if unknown else "")
 
 
 def label(row: dict) -> str:

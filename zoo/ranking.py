@@ -12,24 +12,27 @@ from recipe_zoo.core.errors import ZooError
 
 
 def comparable(rows: list[dict], *, benchmark: str, budget: str, metric: str, hardware: str, precision=None,
-               recipe: str = "") -> list[dict]:
+               recipe: str = "", config: dict | None = None) -> list[dict]:
     """The current-protocol rows a result is ranked among: its table's (``table_key``), split aside. The
     reference table of its benchmark when it is at its recipe's reference work and precision; else at a budget of
-    work, every machine's rows of that work and precision; at a time budget, this hardware's rows."""
+    work, every machine's rows of that work and precision; at a time budget, this hardware's rows. ``config``: the
+    run's resolved configuration (its config.json), which decides whether it trained the reference."""
     def unsplit(key: tuple) -> tuple:  # the run's own split is not known here: compare the rest of the key
         return key[:2] + key[3:]
 
     me = unsplit(table_key({"protocol": PROTOCOL, "benchmark": benchmark, "metric": metric, "budget": budget,
-                            "hardware": hardware, "precision": precision, "recipe": recipe}))
+                            "hardware": hardware, "precision": precision, "recipe": recipe, "config": config}))
     return [r for r in rows if protocol(r) == PROTOCOL and unsplit(table_key(r)) == me]
 
 
-def table_name(benchmark: str, budget: str, hardware: str, precision=None, recipe: str = "") -> str:
+def table_name(benchmark: str, budget: str, hardware: str, precision=None, recipe: str = "",
+               config: dict | None = None) -> str:
     """``tinyshakespeare @ 300steps (the reference table, fp32), every machine``, ``tinyshakespeare @ 300steps
     (fp32), every machine`` or ``tinyshakespeare @ 5m, <hardware>``."""
     from recipe_zoo import references
 
-    if references.in_table(recipe, benchmark, budget, precision):
+    if references.in_table({"recipe": recipe, "benchmark": benchmark, "budget": budget, "precision": precision,
+                            "config": config}):
         return f"{benchmark} @ {budget} (the reference table, {precision_text(precision)}), {EVERY_MACHINE}"
     if fixed_work(budget):
         return f"{benchmark} @ {budget} ({precision_text(precision)}), {EVERY_MACHINE}"
@@ -38,7 +41,7 @@ def table_name(benchmark: str, budget: str, hardware: str, precision=None, recip
 
 def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metric: str, higher: bool,
               rows: list[dict], precision=None, recipe: str = "", run_items: dict | None = None,
-              stale: list[dict] = ()) -> str:
+              stale: list[dict] = (), config: dict | None = None) -> str:
     """Where a value stands among comparable rows (``comparable``): rank, best, delta, and how it compares with the
     best row. ``run_items``: the run's per-item test scores as an ``items.jsonl`` line (``paired.items_line``);
     where the best row kept its own on the same test items, the run is paired with it (the 95% interval of run
@@ -47,9 +50,9 @@ def rank_line(value: float, *, benchmark: str, budget: str, hardware: str, metri
     ``stale``: the board's stale rows, which are never ranked against; an unranked line counts those of its table,
     so a table the board shows is not called empty."""
     where = dict(benchmark=benchmark, budget=budget, metric=metric, hardware=hardware, precision=precision,
-                 recipe=recipe)
+                 recipe=recipe, config=config)
     table = comparable(rows, **where)
-    name = table_name(benchmark, budget, hardware, precision, recipe)
+    name = table_name(benchmark, budget, hardware, precision, recipe, config)
     if not table:
         old = len(comparable(list(stale), **where))
         return (f"unranked: no current leaderboard rows for {name} ({old} stale: measured by an earlier version of "
@@ -100,11 +103,22 @@ def standing(summary: dict, hardware: str, higher: bool, index: Path, run_id: st
     line = rank_line(summary["value"], benchmark=bench, budget=summary["budget"], hardware=hardware,
                      metric=summary["metric"], higher=higher, rows=rows, precision=precision,
                      recipe=summary.get("recipe", ""), stale=[r for r in every if id(r) not in kept],
+                     config=_run_config(run_dir),
                      # own-data rows keep no item scores: nothing to pair a run with there
                      run_items=None if run_dir is None or bench.startswith("own:") else paired.items_line([run_dir]))
     if line.startswith("unranked") and not bench.startswith("own:"):
         line += reference_hint(summary, hardware)
     return line
+
+
+def _run_config(run_dir: Path | None) -> dict | None:
+    """The run's resolved configuration (config.json), or None where there is none to read."""
+    import json
+
+    try:
+        return json.loads((run_dir / "config.json").read_text())["config"] if run_dir is not None else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def reference_hint(summary: dict, hardware: str) -> str:

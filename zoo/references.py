@@ -147,30 +147,40 @@ def pinned_precision(reference: Reference) -> str | None:
     return config.parse_overrides(reference.overrides).get("precision")
 
 
-def in_table(recipe: str, benchmark: str, budget: str, precision) -> bool:
-    """Whether a result belongs in ``benchmark``'s reference table: its recipe's reference work there, in the
-    reference's precision (none for recipes without one). Its other settings may differ: a variant at that work."""
-    ref = matching(recipe, benchmark, budget)
-    return ref is not None and pinned_precision(ref) == precision
+def in_table(row: dict) -> bool:
+    """Whether a row belongs in its benchmark's reference table: its recipe's reference work there, in the
+    reference's precision, and the reference's configuration (``disagreement``: every setting, tf32 and compile
+    included). A variant at that work, or a row whose configuration is not known, goes to the table of its work."""
+    ref = matching(row["recipe"], row["benchmark"], row["budget"])
+    return ref is not None and pinned_precision(ref) == row.get("precision") and not disagreement(row, ref)
+
+
+def disagreement(row: dict, ref: Reference) -> str:
+    """Why ``row`` did not train ``ref``'s configuration ('' when it did): its resolved configuration (``config``,
+    what its run's config.json holds, recorded by ``zoo bench`` or recomputed at the row's commit) is unknown, or a
+    field both configurations have differs. A field only one side has (added or removed since) does not count: a
+    new field's default keeps the old behaviour, and what behaves differently is the fingerprint's to tell
+    (``board.stale``); nor do a config's ``SIZING_INPUTS``, read only to choose what a reference pins (its
+    ``DEVICE_FIELDS``: llm depth, diffusion width, medical batch and patch), which compare instead."""
+    from recipe_zoo import registry
+
+    mine = row.get("config")
+    if not isinstance(mine, dict):
+        return "configuration unknown"
+    theirs = resolved_config(ref)
+    sizing = set(getattr(registry.get(ref.recipe).config, "SIZING_INPUTS", ()))
+    differ = sorted(k for k in (mine.keys() & theirs.keys()) - sizing if _same_json(mine[k]) != _same_json(theirs[k]))
+    return ", ".join(f"{k}={mine[k]!r} (the reference's {theirs[k]!r})" for k in differ)
+
+
+def _same_json(value):
+    return json.loads(json.dumps(value, default=str))
 
 
 def of_row(row: dict) -> Reference | None:
-    """The reference a leaderboard row measured: its recipe, benchmark and work, with the reference's settings; or
-    a row its ``--reference`` command made before a setting was pinned (medical/unet's ``compile``, pinned at the
-    default its rows had when the default changed): that command with no key=value of its own, and every
-    override it recorded one of the reference's."""
-    from recipe_zoo import config
-
-    ref = matching(row["recipe"], row["benchmark"], row["budget"])
-    if ref is None:
-        return None
-    pinned, given = config.parse_overrides(ref.overrides), row.get("overrides", {})
-    if given == pinned:
-        return ref
-    command, prefix = row.get("command", ""), ref.command("bench")
-    tail = command[len(prefix):].split() if command.startswith(prefix) else ["-"]
-    by_command = all(t.startswith("--") or t.isdigit() for t in tail)
-    return ref if by_command and given.items() <= pinned.items() else None
+    """The reference a leaderboard row measured: its recipe's reference on its benchmark, at that work, in that
+    precision and configuration (``in_table``)."""
+    return matching(row["recipe"], row["benchmark"], row["budget"]) if in_table(row) else None
 
 
 def on_benchmark(benchmark: str) -> list[Reference]:
@@ -178,13 +188,26 @@ def on_benchmark(benchmark: str) -> list[Reference]:
 
 
 @functools.lru_cache(maxsize=None)
-def config_hash(reference: Reference) -> str:
-    """The resolved configuration a reference trains (every field, defaults included) and its work, hashed: the
-    same on every machine, since nothing in it is left for the device to choose."""
+def _resolved(reference: Reference) -> str:
     from recipe_zoo import config, registry
 
     spec = registry.get(reference.recipe)
     cfg = config.build(spec.config, spec.defaults, None, reference.overrides, spec.name)
-    text = json.dumps({"recipe": reference.recipe, "work": reference.work, "config": dataclasses.asdict(cfg)},
-                      sort_keys=True, default=str)
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
+
+
+def resolved_config(reference: Reference) -> dict:
+    """Every field of the configuration a reference trains, defaults included (nothing in it is left for a device
+    to choose), as a run's config.json holds it."""
+    return json.loads(_resolved(reference))
+
+
+def config_hash(reference: Reference) -> str:
+    """The reference's resolved configuration and work, hashed: the same on every machine."""
+    return hash_config(reference.recipe, reference.work, resolved_config(reference))
+
+
+def hash_config(recipe: str, work: str, config: dict) -> str:
+    """A row's configuration hash: its recipe, budget and resolved configuration (a run's config.json)."""
+    text = json.dumps({"recipe": recipe, "work": work, "config": config}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

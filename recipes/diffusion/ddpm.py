@@ -56,6 +56,7 @@ class DiffusionConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("classes", "labels", "file_column", "label_column", "image_size",
                                              "val_fraction", "test_fraction", "conditional", "n_samples", "n_real")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "precision", "tf32")
+    SIZING_INPUTS: ClassVar[tuple[str, ...]] = ("min_steps",)  # read only to choose the width (a device field)
     CHOSEN_ON_TEST: ClassVar[str] = ("lr and the width rule, set on the 1,000 held-out mnist images that are now "
                                      "validation and test")
 

@@ -41,6 +41,7 @@ class GPTConfig(LoopSettings):
     LR_FIELDS: ClassVar[dict] = {"muon": ("matrix_lr",), "adamw": ("embedding_lr", "head_lr", "scalar_lr")}
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("val_fraction", "test_fraction", "eval_bytes", "text_field")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("depth", "batch_tokens", "micro_batch", "compile", "precision", "tf32")
+    SIZING_INPUTS: ClassVar[tuple[str, ...]] = ("tokens_per_param", "max_epochs")  # read only to choose the depth
     TUNED_BATCH: ClassVar[int] = 4096  # batch_tokens the LR defaults were tuned at (zoo sweep's batch rule)
     data: str = "tinyshakespeare"  # dataset name, file (.txt/.md, .jsonl, .parquet, .gz), folder, hf:NAME, prepared
     text_field: str = "text"  # the text of a .jsonl line (its field) or a .parquet row (its column)

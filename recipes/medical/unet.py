@@ -54,6 +54,7 @@ Dims = Annotated[int, Range(0, 3)]  # 0 plan, 2 or 3 (the plan refuses 1)
 class MedicalConfig(LoopSettings):
     KEY_FIELDS: ClassVar[tuple[str, ...]] = ("label_values", "folds", "val_fraction", "test_fraction", "train_cases")
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
+    SIZING_INPUTS: ClassVar[tuple[str, ...]] = ("min_steps",)  # read only by the planner, to choose batch and patch
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
     # (a cold compile took 43 s of ISBI's plan on 2 CPU cores; warm, it gave 1.19-1.36x the patches/s; README)
     compile: bool | None = None  # torch.compile for training; none (auto): if a fold's time budget is >= 5 minutes
