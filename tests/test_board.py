@@ -433,6 +433,13 @@ def test_a_row_whose_recipe_changed_since_is_stale_and_not_ranked(tmp_path, monk
                            "stale: measured by an earlier version of the recipe, shown on the board, not ranked)"), line
     line = ranking.standing({**summary, "budget": "2m"}, CPU, True, tmp_path / "index.sqlite")
     assert line.startswith("unranked: no leaderboard rows for cifar10-subset @ 2m, AMD EPYC (2 threads)"), line
+    # zoo verify picks the best row that is ranked, never the stale 0.95 (nor the 1m table's only, stale, row)
+    from recipe_zoo import verify
+
+    every = board.load_rows()
+    assert [every[n - 1]["mean"] for n in verify.select(every, [], CPU)] == [0.99]
+    assert [every[n - 1]["mean"] for n in verify.select(every, ["cifar10-subset"], CPU)] == [0.99]
+    assert verify.select(every, ["1"], CPU) == [1]  # named by its number: re-run as asked
     # zoo show lists the stale row with its reason, and ranks the others among the current rows only
     catalog._show_standing(registry.get("tabular/xgb"))
     shown = capsys.readouterr().out

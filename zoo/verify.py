@@ -43,11 +43,13 @@ def tolerance(old: dict, new: dict) -> float:
 
 
 def select(rows: list[dict], picks: list[str], hardware: str) -> list[int]:
-    """Row numbers (1-based, file order) to verify: those named, the rank-1 rows of the named benchmarks, or by
-    default the rank-1 row of every current-protocol table this machine can re-run (every fixed-work table, and
-    the time-budget tables measured on this hardware)."""
+    """Row numbers (1-based, file order) to verify: those named, the best rows of the named benchmarks, or by
+    default the best row of every current-protocol table this machine can re-run (every fixed-work table, and
+    the time-budget tables measured on this hardware). A best row is the best of the rows that are ranked: a stale
+    row (``board.stale``: measured by a recipe that behaves differently since) is never picked unless named."""
+    live = board.live(rows, board.all_rows("fingerprints.jsonl"))
     if not picks:
-        tables = board.group([r for r in rows if board.protocol(r) == board.PROTOCOL
+        tables = board.group([r for r in live if board.protocol(r) == board.PROTOCOL
                               and (r["hardware"] == hardware or board.fixed_work(r["budget"]))])
         return sorted(rows.index(board.ranked(t)[0]) + 1 for t in tables.values())
     chosen = []
@@ -57,7 +59,7 @@ def select(rows: list[dict], picks: list[str], hardware: str) -> list[int]:
                 raise ZooError(f"row {pick}: the board has rows 1..{len(rows)} (zoo verify --list)")
             chosen.append(int(pick))
             continue
-        tables = [t for t in board.group(rows).values() if t[0]["benchmark"] == pick]
+        tables = [t for t in board.group(live).values() if t[0]["benchmark"] == pick]
         if not tables:
             raise ZooError(f"{pick!r}: neither a row number nor a benchmark on the board (zoo verify --list)")
         chosen += [rows.index(board.ranked(t)[0]) + 1 for t in tables]
