@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -283,8 +284,12 @@ def test_a_rank_0_that_dies_mid_run_leaves_no_running_row(tmp_path):
     index = tmp_path / "index.sqlite"
     results.upsert(index, {"run_id": "a", "status": "running", "started": "2026-01-01T00:00:00"})
     results.upsert(index, {"run_id": "b", "status": "ok", "started": "2026-01-01T00:00:01"})
-    for run_id in ("a", "b"):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    results.upsert(index, {"run_id": "c", "status": "running", "started": "2026-01-01T00:00:02",
+                           "pid": int(gone.stdout), "host": socket.gethostname()})  # read back as killed
+    for run_id in ("a", "b", "c"):
         (tmp_path / "run.json").write_text(json.dumps({"index": str(index), "run_id": run_id}))
         _close_unfinished(tmp_path / "run.json")
-    assert [(r["run_id"], r["status"]) for r in results.all_rows(index)] == [("a", "crash"), ("b", "ok")]
+    assert [(r["run_id"], r["status"]) for r in results.all_rows(index)] == [("a", "crash"), ("b", "ok"),
+                                                                             ("c", "crash")]
     _close_unfinished(tmp_path / "none.json")  # rank 0 died before its row: nothing to close

@@ -199,8 +199,9 @@ def test_mlp_head_on_precomputed_embeddings(tmp_path):
                   budget="600steps")
     assert float(s["value"]) > 0.8 and s["head"].startswith("mlp (16 -> 32 -> 1)")
     assert s["embeddings"].startswith("precomputed, 16 wide")
-    metrics = json.loads((Path(s["run_dir"]) / "summary.json").read_text())["metrics"]
-    assert metrics["samples_per_s"] > 0 and float(s["mfu_percent"]) > 0  # the MLP's steps, for the speed view
+    summary = json.loads((Path(s["run_dir"]) / "summary.json").read_text())
+    # the MLP's steps, for the speed view (summary.json's value: the block's 0.0 is a tiny MLP on a busy machine)
+    assert summary["metrics"]["samples_per_s"] > 0 and summary["mfu_percent"] > 0
 
 
 @pytest.mark.slow

@@ -106,7 +106,9 @@ def _close_unfinished(run_file: Path) -> None:
     where = json.loads(run_file.read_text())
     index = Path(where["index"])
     try:
-        if any(r["run_id"] == where["run_id"] and r["status"] == "running" for r in results.all_rows(index)):
+        # all_rows reads a row whose process is gone as killed: rank 0 died here because the job failed: crash
+        rows = results.all_rows(index)
+        if any(r["run_id"] == where["run_id"] and r["status"] in ("running", "killed") for r in rows):
             results.upsert(index, {"run_id": where["run_id"], "status": "crash",
                                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
     except ZooError as exc:  # the index damaged meanwhile: the job's own exit status still goes back
