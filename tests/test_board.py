@@ -265,14 +265,21 @@ def test_verify_reruns_a_row_and_flags_one_that_does_not_hold(tmp_path):
     assert zoo_in_process("verify", "7").returncode == 2  # no such row
 
 
-def test_ranks_never_invert_the_means():
-    """A row further down with a wide interval that still overlaps the best row's is not lifted to =1 above a
-    better row that is not tied: =1 is a prefix of the ranking."""
-    rows = [row("best", 0.90, ci_low=0.85, ci_high=0.95), row("close", 0.88, ci_low=0.86, ci_high=0.90),
-            row("apart", 0.80, ci_low=0.79, ci_high=0.81), row("wide", 0.70, ci_low=0.50, ci_high=0.90)]
-    assert [r["recipe"] for r in board.ranked(rows)] == ["best", "close", "apart", "wide"]
-    assert board.ranks(rows) == ["=1", "=1", "3", "4"]
-    assert "Rank =1 means the best row and the next-best rows" in board_render.render(rows, [])
+def test_a_rank_is_one_plus_the_better_rows_told_apart():
+    """Rank = 1 + the rows with a better mean told apart from the row: identical rows share a rank; a row of many
+    seeds with a wide spread, not told apart from the best, is =1 below a row ranked 2; rows without per-item
+    scores are told apart by Welch's t-test on their seeds (here 20 seed errors apart, though their test intervals
+    overlap), with one seed on a side by their test intervals."""
+    rows = [row("best", 0.90, std=0.002, ci_low=0.85, ci_high=0.95), row("twin", 0.90, std=0.002, ci_low=0.85,
+                                                                        ci_high=0.95),
+            row("close", 0.86, std=0.002, ci_low=0.82, ci_high=0.90), row("spread", 0.84, std=0.2, n=5),
+            row("far", 0.70, std=0.002), row("one", 0.88, std=0.0, n=1, ci_low=0.80, ci_high=0.96)]
+    order = [r["recipe"] for r in board.ranked(rows)]
+    assert order == ["best", "twin", "one", "close", "spread", "far"]
+    assert board.ranks(rows) == ["=1", "=1", "=1", "3", "=1", "5"]  # "one" (1 seed) is not told from "close"
+    assert not board.welch_together(rows[0], rows[2]) and board.welch_together(rows[0], rows[3])
+    text = board_render.render(rows, [])
+    assert "A row's rank is 1 + the number of rows with a better mean that the data tells apart from it" in text
 
 
 def scored(recipe: str, hits: list, split="t", **kw) -> tuple[dict, dict]:
@@ -292,8 +299,7 @@ def scored(recipe: str, hits: list, split="t", **kw) -> tuple[dict, dict]:
 def test_paired_ranks_split_a_consistent_difference_and_keep_noise_tied():
     """Three rows scored on the same 400 test items: "worse" misses 12 items the best row gets right, on every
     seed; "noisy" misses 12 others and gets 10 of the best row's misses right. Side by side their intervals all
-    overlap (the unpaired rule ties all three); paired, the consistent difference is told apart and the noise is
-    not, and ranks stay monotone in the mean."""
+    overlap; paired, the consistent difference is told apart and the noise is not."""
     rng = np.random.default_rng(0)
     base = rng.random(400) < 0.8
     right, wrong = np.flatnonzero(base), np.flatnonzero(~base)
@@ -311,12 +317,13 @@ def test_paired_ranks_split_a_consistent_difference_and_keep_noise_tied():
     rows = [c, b, a]
     assert [r["recipe"] for r in board.ranked(rows)] == ["best", "noisy", "worse"]
     unpaired = [{k: v for k, v in r.items() if k != "items"} for r in rows]
-    assert board.ranks(unpaired) == ["=1", "=1", "=1"]  # every interval overlaps the best row's
-    assert board.ranks(rows, known) == ["=1", "=1", "3"]
+    # unpaired, Welch on the seeds: "worse" misses the same 12 items on every seed, so its seeds agree closely
+    assert board.ranks(unpaired) == ["=1", "=1", "3"]
+    assert board.ranks(rows, known) == ["=1", "=1", "2"]  # told apart from the best row only
     lo, hi = paired.difference(c, a, known)
     assert -0.07 < lo < hi < 0 and paired.difference(b, a, known)[0] < 0 < paired.difference(b, a, known)[1]
     text = board_render.render(rows + [row("old", 0.5, ci_low=0.45, ci_high=0.55)], [], items=[la, lb, lc])
-    assert f"| 3 | worse | {board.value_text(c)} | {c['ci_low']:.4f}..{c['ci_high']:.4f} | {lo:+.4g}..{hi:+.4g} |" \
+    assert f"| 2 | worse | {board.value_text(c)} | {c['ci_low']:.4f}..{c['ci_high']:.4f} | {lo:+.4g}..{hi:+.4g} |" \
         in text
     assert "| 1 | best |" not in text and "| 4 | old |" in text and "| unpaired |" in text  # no scores: unpaired
     assert "the same draw for both" in text  # the board says what =1 means

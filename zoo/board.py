@@ -296,28 +296,44 @@ def ranked(rows: list[dict]) -> list[dict]:
 
 
 def ranks(rows: list[dict], known: dict[str, dict] | None = None) -> list[str]:
-    """The rank of each row of ``ranked(rows)``: ``=1`` for the best row and each next-best row not told apart from
-    it (``together``), stopping at the first that is, so ranks never invert the means; then the rest 2, 3, ... by
-    mean (a wide interval further down does not lift a row to =1). ``known``: the rows' item scores by id (the
+    """The rank of each row of ``ranked(rows)``: 1 + the number of rows with a better mean that are told apart from
+    it (``together``). So a rank is a test, not a position: rows not told apart from the same better rows share a
+    rank, identical rows always do, and a row below one ranked 2 may still be =1 when nothing tells it apart from
+    the best. A rank held by more than one row is written ``=k``. ``known``: the rows' item scores by id (the
     board's, by default)."""
     order = ranked(rows)
-    tied = 1
-    while tied < len(order) and together(order[0], order[tied], known):
-        tied += 1
-    return [("=1" if tied > 1 else "1") if i < tied else str(i + 1) for i in range(len(order))]
+    numbers = [1 + sum(1 for better in order[:i] if better["mean"] != row["mean"]
+                       and not together(better, row, known)) for i, row in enumerate(order)]
+    return [f"={n}" if numbers.count(n) > 1 else str(n) for n in numbers]
 
 
 def together(best: dict, row: dict, known: dict[str, dict] | None = None) -> bool:
     """``row`` is not told apart from ``best``: the 95% interval of their paired difference (``paired``: seeds and
-    the shared test items resampled together) includes zero; for rows that cannot be paired (no per-item scores,
-    other items), their intervals overlap."""
+    the shared test items resampled together) includes zero. Rows that cannot be paired (no per-item scores, other
+    items) with seeds on both sides: Welch's t-test on their seeds at 95% (the test items are the same or alike, so
+    their noise is mostly shared: seed noise is what tells two rows apart); with one seed on a side, which gives no
+    seed error to test with, their test intervals overlap."""
     from recipe_zoo import paired
 
     difference = paired.difference(best, row, known)
     if difference is not None:
         return difference[0] <= 0 <= difference[1]
+    if best.get("n", 1) > 1 and row.get("n", 1) > 1:
+        return welch_together(best, row)
     lo, hi = interval(best)
     return interval(row)[0] <= hi and interval(row)[1] >= lo
+
+
+def welch_together(a: dict, b: dict, level: float = 0.95) -> bool:
+    """Welch's two-sided t-test of two rows' seed means does not reject equal means at ``level``."""
+    from scipy import stats
+
+    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]
+    d = abs(a["mean"] - b["mean"])
+    if va + vb == 0:  # seeds that all scored alike on both sides: equal or told apart by their means alone
+        return d == 0
+    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
+    return d <= stats.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb)
 
 
 def stale(row: dict, prints: list[dict]) -> str:
