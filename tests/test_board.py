@@ -277,7 +277,7 @@ def test_a_rank_is_one_plus_the_better_rows_told_apart():
     order = [r["recipe"] for r in board.ranked(rows)]
     assert order == ["best", "twin", "one", "close", "spread", "far"]
     assert board.ranks(rows) == ["=1", "=1", "=1", "3", "=1", "5"]  # "one" (1 seed) is not told from "close"
-    assert not board.welch_together(rows[0], rows[2]) and board.welch_together(rows[0], rows[3])
+    assert not paired.welch_together(rows[0], rows[2]) and paired.welch_together(rows[0], rows[3])
     text = board_render.render(rows, [])
     assert "A row's rank is 1 + the number of rows with a better mean that the data tells apart from it" in text
 

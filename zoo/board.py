@@ -319,21 +319,9 @@ def together(best: dict, row: dict, known: dict[str, dict] | None = None) -> boo
     if difference is not None:
         return difference[0] <= 0 <= difference[1]
     if best.get("n", 1) > 1 and row.get("n", 1) > 1:
-        return welch_together(best, row)
+        return paired.welch_together(best, row)
     lo, hi = interval(best)
     return interval(row)[0] <= hi and interval(row)[1] >= lo
-
-
-def welch_together(a: dict, b: dict, level: float = 0.95) -> bool:
-    """Welch's two-sided t-test of two rows' seed means does not reject equal means at ``level``."""
-    from scipy import stats
-
-    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]
-    d = abs(a["mean"] - b["mean"])
-    if va + vb == 0:  # seeds that all scored alike on both sides: equal or told apart by their means alone
-        return d == 0
-    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
-    return d <= stats.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb)
 
 
 def stale(row: dict, prints: list[dict]) -> str:

@@ -6,12 +6,13 @@ excludes zero are told apart, however much their intervals overlap.
 
 A row keeps its seeds' per-item scores in ``benchmarks/items.jsonl`` (``zoo bench``: one line per row, named by
 the row's ``items``); a row without them (measured before they were kept), or two rows not scored on the same items
-(another split, another window length), are compared by the unpaired rule (``board.interval``)."""
+(another split, another window length), are compared by the unpaired rule (``welch_together``, ``board.together``)."""
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +162,15 @@ def _interval(values: np.ndarray) -> tuple[float, float] | None:
     """The differences' 95% interval; None when most resamples left the metric undefined (one class drawn)."""
     values = values[np.isfinite(values)]
     return metrics.percentile_interval(values, LEVEL) if len(values) >= ROUNDS // 2 else None
+
+
+def welch_together(a: dict, b: dict, level: float = 0.95) -> bool:
+    """Welch's two-sided t-test of two rows' seed means does not reject equal means at ``level``."""
+    from scipy import stats
+
+    va, vb = a["std"] ** 2 / a["n"], b["std"] ** 2 / b["n"]
+    d = abs(a["mean"] - b["mean"])
+    if va + vb == 0:  # seeds that all scored alike on both sides: equal or told apart by their means alone
+        return d == 0
+    df = (va + vb) ** 2 / (va ** 2 / (a["n"] - 1) + vb ** 2 / (b["n"] - 1))
+    return d <= stats.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb)
