@@ -75,9 +75,7 @@ def run_seeds(spec, *, seeds: int, budget, overrides: list[str], out_root: Path,
 
 def make_row(recipe: str, outcomes: list, *, budget, overrides: list[str], command: str) -> dict:
     """The leaderboard row of finished seeds: mean ± std on test, the validation mean, the provenance."""
-    from recipe_zoo import data
-
-    from recipe_zoo import references
+    from recipe_zoo import data, references
 
     env = json.loads((outcomes[0].run_dir / "env.json").read_text())
     trained = runs.load_run_config(outcomes[0].run_dir)["config"]  # resolved: precision=auto as it resolved

@@ -5,7 +5,6 @@ trained with, which for a run of a user's recipe file is the file the user names
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 
 from recipe_zoo.core.errors import ZooError
@@ -24,16 +23,13 @@ def resolve_spec(target: str):
     return registry.get(target)
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def run_spec(run_dir: Path, saved: dict, named: str | Path | None = None, how: str = "--from FILE.py"):
     """The recipe of a run (``saved``: its config.json). A zoo recipe comes from the registry. A run folder imports
     no code of its own: for a run of a recipe file, the user names the file (``--from FILE.py``), and it must be the
     one the run trained from (the sha256 config.json recorded), checked before it is imported. ``how``: how the
     command names it."""
     from recipe_zoo import registry
+    from recipe_zoo.core.datasets import sha256_file
 
     trained_from = saved.get("recipe_file") or ""
     if not trained_from:
@@ -47,7 +43,7 @@ def run_spec(run_dir: Path, saved: dict, named: str | Path | None = None, how: s
     path = Path(named)
     if not path.is_file():
         raise ZooError(f"{path}: recipe file not found")
-    recorded, digest = saved.get("recipe_sha256") or "", file_sha256(path)
+    recorded, digest = saved.get("recipe_sha256") or "", sha256_file(path)
     if recorded and digest != recorded:
         raise ZooError(f"{path}: not the file {run_dir} was trained from (sha256 {digest[:12]}, the run recorded "
                        f"{recorded[:12]})")

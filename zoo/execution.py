@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe_zoo import extras, memory, ranking, results
-from recipe_zoo.catalog import file_sha256
 from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.budget import Budget
+from recipe_zoo.core.datasets import sha256_file
 from recipe_zoo.core.errors import ResourceError, ZooError
 from recipe_zoo.runs import (Run, fingerprint, index_path, input_files, lock_run, make_logger, new_run_dir,
                              runs_root)
@@ -156,7 +156,7 @@ def _execute(run: Run, spec, cfg, *, budget, seed, out_root, device, description
     elif run.main:
         _write_json(run_dir / "config.json", {
             "recipe": spec.name, "recipe_file": recipe_file, "config": dataclasses.asdict(cfg),
-            "recipe_sha256": file_sha256(recipe_file) if recipe_file else None,
+            "recipe_sha256": sha256_file(recipe_file) if recipe_file else None,
             "budget": str(budget), "seed": seed, "device": device, "processes": distributed.world_size(),
             "description": description, "track": list(track), "argv": sys.argv[1:]})
     row = _start(run, run_dir, index, env, cfg, budget=budget, seed=seed, description=description,
