@@ -381,14 +381,9 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _plot_curves(run: Run) -> None:
-    """curves.png, unless ``ZOO_PLOTS=0`` (many short runs: a sweep's, the tests'): matplotlib takes 0.2-0.4 s a
-    picture, most of a short run's last second."""
-    if not run.eval_rows or os.environ.get("ZOO_PLOTS") == "0":
-        return
-    from recipe_zoo.plots import plot_curves
+    """curves.png and the pictures of the run's predictions (pictures.py), unless ``ZOO_PLOTS=0`` (many short runs:
+    a sweep's, the tests'): matplotlib takes 0.2-0.4 s a picture, most of a short run's last second."""
+    if os.environ.get("ZOO_PLOTS") != "0":
+        from recipe_zoo import pictures
 
-    try:
-        plot_curves(run.train_rows or run.eval_rows, run.eval_rows, run.metric, run.dir / "curves.png",
-                    title=f"{run.spec.name} on {run.benchmark}")
-    except Exception as exc:  # a plot must never turn a finished run into a crash
-        run.log(f"warning: could not draw curves.png: {exc}")
+        pictures.draw_run(run)  # a picture that cannot be drawn is a warning line in the log

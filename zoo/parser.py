@@ -156,6 +156,8 @@ def _add_board(sub) -> None:
 def _add_compare(sub) -> None:
     compare = sub.add_parser("compare", help="place runs against the leaderboard and against each other")
     compare.add_argument("run_dirs", nargs="+", type=Path)
+    compare.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                         help="draw the runs' training loss (against step and time) and validation metric on one PNG")
 
 
 def _add_new(sub) -> None:

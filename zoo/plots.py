@@ -42,7 +42,54 @@ def plot_curves(train_rows: list[dict], eval_rows: list[dict], metric: str, path
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.suptitle(title)
-    _save(fig, path)
+    save_png(fig, path)
+    plt.close(fig)
+
+
+def plot_compare(curves: list[dict], path: Path, title: str = "") -> None:
+    """Runs side by side (``zoo compare --plot``): the training loss against step and against training time, and
+    the validation metric at each evaluation. ``curves``: per run its ``label``, ``train`` and ``eval`` rows
+    (train.csv, metrics.csv) and ``metric`` (its summary's, e.g. test_accuracy)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = -(-len(curves) // 3)  # the legend's, below the panels
+    height = 4.4 + 0.25 * lines
+    fig, axes = plt.subplots(1, 3, figsize=(15, height))
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=(0.6 + 0.25 * lines) / height, top=1 - 0.75 / height,
+                        wspace=0.22)
+    shown_names = []
+    for i, run in enumerate(curves):
+        colour = f"C{i % 10}"
+        base = run["metric"].removeprefix("test_").removeprefix("val_")
+        keys = {k for r in run["eval"] for k in r}
+        shown = next((k for k in (f"val_{base}", run["metric"], base) if k in keys), None)
+        for ax, rows, x, y in ((axes[0], run["train"], "step", "train_loss"),
+                               (axes[1], run["train"], "train_seconds", "train_loss"),
+                               (axes[2], run["eval"], "step", shown)):
+            points = [(r[x], r[y]) for r in rows if isinstance(r.get(y), (int, float)) and
+                      isinstance(r.get(x), (int, float))] if y else []
+            if points:
+                ax.plot(*zip(*points), color=colour, label=run["label"], marker="o" if len(points) < 30 else None,
+                        markersize=3)
+        if shown and shown not in shown_names:
+            shown_names.append(shown)
+    axes[0].set(xlabel="step", ylabel="train loss", title="training loss")
+    axes[1].set(xlabel="training time (s)", ylabel="train loss", title="training loss against time")
+    metric = " / ".join(shown_names) or "validation metric"
+    axes[2].set(xlabel="step", ylabel=metric, title=f"{metric} at each evaluation")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    legend = {}  # label: line, over the three panels (a run with evaluations but no train.csv is still named)
+    for ax in axes:
+        legend.update(zip(*ax.get_legend_handles_labels()[::-1]))
+    if legend:  # one legend for the three panels, below them: long labels never cover a curve
+        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 3), fontsize=9,
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(title or f"{len(curves)} runs compared", fontsize=11)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -87,13 +134,13 @@ def plot_board(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a row
         ax.grid(axis="x", alpha=0.3)
         path = out_dir / (re.sub(r"[^\w.-]+", "_", f"{bench}-{budget}-{hardware}-p{proto}") + ".png")
-        _save(fig, path)
+        save_png(fig, path)
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def _save(fig, path: Path) -> None:
+def save_png(fig, path: Path) -> None:
     """The figure as PNG, replaced whole (``checkpoint.replaced``): a full disk leaves the old chart, not half."""
     from recipe_zoo.core.checkpoint import replaced
 

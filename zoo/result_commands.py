@@ -4,6 +4,7 @@ against the leaderboard and against each other)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from recipe_zoo.catalog import run_spec
 from recipe_zoo.core.errors import ZooError
@@ -57,6 +58,7 @@ def _own_data_board(args) -> int:
 def cmd_compare(args) -> int:
     from recipe_zoo import ranking, runs
 
+    plot = _plot_path(args.plot) if getattr(args, "plot", None) is not None else None
     entries = [_finished_run(run_dir) for run_dir in args.run_dirs]
     for run_dir, summary, hardware, higher in entries:
         if summary["status"] != "ok":
@@ -79,7 +81,67 @@ def cmd_compare(args) -> int:
     if len(entries) > 1 and len(groups) > 1:
         print("\nruns on different benchmarks or budgets, time budgets on other hardware, or work in another precision "
               "are listed apart: they are not comparable")
+    if plot is not None:
+        _compare_plot([(run_dir, summary) for run_dir, summary, *_ in entries], plot)
     return 0
+
+
+def _plot_path(path: Path) -> Path:
+    """``--plot``'s path, checked before any run is read: a PNG in a folder that exists."""
+    if path.suffix.lower() != ".png":
+        raise ZooError(f"--plot {path}: the picture is written as PNG; give a path ending in .png")
+    if not path.parent.is_dir():
+        raise ZooError(f"--plot {path}: folder {path.parent} not found")
+    return path
+
+
+def _compare_plot(entries: list[tuple], path: Path) -> None:
+    """The runs' curves on one picture (plots.plot_compare), each named by the settings that differ between them."""
+    from recipe_zoo import plots, runs
+
+    labels = run_labels([runs.load_run_config(run_dir) for run_dir, _ in entries], [d.name for d, _ in entries])
+    curves = [{"label": label, "metric": summary["metric"], "train": _csv_rows(run_dir / "train.csv"),
+               "eval": _csv_rows(run_dir / "metrics.csv")} for (run_dir, summary), label in zip(entries, labels)]
+    if not any(c["train"] or c["eval"] for c in curves):
+        raise ZooError(f"--plot {path}: none of the runs recorded curves (train.csv, metrics.csv) to draw")
+    what = sorted({f"{s['recipe']} on {s['benchmark']}" for _, s in entries})
+    plots.plot_compare(curves, path, f"{len(entries)} runs: {', '.join(what) if len(what) <= 3 else 'several recipes'}")
+    print(f"\nwrote {path}")
+
+
+def run_labels(configs: list[dict], names: list[str], most: int = 4) -> list[str]:
+    """Each run's label: the recipe and the config keys, budget and seed whose values differ between the runs
+    (``key=value``, at most ``most`` of them); the run's folder name where nothing differs or two labels tie."""
+    flat = [{"recipe": c.get("recipe"), **(c.get("config") or {}), "budget": c.get("budget"), "seed": c.get("seed")}
+            for c in configs]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+
+    def text(value) -> str:
+        value = str(value)
+        return value if len(value) <= 24 else "…" + value[-23:]  # a path's end says more than its start
+
+    labels = [" ".join(text(f.get(k)) if k == "recipe" else f"{k}={text(f.get(k))}" for k in differ[:most])
+              + (f" (+{len(differ) - most} more)" if len(differ) > most else "") for f in flat]
+    return [label if label and labels.count(label) == 1 else f"{label} {name}".strip()
+            for label, name in zip(labels, names)]
+
+
+def _csv_rows(path: Path) -> list[dict]:
+    """A run's train.csv or metrics.csv, numbers as floats; none where the recipe wrote none (tabular/xgb)."""
+    import csv
+
+    if not path.is_file():
+        return []
+
+    def number(text):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+    with open(path, newline="") as f:
+        return [{k: number(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
 
 
 def _finished_run(run_dir) -> tuple:

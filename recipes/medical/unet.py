@@ -32,7 +32,7 @@ from recipe_zoo.core.metrics import summarize_folds
 from recipe_zoo.core.precision import autocast, choose_device, resolve_precision, speed_switches
 from recipe_zoo.core.errors import ZooError
 from recipe_zoo.core.api import Count, Fraction, NonNegative, NonNegativeInt, Positive, Range, Share, Unit, recipe
-from recipe_zoo.recipes.medical import inference
+from recipe_zoo.recipes.medical import inference, overlays
 from recipe_zoo.recipes.medical.data import SegData, load_data, parse_ints
 from recipe_zoo.recipes.medical.evaluation import dice_items, evaluate, score_cases, summarize
 from recipe_zoo.recipes.medical.masks import MaskWriter
@@ -56,7 +56,7 @@ class MedicalConfig(LoopSettings):
     DEVICE_FIELDS: ClassVar[tuple[str, ...]] = ("width", "levels", "patch", "batch_size", "precision", "tf32")
     SIZING_INPUTS: ClassVar[tuple[str, ...]] = ("min_steps",)  # read only by the planner, to choose batch and patch
     data: str = "synthetic-2d"  # dataset name (zoo data list), a Decathlon folder (dataset.json) or image/mask folders
-    # (a cold compile took 43 s of ISBI's plan on 2 CPU cores; warm, it gave 1.19-1.36x the patches/s; README)
+    # (a cold compile pays back only from minutes of budget: docs/LOG.md#2026-12-04-compile-auto-from-5-minutes)
     compile: bool | None = None  # torch.compile for training; none (auto): if a fold's time budget is >= 5 minutes
     label_values: str = ""  # mask values in class order, background first (e.g. '255,0'); '' = the dataset's / sorted
     folds: Folds = -1  # k-fold CV (test_dice: mean of folds); 0: train/val/test; -1: 5 for ISBI, folders < 20 cases
@@ -313,18 +313,11 @@ def record_split(run, data: SegData, folds: list[Fold]) -> None:
                         + "); test_dice = mean over folds")
 
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on ISBI (folds=0), AMD EPYC family 25 model 17 (AVX-512
-# BF16), 2 threads, 30 s, seeds 0-2 paired: bf16 1.20x the patches/s (28.7 against 23.9, medians), under the 1.3x the
-# rule asks; validation Dice +0.002..+0.023 from the extra steps (0.748 -> 0.759, means). The second budget was not
-# run: speed alone decides. Again after the bf16 sizing refit (issue 44), 60 s, seeds 0-2, where each dtype's plan
-# differs (fp32 1.63 M params, bf16 3.73 M with a 128x256 patch): bf16 1.27x the model FLOP/s (59.4 against 46.9
-# GFLOP/s, medians) and validation Dice worse on every seed (0.7933 -> 0.7874, means): fp32 stays.
-# compile=true by default (medical/swinunetr: not measured, eager): benchmarks/cpu_precision.py --compare compile=false
-# compile=true on ISBI (folds=0), the same CPU, 60 s, seeds 0-2 paired: 1.19x the patches/s (27.8 against 23.3,
-# medians; 837/816/926 steps against 700/637/751), validation Dice 0.7962 -> 0.7966 (means; -0.0005, +0.0022, -0.0006).
-# medical/swinunetr, precision=auto on a CPU: fp32. cpu_precision.py on ISBI (folds=0, tta=false), the same CPU, 30 s,
-# seeds 0-2: bf16 1.06x the patches/s (15.0 against 14.1, medians), under the rule's 1.3x; validation Dice 0.7127 ->
-# 0.7150 (means; better on every seed).
+# precision=auto on a CPU: fp32 (bf16 under the 1.3x rule, then worse validation after the sizing refit:
+# docs/LOG.md#2026-12-03-cpu-sizing-per-dtype, docs/LOG.md#2026-12-04-medical-unet-bf16-after-refit).
+# compile: faster warm on ISBI (docs/LOG.md#2026-12-04-cpu-compile-diffusion-medical); the default is none (auto):
+# docs/LOG.md#2026-12-04-compile-auto-from-5-minutes. medical/swinunetr: fp32 too (bf16 not 1.3x faster:
+# docs/LOG.md#2026-12-04-cpu-precision-tabular-mlp-swinunetr).
 @recipe("medical/unet", config=MedicalConfig, benchmark="isbi2012-membrane", metric="test_dice", budget="60s",
         summary="self-configuring 2-D/3-D segmentation: MONAI UNet, DiceCE, patches, sliding windows, Dice + mIoU",
         predict=segment, predict_options=MedicalPredictOptions, hooks={"size": size_hook})
@@ -365,6 +358,7 @@ def train(cfg: MedicalConfig, run) -> dict[str, float]:
     low, high = items.test_interval(dice_items(dice))
     inference.save_card(run, cfg, data, models, rows, device,
                         finetune.provenance(source) if source is not None else None)
+    overlays.draw_cases(run, data, rows)  # cases.png: the worst and best test cases (not with ZOO_PLOTS=0)
     totals = {k: sum(s[k] for s in stats) for k in ("train_seconds", "steps", "epochs")}
     return {**stats[0], **totals, "peak_mem_mb": max(s["peak_mem_mb"] for s in stats), **metrics,
             "test_dice_ci_low": low, "test_dice_ci_high": high}
