@@ -202,7 +202,8 @@ def test_bench_refuses_an_uncommitted_checkout(tmp_path, monkeypatch):
     from recipe_zoo.core.errors import ZooError
 
     # every kind of row the zoo writes (reported.jsonl is written by hand: a change to it is a change to commit)
-    results = ["leaderboard.md", *(f"benchmarks/{kind}" for kind in board.KINDS if kind != "reported.jsonl")]
+    results = ["leaderboard.md", "leaderboard.html",
+               *(f"benchmarks/{kind}" for kind in board.KINDS if kind != "reported.jsonl")]
     git_repo(tmp_path, {"code.py": "x = 1\n", **{name: "" for name in results}})
     monkeypatch.setattr(runs, "CODE_DIR", tmp_path)
     bench.check_provenance(allow_dirty=False)  # clean: fine

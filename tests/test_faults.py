@@ -212,8 +212,8 @@ def check_board(board: Path, before: dict, reference_rows: list[dict], r) -> lis
         wrong.append("exit 0 but no row appended")
     leftovers = [p.name for p in board.rglob("*") if ".tmp" in p.name]
     wrong += [f"board temp files left: {leftovers}"] if leftovers else []
-    rendered = {name: (board / name).read_bytes() for name in ("leaderboard.md", "leaderboard-protocol1.md")
-                if (board / name).exists()}
+    pages = ("leaderboard.md", "leaderboard-protocol1.md", "leaderboard.html")
+    rendered = {name: (board / name).read_bytes() for name in pages if (board / name).exists()}
     again = zoo_in_process("board", "--write")
     if again.returncode != 0:
         return wrong + [f"zoo board --write afterwards: {again.stderr.strip()[-200:]}"]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import summary_block, zoo_in_process
-from recipe_zoo import board, board_render, config, ranking, references, registry, runs
+from recipe_zoo import board, board_render, board_rows, config, ranking, references, registry, runs
 from recipe_zoo.core import devices
 from recipe_zoo.core.budget import parse_budget
 
@@ -143,11 +143,13 @@ def test_reference_rows_of_every_machine_share_their_benchmark_table():
               "commit": "abc1234", "date": "2026-12-03"} for hw, s in ((AMD, 312.0), (H200, 4.0))]
     text = board_render.render(rows, [], [], speed)
     table = text.split("## cifar10-subset · test_accuracy · reference runs · every machine")[1].split("\n## ")[0]
-    assert f"| {AMD} |" in table and f"| {INTEL} |" in table
+    short = board_rows.short_hardware
+    assert f"| {short(AMD)} |" in table and f"| {short(INTEL)} |" in table  # the cell short, the details line whole
+    assert short(AMD) == "AMD EPYC 25/17, AVX-512 BF16 (2 threads)" and f"; {AMD}; " in table
     assert "| =1 | vision/resnet (reference) † | 1500steps, fp32 | 0.8290 ± 0.0030 |" in table
     assert "Speed of the work per machine" in table
-    assert f"| vision/resnet (reference) | 1500steps, fp32 | {AMD} | 3 | 312.0 | 1,231 samples/s | 60.0% of a fp32 " \
-           "matmul |" in table
+    assert f"| vision/resnet (reference) | 1500steps, fp32 | {short(AMD)} | 3 | 312.0 | 1,231 samples/s | " \
+           "60.0% of a fp32 matmul |" in table
     assert "Reference: `zoo run vision/resnet --reference`" in table
     assert "Not measured yet: `zoo bench contrastive/simclr --reference`" in table
     assert text.index("# Reference tables") < text.index("reference runs · every machine") < text.index(
@@ -296,4 +298,4 @@ def test_rows_from_a_lent_gpu_are_imported_and_recorded_as_cross_hardware_checks
     assert check["number"] == 1 and check["hardware"] == H200 and check["passed"] and check["n"] == 3
     assert check["tolerance"] == pytest.approx(2 * (0.003 ** 2 / 3 + 0.0011 ** 2 / 3) ** 0.5)
     assert "row 1: holds on NVIDIA H200 x1: 0.8253 (n=3) against 0.8275" in proc.stdout
-    assert "| verified |" in (board.board_dir() / "leaderboard.md").read_text()
+    assert "; verified: ok " in (board.board_dir() / "leaderboard.md").read_text()  # in row 1's details line

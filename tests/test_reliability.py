@@ -547,24 +547,31 @@ def _rewrite_board(n: int) -> None:
 
 
 def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkeypatch):
-    """Four processes rewrite leaderboard.md while it is read: every read is the one complete text. The writers are
-    forked from this process after its own first write, so that none spends seconds importing the recipes the board
-    names (spawned, the four took most of a minute on 2 cores); they write files and nothing else."""
+    """Four processes rewrite the board's pages (leaderboard.md, leaderboard.html, the archive) while they are read:
+    every read of each is its one complete text. The writers are forked from this process after its own first
+    write, so that none spends seconds importing the recipes the board names (spawned, the four took most of a
+    minute on 2 cores); they write files and nothing else."""
     monkeypatch.setenv("ZOO_BOARD_DIR", str(tmp_path))
     board.append_rows([row(f"r{i}", i / 200) for i in range(200)])
-    expected = board_render.write_board().read_text()
+    board_render.write_board()
+    pages = ["leaderboard-protocol1.md", "leaderboard.html", "leaderboard.md"]
+    expected = {name: (tmp_path / name).read_text() for name in pages}
+    assert expected["leaderboard.html"].rstrip().endswith("</html>") and "<svg class=\"chart\"" in \
+        expected["leaderboard.html"]
     ctx = multiprocessing.get_context("fork")
     writers = [ctx.Process(target=_rewrite_board, args=(40,)) for _ in range(4)]
     for w in writers:
         w.start()
     reads = 0
     while any(w.is_alive() for w in writers) or reads < 50:
-        assert (tmp_path / "leaderboard.md").read_text() == expected
+        for name in ("leaderboard.md", "leaderboard.html"):
+            assert (tmp_path / name).read_text() == expected[name], name
         reads += 1
     for w in writers:
         w.join()
         assert w.exitcode == 0
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["leaderboard-protocol1.md", "leaderboard.md"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == pages  # no temp file left
+    assert {name: (tmp_path / name).read_text() for name in pages} == expected
 
 
 def test_debug_shows_the_traceback_the_one_line_hides(tmp_path):

@@ -1,19 +1,19 @@
 """The leaderboard rendered: ``leaderboard.md`` (the reference tables at fixed work with their speed per machine,
 then the time-budget tables of one machine each; the rows ranked within each table, results reported elsewhere
-beside them), ``leaderboard-protocol1.md`` (the archive) and a chart per table, each rewritten whole under the
-board's lock (``board.rendering``)."""
+beside them), ``leaderboard-protocol1.md`` (the archive), ``leaderboard.html`` (the same, with charts:
+``board_html``) and a chart per table, each rewritten whole under the board's lock (``board.rendering``)."""
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
+from recipe_zoo import board_rows
 from recipe_zoo.board import (EVERY_MACHINE, KINDS, PROTOCOL, REFERENCE, all_rows, board_dir, fixed_work, group, label,
                               machine_free, metric_base, number_text, precision_text, protocol, ranked, ranks,
-                              rendering, row_id, row_name, stale, value_text)
+                              rendering, row_name, value_text)
 from recipe_zoo.core.errors import ResourceError
 
 
@@ -28,7 +28,13 @@ HEAD = ("Rendered by `zoo board --write` from `benchmarks/results.jsonl`, `speed
         "Welch's t-test on their seeds at 95%, or, with one seed on a side, their test intervals overlap. "
         "*validation* is what selection read. A *stale* row was "
         "measured by a recipe whose behaviour has changed since (its fingerprint, `benchmarks/fingerprint.py`, "
-        "differs at the latest fingerprinted commit): shown, not ranked.")
+        "differs at the latest fingerprinted commit): shown, not ranked. *chosen* says how a row's setting came to "
+        "be benched: *1st* when no other variant of its recipe (another command or configuration) had been benched "
+        "on the same benchmark and budget before it, *best of N* when it is at least as good as each of the N - 1 "
+        "variants benched there before it (picked among several whose test figures had been seen), *after N* when "
+        "one of the N variants before it is better. *hardware* is short (a CPU's family/model and widest vector "
+        "units, the threads used); each row's *row* name (r1, r2, ...) leads its line under the table: the "
+        "command, commit, date, full hardware, configuration hash, cost and `zoo verify` checks.")
 METRIC_NOTES = {"fid_zoo": "`fid_zoo` is the Fréchet distance in the zoo's own feature network (a small classifier "
                            "trained on the benchmark's training split: `diffusion/models.py`'s FeatureNet), "
                            "comparable only with other `fid_zoo` values, never with published Inception FIDs."}
@@ -45,6 +51,7 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
            "Tables of results measured before the train / validation / test protocol are kept apart, in "
            "[the archive](leaderboard-protocol1.md).", ""]
     tables = group([r for r in rows if protocol(r) >= PROTOCOL])
+    how = board_rows.chosen([r for r in rows if protocol(r) >= PROTOCOL])  # in the files' order: as benched
     known = {line["id"]: line for line in items}  # each row's per-item test scores (paired ranks)
     reported_by_bench = defaultdict(list)
     for r in reported:
@@ -66,17 +73,18 @@ def render(rows: list[dict], reported: list[dict], checks: list[dict] = (), spee
         if not keys:
             out += [f"## {bench} · reference runs · {EVERY_MACHINE}", "", *_reference_lines(refs), *stub]
         for key in keys:
-            out += _table(key, fixed.pop(key), checks, refs, speed, prints, known)[:-1] + (stub if missing else []) + [""]
+            out += _table(key, fixed.pop(key), checks, refs, speed, prints, known, how)[:-1]
+            out += (stub if missing else []) + [""]
             out += _reported_table(reported_by_bench.pop((bench, metric_base(key[3])), []))
     for key, table in fixed.items():  # other work budgets: every machine, one table per work and precision
-        out += _table(key, table, checks, [], speed, prints, known)
+        out += _table(key, table, checks, [], speed, prints, known, how)
     timed = {key: t for key, t in tables.items() if not machine_free(key[4])}
     if timed:
         out += ["# Time budgets: quality in a time on one machine", "",
                 "A time budget buys another amount of work on each machine, so each of these tables is one "
                 "hardware string's: time-to-quality on a named machine.", ""]
     for key, table in timed.items():
-        out += _table(key, table, checks, [], (), prints, known)
+        out += _table(key, table, checks, [], (), prints, known, how)
         out += _reported_table(reported_by_bench.pop((key[1], metric_base(key[3])), []))
     out += _transfer_tables(transfer)
     for (bench, metric), elsewhere in sorted(reported_by_bench.items()):
@@ -112,54 +120,46 @@ def _reference_lines(refs) -> list[str]:
         f"; {r.why}" if r.why else "") + "." for r in refs] + ([""] if refs else [])
 
 
-def _table(key: tuple, table: list[dict], checks, refs, speed, prints=(), known=None) -> list[str]:
+def _table(key: tuple, table: list[dict], checks, refs, speed, prints=(), known=None, how=None) -> list[str]:
+    """One table: its heading, metric and budget, references, rows, each row's details line and notes. ``how``:
+    how each row was chosen (``board_rows.chosen`` over every row; by default over this table's)."""
     proto, bench, split, metric, budget, where = key
     higher = table[0]["higher_is_better"]
     reference, work = budget == REFERENCE, fixed_work(budget)
-    title = (f"## {bench} · {metric} · reference runs · {where}" if reference else
-             f"## {bench} · {metric} · {budget}" + (f" of work · {where}" if work else f" · {where}"))
     scope = ("Budget: each recipe's reference work (the *work* column) in its pinned precision: every machine's rows "
              "together." if reference else f"Budget: {budget} of work per run, precision {where}: every machine's "
              "rows together." if work else f"Budget: {budget} of training time per run, on this hardware only.")
-    out = [title + (f" · protocol {proto}" if proto < PROTOCOL else ""), "",
+    out = ["## " + board_rows.title(key), "",
            f"Metric: **{metric}** on split `{split}` ({'higher' if higher else 'lower'} is better). {scope}", ""]
     out += [note + "\n" for kind, note in METRIC_NOTES.items() if kind in metric_base(metric)]
     out += _reference_lines(refs)
-    current = proto >= PROTOCOL
-    if current:
-        out += ["| rank | recipe | " + ("work | " if reference else "") + "value | test 95% | vs best, paired 95% | "
-                "validation | n | hardware | train s | params (M) | peak mem (MB) | commit | date | verified | command |",
-                "|---:|---|" + ("---|" if reference else "") + "---|---|---|---|---:|---|---:|---:|---:|---|---|---|---|"]
-    else:
-        out += ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
-                "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
-    why = {row_id(r): w for r in table if (w := stale(r, prints))}
-    fresh, old = [r for r in table if row_id(r) not in why], [r for r in table if row_id(r) in why]
-    known = {} if known is None else known
-    order = (list(zip(ranks(fresh, known), ranked(fresh))) if fresh else []) + [("stale", r) for r in old]
-    for rank, r in order:
-        if current:
-            ci = f"{number_text(r.get('ci_low'))}..{number_text(r.get('ci_high'))}" if r.get("ci_low") is not None \
-                else "-"
-            work_cell = f" {r['budget']}, {precision_text(r.get('precision'))} |" if reference else ""
-            mark = " †" if chosen_on_test(r["recipe"]) else ""
-            cells = (f"| {rank} | {row_name(r)}{mark} |{work_cell} {value_text(r)} | {ci} | "
-                     f"{versus_best(r, order[0][1], known) if rank != 'stale' else '-'} | "
-                     f"{number_text(r.get('val_mean'))} | {r['n']} | {r['hardware']} |")
-            tail = f" {verified(r, checks)} |"
-        else:
-            cells, tail = f"| {rank} | {label(r)} | {value_text(r)} | {r['n']} |", ""
-        out.append(f"{cells} {number_text(r.get('train_seconds'), 1)} | {number_text(r.get('params_M'), 2)} | "
-                   f"{number_text(r.get('peak_mem_mb'), 0)} | {r.get('commit', '-')} | {r.get('date', '-')} |{tail} "
-                   f"`{r.get('command', '')}` |")
-    out.append("")
-    out += [f"stale: `{r.get('command', row_name(r))}` @ {r.get('commit', '?')}: {why[row_id(r)]} (its fingerprint); "
-            "not ranked until measured again." for r in old] + ([""] if old else [])
-    chosen = {r["recipe"]: note for r in table if (note := chosen_on_test(r["recipe"]))}
+    if proto < PROTOCOL:
+        return out + _archive_rows(table) + [""]
+    lines = board_rows.shown(table, prints, known)
+    how = board_rows.chosen(table) if how is None else how
+    out += board_rows.header(reference)
+    out += ["| " + " | ".join(board_rows.cells(line, lines[0].row, known or {}, how.get(id(line.row), "-"),
+                                               reference)) + " |" for line in lines]
+    out += ["", *(board_rows.details(line, checks) for line in lines), ""]
+    old = [line for line in lines if line.why]
+    out += [f"stale: `{line.row.get('command', row_name(line.row))}` @ {line.row.get('commit', '?')}: {line.why} "
+            "(its fingerprint); not ranked until measured again." for line in old] + ([""] if old else [])
+    chosen = {r["recipe"]: note for r in table if (note := board_rows.chosen_on_test(r["recipe"]))}
     out += [f"† {recipe}: defaults chosen on test (protocol 1), kept until re-chosen on validation: {note}."
             for recipe, note in sorted(chosen.items())] + ([""] if chosen else [])
     if reference or work:
         out += _speed_table(key, speed)
+    return out
+
+
+def _archive_rows(table: list[dict]) -> list[str]:
+    """A protocol-1 table's rows: measured before validation splits, never ranked against the board's."""
+    out = ["| rank | recipe | value | n | train s | params (M) | peak mem (MB) | commit | date | command |",
+           "|---:|---|---|---:|---:|---:|---:|---|---|---|"]
+    for rank, r in zip(ranks(table, {}), ranked(table)):
+        out.append(f"| {rank} | {label(r)} | {value_text(r)} | {r['n']} | {number_text(r.get('train_seconds'), 1)} | "
+                   f"{number_text(r.get('params_M'), 2)} | {number_text(r.get('peak_mem_mb'), 0)} | "
+                   f"{r.get('commit', '-')} | {r.get('date', '-')} | `{r.get('command', '')}` |")
     return out
 
 
@@ -215,50 +215,39 @@ def _gain_text(gain) -> str:
     return f"{gain['mean']:+.4g} ({held} of {len(gain['by_seed'])})"
 
 
-def versus_best(row: dict, best: dict, known: dict) -> str:
-    """The row's metric minus the best row's, the 95% interval of the paired bootstrap (``paired``): ``unpaired``
-    where the two cannot be paired (a row without per-item scores, other test items)."""
-    from recipe_zoo import paired
-
-    if row is best:
-        return "-"
-    difference = paired.difference(row, best, known)
-    return "unpaired" if difference is None else f"{difference[0]:+.4g}..{difference[1]:+.4g}"
-
-
-@functools.lru_cache(maxsize=None)
-def chosen_on_test(recipe: str) -> str:
-    """What of a recipe's defaults was read off a test split (its config's ``CHOSEN_ON_TEST``), or '' (also for a
-    row of a recipe no longer registered, or an own-data run's label). Once per recipe and process: a board of many
-    rows imports each recipe's module once."""
-    from recipe_zoo import registry
-
-    if recipe not in {row["name"] for row in registry.static_list()}:
-        return ""
-    return getattr(registry.get(recipe).config, "CHOSEN_ON_TEST", "")
-
-
-def _speed_table(key: tuple, speed) -> list[str]:
-    """The speed view of one machine-free table: its rows' work on each machine measured, the latest row per
-    (recipe, work, machine)."""
+def latest_speed(key: tuple, speed) -> list[dict]:
+    """The speed rows of one machine-free table: its rows' work on each machine measured, the latest row per
+    (recipe, work, machine), by recipe and work, fastest first."""
     latest = {}
     for r in speed:
         if (r["benchmark"], board_table_slot(r)) == (key[1], key[4:]):
             latest[(label(r), r["budget"], r["hardware"])] = r
+    return [r for _, r in sorted(latest.items(), key=lambda kv: (kv[0][:2], kv[1]["train_seconds"]))]
+
+
+def _speed_table(key: tuple, speed) -> list[str]:
+    """The speed view of one machine-free table; what each MFU is a share of, where long, follows it."""
+    latest = latest_speed(key, speed)
     if not latest:
         return []
     out = ["Speed of the work per machine (`zoo bench RECIPE --reference --speed` adds one; never a quality row):",
            "", "| recipe | work | hardware | runs | train s (median) | throughput | MFU | commit | date |",
            "|---|---|---|---:|---:|---|---|---|---|"]
-    for (name, work, hardware), r in sorted(latest.items(), key=lambda kv: (kv[0][:2], kv[1]["train_seconds"])):
+    notes = {}
+    for r in latest:
         rate = f"{r['throughput']:,.0f} {r.get('unit', '')}".strip() if r.get("throughput") is not None else (
             _steps_rate(r))
-        mfu = f"{r['mfu_percent']:.1f}% of {r['mfu_of']}" if r.get("mfu_percent") is not None and r.get("mfu_of") \
-            else number_text(r.get("mfu_percent"), 1)
-        out.append(f"| {row_name(r)} | {work}, {precision_text(r.get('precision'))} | {hardware} | {r['n']} | "
-                   f"{number_text(r['train_seconds'], 1)} | {rate} | {mfu} | {r.get('commit', '-')} | "
-                   f"{r.get('date', '-')} |")
-    return out + [""]
+        mfu = number_text(r.get("mfu_percent"), 1)
+        if r.get("mfu_percent") is not None and r.get("mfu_of"):
+            peak, _, more = r["mfu_of"].partition(", ")
+            mfu = f"{r['mfu_percent']:.1f}% of {peak}"
+            if more:
+                notes.setdefault(more, []).append(board_rows.short_hardware(r["hardware"]))
+        out.append(f"| {row_name(r)} | {r['budget']}, {precision_text(r.get('precision'))} | "
+                   f"{board_rows.short_hardware(r['hardware'])} | {r['n']} | {number_text(r['train_seconds'], 1)} | "
+                   f"{rate} | {mfu} | {r.get('commit', '-')} | {r.get('date', '-')} |")
+    out += [""] + [f"MFU on {', '.join(dict.fromkeys(where))}: the peak is {more}." for more, where in notes.items()]
+    return out + ([""] if notes else [])
 
 
 def _steps_rate(row: dict) -> str:
@@ -290,28 +279,15 @@ def _reported_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
-def verified(row: dict, checks: list[dict]) -> str:
-    """The latest ``zoo verify`` of this row on each machine it was re-run on: ``ok 2026-12-01 on HARDWARE @
-    commit`` (``-dirty`` when the tree was not clean) or ``FAILED ...``; ``-`` if never."""
-    latest = {}
-    for c in checks:
-        if c["row"] == row_id(row):
-            latest[c.get("hardware", row["hardware"])] = c
-    if not latest:
-        return "-"
-    return "; ".join(f"{'ok' if c['passed'] else '**FAILED**'} {c['date']} (n={c['n']}: {number_text(c['mean'])})"
-                     + ("" if hardware == row["hardware"] else f" on {hardware}")
-                     + (f" @ {c['commit']}" if c.get("commit") else "")
-                     + (" (uncommitted changes)" if c.get("dirty") or str(c.get("commit", "")).endswith("-dirty")
-                        else "") for hardware, c in latest.items())
-
-
 def write_board() -> Path:
-    """leaderboard.md and the protocol-1 archive rendered again, each replaced whole; refused (``DamagedRow``)
-    while a row cannot be read."""
+    """leaderboard.md, its page with charts (leaderboard.html, ``board_html``) and the protocol-1 archive rendered
+    again, each replaced whole; refused (``DamagedRow``) while a row cannot be read."""
+    from recipe_zoo.board_html import render_html
+
     with rendering(), _not_written("board"):
         kinds = [all_rows(kind, strict=True) for kind in KINDS]
         _write_text(board_dir() / "leaderboard-protocol1.md", render_archive(kinds[0]))
+        _write_text(board_dir() / "leaderboard.html", render_html(*kinds))
         return _write_text(board_dir() / "leaderboard.md", render(*kinds))
 
 

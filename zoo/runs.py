@@ -25,9 +25,9 @@ from recipe_zoo.data import benchmark_key
 
 CODE_DIR = Path(__file__).resolve().parent.parent
 # Files the zoo writes itself: rewriting them while benchmarking does not make the code "dirty".
-RESULT_FILES = ("leaderboard.md", "leaderboard-protocol1.md", "benchmarks/results.jsonl", "benchmarks/verify.jsonl",
-                "benchmarks/speed.jsonl", "benchmarks/fingerprints.jsonl", "benchmarks/items.jsonl",
-                "benchmarks/transfer.jsonl", "benchmarks/plots")
+RESULT_FILES = ("leaderboard.md", "leaderboard-protocol1.md", "leaderboard.html", "benchmarks/results.jsonl",
+                "benchmarks/verify.jsonl", "benchmarks/speed.jsonl", "benchmarks/fingerprints.jsonl",
+                "benchmarks/items.jsonl", "benchmarks/transfer.jsonl", "benchmarks/plots")
 
 
 def code_state() -> tuple[str, bool]:
