@@ -79,18 +79,32 @@ def _scale_label(scale_out: str) -> str:
 
 
 def cmd_show(args) -> int:
+    spec = resolve_spec(args.recipe)
+    print(settings_text(spec, args.recipe if args.recipe.endswith(".py") else None), end="")
+    _show_rows(spec)
+    return 0
+
+
+def settings_text(spec, recipe_file: str | None = None) -> str:
+    """What ``zoo show`` prints of a recipe before its leaderboard rows: the header, the config, predict and export,
+    and the reference runs. All of it follows from the code, so docs/<domain>.md quotes it
+    (recipe_zoo.docs_settings)."""
+    import contextlib
+    import io
+
     from recipe_zoo import config as config_mod
 
-    spec = resolve_spec(args.recipe)
     cfg = config_mod.build(spec.config, spec.defaults, None, [], spec.name)  # a bad default fails before any line
-    _show_header(spec)
-    _show_fields(spec, cfg)
-    if "prepare" in spec.hooks:
-        print(f"data at scale: stream=true reads the data as it trains; zoo data prepare {spec.name} data=SOURCE "
-              "writes it once in the streamed form (then data=FOLDER)\n")
-    _show_use(spec, args.recipe if args.recipe.endswith(".py") else None)
-    _show_standing(spec)
-    return 0
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        _show_header(spec)
+        _show_fields(spec, cfg)
+        if "prepare" in spec.hooks:
+            print(f"data at scale: stream=true reads the data as it trains; zoo data prepare {spec.name} "
+                  "data=SOURCE writes it once in the streamed form (then data=FOLDER)\n")
+        _show_use(spec, recipe_file)
+        _show_references(spec)
+    return text.getvalue()
 
 
 def _show_header(spec) -> None:
@@ -158,10 +172,9 @@ def _show_use(spec, recipe_file: str | None = None) -> None:
     print(f"export:  zoo export RUN_DIR{named} --format {'|'.join(['safetensors', *spec.exports])}\n")
 
 
-def _show_standing(spec) -> None:
-    """The recipe's reference runs (fixed work, every machine), then its leaderboard rows at its defaults or a
-    reference's settings, each with its rank in its table."""
-    from recipe_zoo import board, references
+def _show_references(spec) -> None:
+    """The settings a device would choose, and the recipe's reference runs (fixed work, every machine)."""
+    from recipe_zoo import references
 
     chosen = getattr(spec.config, "DEVICE_FIELDS", ())
     if chosen:
@@ -169,6 +182,18 @@ def _show_standing(spec) -> None:
     for ref in references.for_recipe(spec.name):
         print(f"reference: {ref.benchmark} @ {ref.work}: {ref.command()} = {ref.expanded()} "
               f"(config {references.config_hash(ref)}; {ref.why})")
+
+
+def _show_standing(spec) -> None:
+    """The recipe's reference runs, then its leaderboard rows, each with its rank in its table."""
+    _show_references(spec)
+    _show_rows(spec)
+
+
+def _show_rows(spec) -> None:
+    """The recipe's leaderboard rows at its defaults or a reference's settings, each with its rank in its table."""
+    from recipe_zoo import board, references
+
     all_rows, prints = board.load_rows(), board.all_rows("fingerprints.jsonl")
     rows = [r for r in all_rows if r["recipe"] == spec.name and (not r.get("overrides") or references.of_row(r))]
     if not rows:
