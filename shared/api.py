@@ -75,7 +75,7 @@ class RecipeSpec:
     predict_options: type | None = None  # the @dataclass of predict's options (artifact.PredictOptions or a subclass)
     exports: dict = field(default_factory=dict)  # zoo export formats beyond safetensors: name -> fn(cfg, run, out)
     # precision=auto on a CPU with bf16 units: "bf16" where the recipe's step was measured >= 1.3x faster in bf16
-    # and its validation no worse (benchmarks/cpu_precision.py), else "fp32"; the registration says the figures
+    # and its validation no worse (benchmarks/cpu_precision.py), else "fp32"; the registration's comment links them
     cpu_precision: str = "fp32"
 
     @property

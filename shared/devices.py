@@ -48,51 +48,38 @@ class Work:
 
 
 CPU_WORK = {
-    # benchmarks/cpu_plan_check.py, AMD EPYC family 25 model 17 (2 threads, 30 s, inductor cache warm): llm/gpt
-    # depth 1 (width 64) ran 461 steps where 50% predicted 695 (33% of the peak); depth 2 (width 128) in bf16 205
-    # where 229 were predicted. Depths 2-4 with torch.compile had reached 50-61% before. A first run on a machine
-    # also compiles from a cold inductor cache inside its budget: 353 steps at depth 1 (not modelled).
+    # benchmarks/cpu_plan_check.py on llm/gpt (docs/LOG.md#2026-12-03-cpu-matmul-share-refit). A first run on a machine
+    # also compiles from a cold inductor cache inside its budget (not modelled).
     "matmul": Work(((64, 0.33), (192, 0.5)), 0.0, "llm/gpt with torch.compile on 2 CPU cores: 33% of the measured "
                                                   "fp32 matmul peak at width 64, 50-61% at depths 2-4"),
-    # Refitted a third time (benchmarks/cpu_plan_check.py --budget 30s, AMD EPYC family 25 model 17, 2 threads, cached
-    # peak 185 GFLOP/s): medical/unet eager (ISBI, folds=0, patch 128x128, batch 2) ran 411, 444 and 414 steps where
-    # 23% predicted 560 (17.0-18.2%); the fit before ran 501 at a 168 GFLOP/s peak (22.8%). 18% is the median of
-    # the four; the VM's conv rate moves by a fifth between sittings while its matmul peak stays cached. The step
-    # floor (min_steps) scales with the share (395 -> 309), so every fp32 CPU plan (eager and compiled, SwinUNETR's,
-    # 30 s to 1 h) is the one chosen before; only the predicted steps move (x0.78).
+    # medical/unet eager, the median of four benchmarks/cpu_plan_check.py sittings; the step floor (min_steps)
+    # scales with the share (docs/LOG.md#2026-12-04-cpu-conv-share-18).
     "conv": Work(((1, 0.18),), 0.0, "medical/unet (MONAI UNet) at width 16 on 2 CPU cores (AMD EPYC family 25 model "
                                     "17), eager: 18% of the measured fp32 matmul peak"),
-    # diffusers' UNet2DModel (group norms, attention at the lowest level): diffusion/flow on mnist at widths 8-32 ran
-    # 208, 171 and 165 steps in 30 s (three checks; the CPU at 1.03x its cached peak during the last) where 20%
-    # predicted 145: 24% at the median (20% was fitted at widths 8-16 on a 144 GFLOP/s peak). min_steps scaled with
-    # it, 250 -> 300.
+    # diffusers' UNet2DModel (group norms, attention at the lowest level): diffusion/flow on mnist at widths 8-32,
+    # the median of three checks; min_steps scaled with it (docs/LOG.md#2026-12-04-diffusers-unet-share-24).
     "diffusers_unet": Work(((1, 0.24),), 0.0, "diffusion/flow (diffusers UNet2DModel) at widths 8-32 on 2 CPU cores "
                                               "(AMD EPYC family 25 model 17): 24% of the measured fp32 matmul peak"),
 }
-# A run computing in bf16 (autocast) on a CPU with bf16 units is measured against the bf16 matmul peak, which is
-# 2.2-2.7x the fp32 one on the AMD EPYCs measured (AVX-512 BF16); its steps speed up far less than that, since
-# autocast leaves the norms, losses and optimizer in fp32 and converts at every layer. Each share is the fp32 one
+# A run computing in bf16 (autocast) on a CPU with bf16 units is measured against the bf16 matmul peak, a multiple
+# of the fp32 one with AVX-512 BF16; its steps speed up far less than that, since autocast leaves the norms, losses
+# and optimizer in fp32 and converts at every layer. Each share is the fp32 one
 # scaled by the step speed-up measured at the same work (benchmarks/cpu_precision.py, cpu_plan_check.py) over the
 # peaks' ratio there: the bf16 prediction is then exactly as good as the fp32 one.
-BF16_SPEEDUP = {  # (bf16 over fp32 steps/s, bf16 over fp32 matmul peak), AMD EPYC family 25 model 17, 2 threads
-    "matmul": (1.5, 2.2),  # llm/gpt at 30 and 90 s: 1.58x and 1.41x; peaks 400-420 and 180-190 GFLOP/s
-    # medical/unet (ISBI, folds=0, 30 s, eager; cached peaks 417 and 185 GFLOP/s): bf16's plan takes 3 patches of
-    # 128x128 a step where fp32's takes 2; four sittings' pairs (cpu_plan_check.py) ran 515/414, 546/486, 368/411 and
-    # 415/444 steps, so bf16 computed 1.34-1.87x fp32's patches a second: 1.55x at the median (1.29x was fitted on
-    # one run at 128x256). Only bf16 plans move with it; the default is fp32 on a CPU.
+BF16_SPEEDUP = {  # (bf16 over fp32 steps/s, bf16 over fp32 matmul peak), measured on one CPU
+    "matmul": (1.5, 2.2),  # llm/gpt (docs/LOG.md#2026-12-03-cpu-sizing-per-dtype)
+    # medical/unet, per patch, the median of four sittings (docs/LOG.md#2026-12-04-cpu-conv-share-18). Only bf16 plans
+    # move with it; the default is fp32 on a CPU.
     "conv": (1.55, 2.2),
-    # diffusion/flow (mnist, 30 s, widths 8-32): 139, 109, 110 and 104 bf16 steps where 126 were predicted at 0.76
+    # diffusion/flow (docs/LOG.md#2026-12-04-diffusers-unet-share-24)
     "diffusers_unet": (0.55, 2.2),
 }
 CPU_WORK_BF16 = {kind: work.scaled(f"scaled by the measured bf16 step speed-up {BF16_SPEEDUP[kind][0]:.2f}x over the "
                                     f"bf16/fp32 peak ratio {BF16_SPEEDUP[kind][1]:.2f}x", *BF16_SPEEDUP[kind])
                  for kind, work in CPU_WORK.items()}
 # torch.compile on a CPU: each conv share (fp32's and bf16's) times the step speed-up measured at the same work
-# (benchmarks/cpu_plan_check.py --budget 30s with compile=false and with the default compile=true, AMD EPYC family
-# 25 model 17, 2 threads): medical/unet on ISBI 461 steps compiled where 0.23 x 1.19 predicted 280 (fp32; 1.36x the
-# eager share), 506 in bf16 against 375 eager (1.35x); 1.19x at 60 s beside the eager run (cpu_precision.py
-# --compare). llm/gpt's matmul share was measured compiled already; diffusion (1.22x on digits, none on mnist at 5m)
-# is not scaled.
+# (benchmarks/cpu_plan_check.py, compile=false against compile=true: docs/LOG.md#2026-12-04-cpu-compile-speed-up-conv).
+# llm/gpt's matmul share was measured compiled already; diffusion is not scaled.
 COMPILE_SPEEDUP = {"conv": 1.36}
 
 
@@ -104,16 +91,12 @@ def _compiled(table: dict) -> dict:
 
 CPU_WORK_COMPILED, CPU_WORK_BF16_COMPILED = _compiled(CPU_WORK), _compiled(CPU_WORK_BF16)
 GPU_WORK = {
-    # One H200, torch 2.11, bf16, torch.compile (issue 24's table): llm/gpt depth 6 (width 384) at 4,096 tokens a step
-    # took 40.6 ms, almost all of it latency; depth 12 (width 768) at 131,072 tokens 0.46-0.49 s (18-20% of the
-    # datasheet peak, Muon's Newton-Schulz counted); depth 32 (width 2048) at 4,096 tokens 0.353 s (40%).
+    # llm/gpt on one GPU, bf16, torch.compile, depths 6, 12 and 32 (docs/LOG.md#2026-12-01-gpu-matmul-share)
     "matmul": Work(((768, 0.20), (2048, 0.40)), 0.040,
                    "llm/gpt on one H200 (torch 2.11, bf16, compiled): depth 6/12/32 steps", optimizer=True),
     # No conv run on a GPU has been large enough to measure its share: 0.3 is the guess the recipes used before,
-    # kept and labelled. The latency is measured on the two recipes that size by it: diffusion/flow (703 steps in
-    # 20 s) and medical/unet (64 patches/s at batch 2) took 28-31 ms a step on one H200, far more than their counted
-    # work at any plausible share. It is their loops' overhead, not the device's: vision/resnet's compiled 0.66 M
-    # zoo-net took 6 ms a step (42.5 k images/s at batch 256).
+    # kept and labelled. The latency is the step time of the two recipes that size by it (diffusion/flow and
+    # medical/unet), their loops' overhead rather than the device's (docs/LOG.md#2026-12-02-gpu-conv-latency).
     "conv": Work(((1, 0.3),), 0.030, "share: a guess (no large conv run measured on a GPU yet); latency: 28-31 ms "
                                      "steps of diffusion/flow and medical/unet runs on one H200"),
 }

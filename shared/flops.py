@@ -57,8 +57,8 @@ def computed_cache_root() -> Path:
 _CHECKED: set[tuple[str, str, float]] = set()  # (cache file, key, figure) this process has checked or measured
 
 # Flags of bf16 units: x86's AVX-512 BF16 and AMX, ARM's FEAT_BF16 and SME. Without one of them torch computes bf16
-# by converting to fp32 in software: a 2048x2048 product ran at 0.3 GFLOP/s on an AMD EPYC family 25 model 1 (Zen 3,
-# AVX2), against ~150 in fp32, so it is never measured at that size there.
+# by converting to fp32 in software, far slower than fp32, so it is never measured at 2048x2048 there
+# (docs/LOG.md#2026-12-07-bf16-emulated-without-bf16-units).
 BF16_UNIT_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16", "sme"})
 ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")  # what caps the kernels torch picks
 _SPEEDUPS: dict[tuple[str, str], float] = {}  # (cache file, key): bf16 over fp32, as measured or read here
@@ -138,8 +138,8 @@ def cpu_peak_flops(cache_dir: Path | None = None, dtype: str = "fp32") -> float:
 
     A practical peak, not the datasheet's: MFU on CPUs says how close a step runs to what this CPU
     reaches on its best-tuned kernel (convolutions through oneDNN can come close to it). A 2048x2048 product,
-    except bf16 on a CPU that emulates it: 256x256 there (1.3 GFLOP/s on a Zen 3, where 2048x2048 ran at 0.3 and
-    took about a minute a product), so no measure takes minutes. Sizing a bf16 run reads it; MFU does not
+    except bf16 on a CPU that emulates it: 256x256 there (docs/LOG.md#2026-12-07-bf16-emulated-without-bf16-units),
+    so no measure takes minutes. Sizing a bf16 run reads it; MFU does not
     (``peak_flops``)."""
     n = 256 if dtype == "bf16" and cpu_emulates_bf16() else 2048
     key = peak_key(f"{dtype} matmul {n}" + (" (emulated)" if n == 256 else ""))

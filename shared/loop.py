@@ -28,10 +28,9 @@ from recipe_zoo.core.loop_state import Counters, LoopState, resume
 from recipe_zoo.core.train_step import optimizer_step, prepare_step
 
 
-# compile=none (auto): torch.compile only for a fit given at least this many seconds of time budget. A cold compile
-# (the first run on a machine, after a torch upgrade or a cleaned /tmp) took 43 s of medical/unet's ISBI plan on 2
-# cores of an AMD EPYC family 25, so a 30 s budget trained 2 steps; warm, compiling gave 1.19-1.36x the steps, which
-# pays a cold compile back from 160-270 s; on synthetic-2d it gave 1.02x (969 against 952 steps in 60 s).
+# compile=none (auto): torch.compile only for a fit given at least this many seconds of time budget, where the warm
+# speed-up pays a cold compile back (the first run on a machine, after a torch upgrade or a cleaned /tmp):
+# docs/LOG.md#2026-12-04-compile-auto-from-5-minutes
 COMPILE_AUTO_SECONDS = 300.0
 
 

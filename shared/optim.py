@@ -138,10 +138,7 @@ MUON_BATCH_ELEMENTS = 2**26  # matrices of one shape are orthogonalised together
 
 def orthogonalize(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     """Approximate U V^T of the SVD of ``g`` (..., rows, cols) by Newton-Schulz iterations."""
-    # On a CPU in fp32 even for a bf16 run: bf16 iterations were tried for llm/gpt's bf16 runs (AMD EPYC family 25,
-    # AVX-512 BF16, seeds 0-2): at depth 4 (150 steps) 1.09-1.23x faster steps but validation BPB +0.0004..+0.0019
-    # worse on every seed; at 60 s (depth 2) no faster (501-514 steps against 472-534) and +0.012 worse on two
-    # seeds of three. Not kept.
+    # fp32 on a CPU even for a bf16 run (bf16 iterations dropped: docs/LOG.md#2026-12-04-muon-fp32-on-cpu)
     x = g.bfloat16() if g.is_cuda else g.float()
     transposed = x.size(-2) > x.size(-1)
     if transposed:  # iterate on the wide orientation: X X^T is the smaller Gram matrix

@@ -85,10 +85,9 @@ def load_data(cfg, run) -> SSLData:
 # Two views per image (kornia: per-image random parameters on whole batches, on the run's device)
 # =============================================================================================
 
-# view_size=-1 for SimCLR: views cropped to 3/4 of the image side train 1.6x the steps a second, and the evaluation's
-# whole images then show objects nearer the size training saw (FixRes's train-test resolution effect). cifar10-subset,
-# seeds 0-2 paired (AMD EPYC family 26 model 2, bf16, 2 threads), validation kNN at 32 -> 24 px views: 0.5414 -> 0.5639
-# at 2 minutes, 0.5668 -> 0.5937 at 5, better on every seed at both; 16 px views at 5 minutes (seed 0): 0.5652
+# view_size=-1 for SimCLR: views cropped to 3/4 of the image side train more steps a second, and the evaluation's
+# whole images then show objects nearer the size training saw (FixRes's train-test resolution effect); chosen on
+# validation kNN: docs/LOG.md#2026-12-06-simclr-views-at-3-4-of-the-side
 VIEW_SHARE = 0.75
 
 

@@ -62,13 +62,14 @@ class ContrastiveConfig(LoopSettings):
     image_size: NonNegativeInt = 0  # pixels per side; 0 = own (a folder: median short side rounded to 32, 32-224)
     val_fraction: Share = 0.1  # validation (the kNN queries while training): this share of the training images
     test_fraction: Share = 0.2  # test share of a labelled folder without val/ or test/ inside (hash-chosen)
-    # zoo-net w48 (simclr's default) against zoo-resnet w32 (byol's), on cifar10-subset validation kNN, paired by
-    # seed: +0.017/+0.018/+0.049 at 1 min, +0.019/+0.019 at 5 min (seeds 1-2; seed 0 ran beside another job).
+    # zoo-net w48 (simclr's default) beat zoo-resnet w32 (byol's) on validation kNN
+    # (docs/LOG.md#2026-12-01-simclr-zoo-net-w48)
     model: str = "zoo-net"  # backbone: zoo-net, zoo-resnet, or a timm name (3x3 stem, no max-pool under 64 px)
     width: Count = 48  # zoo-net / zoo-resnet channels of the first group (x2, x4 in the next two)
     # a fine-tune keeps the source's backbone (model, width), whitening and input statistics; the heads start afresh
     weights: str = ""  # a vision or contrastive run folder to start from; '' = from scratch
-    # fine-tuned from a vision run on cifar10-subset, 30 s, 3 seeds, validation kNN: 1 0.572, 0.1 0.694, 0.03 0.713
+    # backbone_lr tried at 1, 0.1 and 0.03 on a fine-tune from a vision run
+    # (docs/LOG.md#2026-12-04-contrastive-backbone-lr)
     backbone_lr: AutoUnit = -1.0  # a fine-tune's backbone LR as a fraction of lr (new heads get lr); -1 = 0.1
     proj_hidden: NonNegativeInt = 0  # projection MLP hidden width; 0 = 2048 (SimCLR) / 4096 (BYOL)
     proj_dim: NonNegativeInt = 0  # projection output width; 0 = 128 (SimCLR) / 256 (BYOL)
@@ -287,12 +288,8 @@ def keep_start(run, trained: nn.Module, metrics: dict, start: dict, begun: dict 
     return "start", scores
 
 
-# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
-# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 278.6 -> 396.7 images/s (1.42x); validation kNN accuracy
-# 0.374 -> 0.400 at 30 s and 0.442 -> 0.478 at 90 s, better on every seed at both budgets. contrastive/byol, the same
-# procedure: 205 -> 318 images/s (1.55x); validation kNN accuracy +0.0048 at 30 s (every seed) and +0.0013 at 90 s
-# (2 of 3 seeds: +0.0038, -0.0038, +0.0038): bf16 too. (It waited on a kill-and-resume test that found a kNN
-# prediction not given again: the kNN's similarities were bf16 under the run's autocast, fp32 outside; now fp32.)
+# precision=auto on a CPU with bf16 units: bf16 for simclr and byol (faster, validation no worse:
+# docs/LOG.md#2026-12-03-cpu-precision-simclr, docs/LOG.md#2026-12-04-cpu-precision-esm-finetune-dmpnn-byol)
 @recipe("contrastive/simclr", config=ContrastiveConfig, benchmark="cifar10-subset", metric="test_knn_accuracy",
         budget="60s", predict=embed, predict_options=EmbedOptions, exports={"timm": export_timm},
         summary="SimCLR: two augmented views (3/4 of the image side), NT-Xent (T 0.2), MLP head discarded; kNN + probe",

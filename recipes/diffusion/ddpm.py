@@ -72,8 +72,7 @@ class DiffusionConfig(LoopSettings):
     prediction: Literal["v", "epsilon"] = "v"  # ddpm network target: v = a*eps - s*x0 (fine at low SNR), or the noise
     noise_schedule: Literal["cosine", "linear"] = "cosine"  # ddpm betas: cosine (Nichol & Dhariwal) or linear
     timesteps: Count = 1000  # ddpm training timesteps
-    # logit_normal = sigmoid(n), n ~ N(0, 1), chosen on validation: mnist, seeds 0-2 paired, val fid_zoo 8.81 ->
-    # 6.50 at 2m and 3.52 -> 2.61 at 5m, every seed
+    # logit_normal = sigmoid(n), n ~ N(0, 1), chosen on validation: docs/LOG.md#2026-12-05-flow-logit-normal-times
     flow_time: Literal["uniform", "logit_normal"] = "logit_normal"  # flow: training times t (SD3's: mid-path)
     conditional: bool = False  # class-conditional with classifier-free guidance
     cond_drop: Fraction = 0.1  # fraction of training labels replaced by the null class
@@ -85,7 +84,7 @@ class DiffusionConfig(LoopSettings):
     min_steps: NonNegativeInt = 300  # width=0 under a time budget: the widest net predicted to get this many steps
     # lr and the width rule (models.choose_width) were set on the 1,000 held-out mnist images under protocol 1,
     # which are now validation and test: kept until re-measured on validation.
-    lr: Positive = 1e-3  # AdamW LR: 1e-3 for budgets of minutes (2 min on mnist: fid_zoo 8.2 vs 37 at 1e-4)
+    lr: Positive = 1e-3  # AdamW LR, for budgets of minutes: docs/LOG.md#2026-11-30-diffusion-lr-and-width
     weight_decay: NonNegative = 0.01  # decoupled, on weights only (never biases, norms, embeddings)
     batch_size: Count = 64
     schedule: Literal["constant", "cosine", "wsd", "linear"] = "constant"  # LR shape; EMA does the averaging
@@ -265,13 +264,8 @@ def source_model(source: finetune.Source, channels: int, size: int, num_classes:
 # Training
 # =============================================================================================
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on mnist (diffusion/flow, width 16), AMD EPYC family 25
-# model 17 (AVX-512 BF16), 2 threads, 30 s, seeds 0-2 paired: bf16 0.88x the images/s (707 against 801, medians) and
-# validation fid_zoo worse on every seed (9.15 -> 9.82, means). The second budget was not run: speed alone decides.
-# compile: off by default. benchmarks/cpu_precision.py --compare compile=false compile=true on digits (diffusion/flow),
-# the same CPU, seeds 0-2 paired: 1.22x the images/s at 60 s (width sized to 1.54 M params; validation fid_zoo 6.04 ->
-# 5.13, every seed better) and 1.14x at 120 s (2.73 M; 4.45 -> 3.77); but on mnist at 5m (width 16, 0.69 M) a
-# compiled run trained 718 steps in 300 s where the eager 800-step reference takes 301 s: no speed-up there.
+# precision=auto on a CPU: fp32 (bf16 slower: docs/LOG.md#2026-12-03-cpu-sizing-per-dtype).
+# compile: off by default (no speed-up on mnist at 5m: docs/LOG.md#2026-12-04-cpu-compile-diffusion-medical).
 @recipe("diffusion/ddpm", config=DiffusionConfig, benchmark="mnist", metric="test_fid_zoo", budget="60s",
         higher_is_better=False, predict=generate, predict_options=GenerateOptions,
         exports={"pretrained": export_pretrained}, hooks={"size": size_hook},

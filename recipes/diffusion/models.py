@@ -47,15 +47,13 @@ WIDTHS = (128, 96, 64, 48, 32, 24, 16, 8)
 
 def choose_width(cfg, budget, channels: int, size: int, num_classes: int, device, log) -> tuple[int, str]:
     """The widest U-Net that trains ``min_steps`` steps in a time budget, predicted from its counted
-    FLOPs per step on the device's profile (``core.devices``, ``diffusers_unet`` work: 20% of the measured,
+    FLOPs per step on the device's profile (``core.devices``, ``diffusers_unet`` work: its share of the measured,
     cached peak and no latency on a CPU; on a GPU a per-step latency too): the same answer on every run of a machine,
     where timing a few steps would flip between widths near the threshold. Step and epoch budgets: width 32.
     ``device``: a torch device, or a ``DeviceProfile`` (``zoo plan``). Returns the width and the reason.
 
-    On mnist at 5 min, width 16 (~900 steps predicted at the 40% share of then, ~450 trained) reached fid_zoo 11.3
-    where width 8 (~2,000 predicted) reached 21.5-23.4: the wider net with fewer steps wins, so ``min_steps`` is a
-    floor, not a goal. (Measured under protocol 1, against the 1,000 held-out images that are now validation and
-    test; kept until re-measured on validation.)"""
+    A wider net with fewer steps beat a narrower one with more, so ``min_steps`` is a floor, not a goal
+    (docs/LOG.md#2026-11-30-diffusion-lr-and-width; measured under protocol 1, kept until re-measured on validation)."""
     if cfg.width:
         return cfg.width, "width set by you"
     if budget.kind != "seconds":

@@ -79,7 +79,7 @@ class GPTConfig(LoopSettings):
     prompt: str = ""  # text the samples continue ('' = start of a document)
     eval_every: Unit = 0.25  # fraction of the budget between validations
     diverge_factor: Annotated[float, Range(1, low_open=True)] = 3.0  # an LM's loss never rises 3x over its first step's
-    compile: bool = True  # torch.compile the model (1.2x tokens/s on 2 CPU cores; falls back to eager)
+    compile: bool = True  # torch.compile the model, falls back to eager (docs/LOG.md#2026-11-29-llm-gpt-compile)
     fsdp: bool = False  # under torchrun: shard each block's weights, grads and optimizer state over the processes
     weights: str = ""  # fine-tune from a finished llm/gpt run (its folder): its tokenizer, shape and weights
 
@@ -272,13 +272,7 @@ def load_source(model: models.GPT, source: finetune.Source) -> None:
     artifact.load_into(model, source.path("model.safetensors"))
 
 
-# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on tinyshakespeare, AMD EPYC family 25
-# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired. Sized on the bf16 peak, a bf16 run trains a larger model for
-# the budget (depth 2 for fp32's 1 at 30 s, 3 for 2 at 90 s) at 1.65-2.0x the model FLOP/s (MFU x peak: 97-102 vs
-# 47-52 GFLOP/s at 30 s, 121-130 vs 74-77 at 90 s), and its validation BPB is better on every seed: 2.229 -> 2.187
-# at 30 s and 2.132 -> 2.105 at 90 s (with the output head in fp32; the head's precision measured neutral at 30 s:
-# 2.1709 -> 2.1710, so it stays in bf16). Before bf16 runs were sized on their own peak, the same shapes in bf16 were
-# 1.4-1.6x the tokens/s but 0.033 BPB worse at 90 s.
+# precision=auto on a CPU with bf16 units: bf16 (better validation BPB: docs/LOG.md#2026-12-03-cpu-precision-llm-gpt)
 @recipe("llm/gpt", config=GPTConfig, benchmark="tinyshakespeare", metric="test_bpb", higher_is_better=False,
         budget="5m", summary="GPT pretraining: RoPE, QK-norm, ReLU^2, Muon+AdamW table, time-based WSD, sized by "
                              "the budget; test bits per byte",

@@ -254,9 +254,9 @@ def text_data(cfg, run) -> TextData:
 
 def encode_docs(tok, docs: list[str], log=print) -> torch.Tensor:
     """``tokenization.encode_docs``'s tokens (each document opened by <|bos|>), its documents cut at clean cuts and
-    handed to the tokenizer a batch at a time, so that its threads share a long one (the same tokens; 1.7-3.2x faster
-    on 2 cores for 10-12 MB of text in one document). Unlike ``encode_chunks`` per document (the prepare path), a
-    batch spans documents: 5,000 documents of 2 KB encode in 2.3 s here, 5.2 s one document at a time."""
+    handed to the tokenizer a batch at a time, so that its threads share a long one (the same tokens, faster:
+    docs/LOG.md#2026-12-02-llm-batched-encoding). Unlike ``encode_chunks`` per document (the prepare path), a
+    batch spans documents, so many short documents encode faster too."""
     bos = np.array([tok.token_to_id(tokenization.BOS)], dtype=np.int32)
     encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
     parts: list[np.ndarray] = []

@@ -9,15 +9,14 @@ from collections.abc import Callable
 from recipe_zoo.recipes.llm import models
 
 MIN_STEPS = 200  # depth=0 never chooses a model that gets fewer optimizer steps than this in the budget
-# nor one that sees fewer tokens than this per parameter. Measured on tinyshakespeare at 5 minutes (bf16, 2 cores of an
-# AMD EPYC family 25): depth 5 at 0.17 tokens/param (3.0 passes) beat depth 4 at 0.68 (6.4) and 6 at 0.06 (1.9)
+# nor one that sees fewer tokens than this per parameter (docs/LOG.md#2026-12-05-llm-tokens-per-param-floor)
 MIN_TOKENS_PER_PARAM = 0.1
 CAPPED_TOKENS_PER_PARAM = 0.2  # a run ending at the epoch cap (a GPU's, on little data): the largest model keeping this
 BATCH_CHOICES = tuple(4096 * 2**k for k in range(8))  # batch_tokens=0 picks one of 4,096 ... 524,288 tokens a step
 LATENCY_SHARE = 0.25  # the smallest batch whose step spends at most this share of its time in the fixed latency
 MEMORY_SHARE = 0.5  # micro_batch=0: activations of at most this share of the device's free memory
-# Dropout's cost on a CPU (attention dropout leaves the fused attention kernel): llm/gpt depth 4 at 5 minutes, bf16,
-# AMD EPYC family 25 model 17, 2 threads: 7,510 tokens/s without, 5,031 with 0.1 (6,575 dropping the branches only).
+# Dropout's cost on a CPU (attention dropout leaves the fused attention kernel): the tokens/s ratio without and
+# with dropout 0.1 on llm/gpt (docs/LOG.md#2026-12-04-llm-dropout-cost-on-cpu)
 CPU_DROPOUT_SLOWDOWN = 1.49
 
 
@@ -50,8 +49,9 @@ def step_seconds(shape: models.GPTShape, batch_tokens: int, profile) -> float:
 def batch_choice(shape: models.GPTShape, seconds: float | None, profile, max_tokens: float = math.inf) \
         -> tuple[int, str]:
     """``batch_tokens=0``: the smallest of ``BATCH_CHOICES`` whose step spends at most ``LATENCY_SHARE`` of its time
-    in the profile's fixed latency (a step bound by latency wastes the device: 4,096 tokens a step reached 0.7% MFU
-    on an H200), kept small enough for ``MIN_STEPS`` steps in a time budget and in ``max_tokens`` (the epoch cap's).
+    in the profile's fixed latency (a step bound by latency wastes the device:
+    docs/LOG.md#2026-12-02-llm-batch-by-device), kept small enough for ``MIN_STEPS`` steps in a time budget and in
+    ``max_tokens`` (the epoch cap's).
     With no latency (a CPU) it is 4,096, the batch of every CPU row."""
     latency = profile.latency("matmul")
     if latency == 0:
@@ -73,8 +73,8 @@ def batch_choice(shape: models.GPTShape, seconds: float | None, profile, max_tok
 
 
 def bytes_per_token(shape: models.GPTShape) -> float:
-    """Training memory a token of the micro-batch holds (activations in bf16, fp32 logits), fitted to issue 24's
-    H200 runs at depth 12: 21.8 GB at 32 x 1,024 tokens and 42.4 GB at 64 x 1,024, ~650 KB a token."""
+    """Training memory a token of the micro-batch holds (activations in bf16, fp32 logits), fitted to GPU runs at
+    depth 12 (docs/LOG.md#2026-12-02-llm-batch-by-device)."""
     return 2 * 34 * shape.depth * shape.width + 16 * shape.vocab
 
 

@@ -1,9 +1,8 @@
 """``molecules/dmpnn trees=S``: molecules/fp-xgb's model (XGBoost on Morgan count fingerprints and the RDKit
 descriptors, at its default settings) trained on each split beside the D-MPNN in the share S of the budget, and
 the two blended by the weight that scores best on the split's validation molecules. Trees on fingerprints err
-differently from a graph network (their test residuals correlate ~0.8 on Lipophilicity), so the blend beats
-either alone; see README for the figures. The boosters are kept beside the networks and ``zoo predict`` blends
-them the same way.
+differently from a graph network, so the blend beats either alone (docs/LOG.md#2026-12-06-dmpnn-trees-blend).
+The boosters are kept beside the networks and ``zoo predict`` blends them the same way.
 """
 from __future__ import annotations
 

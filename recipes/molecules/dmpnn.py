@@ -298,12 +298,8 @@ def predict_dmpnn(cfg: DMPNNConfig, opts: inference.MolPredictOptions, run) -> a
 # The recipe: each split (or fold), each ensemble member, their test predictions averaged
 # =============================================================================================
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on ESOL, AMD EPYC family 25 model 17 (AVX-512 BF16),
-# 2 threads, 30 s, seeds 0-2 paired: bf16 0.98x the steps (1,056 against 1,080, medians; model FLOP/s 81 against
-# 82), validation RMSE 0.530 -> 0.527 (means; lower on every seed, by 0.0002-0.006). Speed alone decides.
-# AMD EPYC family 26 model 2, the same command at 30 and 90 s: bf16 1.37x the steps/s, validation 0.5193 -> 0.5179
-# at 30 s but 0.5203 -> 0.5286 at 90 s (worse): fp32. On Lipophilicity there bf16 ran 1.70x the molecules/s
-# and validation at 2 minutes improved on every seed (0.6518 -> 0.6367, ensemble=3): pass precision=bf16.
+# precision=auto on a CPU: fp32: bf16 no faster (docs/LOG.md#2026-12-04-cpu-precision-esm-finetune-dmpnn-byol), or
+# worse at 90 s; on Lipophilicity pass precision=bf16 (docs/LOG.md#2026-12-06-dmpnn-precision-on-family-26).
 @recipe("molecules/dmpnn", config=DMPNNConfig, benchmark="esol", metric="test_rmse", higher_is_better=False,
         budget="30s", summary="directed message passing over bonds (chemprop's D-MPNN) in plain torch; random or "
                               "scaffold splits, k-fold, ensembles; RMSE or ROC-AUC",

@@ -95,15 +95,14 @@ def closed_form_device(run) -> torch.device:
     return device if device.type == "cuda" else torch.device("cpu")
 
 
-# Under a seconds budget the grid is planned from counted work, never from a timing (a timed probe planned a
-# different grid on one run in four, and kernel ridge on half the rows where the whole grid fitted: on TEM-1 it
-# predicted 33-50 s for fits that took 3.7 s). One fit of an r x r system is r^3 / 3 FLOPs of Cholesky and 2 r^2 per
-# target of triangular solves, at this share of the device's fp32 peak (flops.peak_flops, measured once per CPU and
-# cached): the same machine plans the same grid on every run, whatever else it is doing.
+# Under a seconds budget the grid is planned from counted work, never from a timing (a timed probe planned
+# different grids on the same machine: docs/LOG.md#2026-12-04-protein-closed-form-grid). One fit of an r x r system
+# is r^3 / 3 FLOPs of Cholesky and 2 r^2 per target of triangular solves, at this share of the device's fp32 peak
+# (flops.peak_flops, measured once per CPU and cached): the same machine plans the same grid on every run,
+# whatever else it is doing.
 CHOLESKY_SHARE = {
-    # benchmarks/cholesky_share.py, AMD EPYC family 25 model 17, 2 threads, peak 180 GFLOP/s: 14% of it at 500 rows,
-    # 24% at 1,000, 30% at 2,000, 27% at 4,157 (TEM-1's training rows, 0.49 s a fit). 20%: the plan errs on the
-    # side of the budget, and the kernels and scoring around the fits are not counted.
+    # cpu: under the shares benchmarks/cholesky_share.py measured from 1,000 rows (the same log entry): the plan
+    # errs on the side of the budget, and the kernels and scoring around the fits are not counted.
     "cpu": 0.2,
     "cuda": 0.005,  # a guess, unmeasured (fp64 Cholesky on an H200 against its dense bf16 datasheet peak)
 }

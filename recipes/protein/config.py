@@ -61,10 +61,8 @@ class HeadFields:
 
 def head_target(cfg, task: str) -> str:
     """The targets the heads on fixed features fit: as set, or (auto) Gaussian ranks where whole positions are held
-    out (``ranks.py``), else standardised. protein/esm-embed on TEM-1, split=positions, seeds 0-2 paired (AMD EPYC
-    family 25 model 17, 2 threads), validation Spearman standardised -> ranks: at 1m 0.6035 -> 0.6190 (+0.0292,
-    +0.0087, +0.0087), at 30s 0.6013 -> 0.6199 (+0.0175, +0.0253, +0.0130). Test (scored once, not chosen on):
-    1m 0.6019 -> 0.6087, 30s 0.6091 -> 0.5892. Not measured on the random split, nor for protein/onehot, whose
+    out (``ranks.py``), else standardised: ranks scored better on validation under split=positions
+    (docs/LOG.md#2026-12-04-protein-rank-targets). Not measured on the random split, nor for protein/onehot, whose
     default is standard."""
     if task != "regression":
         return "standard"
@@ -76,11 +74,7 @@ def head_target(cfg, task: str) -> str:
 def head_dropout(cfg, by_split: bool = True) -> float:
     """The MLP head's dropout: as set, or (-1) 0.1, and on fixed features (``by_split``) what the split asks.
     Predicting variants at positions never trained on takes far more regularisation than predicting new variants at
-    known positions. protein/esm-embed on TEM-1, 3 seeds (AMD EPYC family 25, 2 threads), validation Spearman with
-    whole positions held out: at 1m 0.5628 at dropout 0.1, 0.5894 at 0.3, 0.5993 at 0.5, 0.5765 at 0.7 (0.5555 at
-    weight_decay=0.1, 0.5475 with ema_decay=0.999); at 30s 0.5539 at 0.1, 0.5912 at 0.5 (every seed better at both
-    budgets). On the random split 0.8057 at 0.1, 0.7973 at 0.3, and at 0.5 the MLP fell below kernel ridge
-    (0.7539-0.7643 against 0.7726)."""
+    known positions (0.5 under split=positions: docs/LOG.md#2026-12-04-protein-head-dropout-by-split)."""
     if -1 < cfg.dropout < 0:
         raise ZooError(f"dropout={cfg.dropout:g}: must be in [0, 1), or -1 for the default")
     if cfg.dropout >= 0:

@@ -63,9 +63,7 @@ def predict_esm_embed(cfg: EmbedConfig, opts: EmbedOptions, run):
     return predict_fixed(cfg, opts, run, featurize, npz=True)
 
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py --set protein/esm-embed:head=mlp on TEM-1, AMD EPYC family
-# 25 model 17 (AVX-512 BF16), 2 threads, 20 s, seeds 0-2: the MLP head (320 -> 256 -> 1, batch 64) in bf16 0.86x the
-# rows/s (26,322 against 30,594, medians), validation Spearman -0.0026 (means): too small a matmul for bf16 to pay.
+# precision=auto on a CPU: fp32 (bf16 slower for so small a head: docs/LOG.md#2026-12-04-esm-embed-mlp-head-fp32)
 @recipe("protein/esm-embed", config=EmbedConfig, benchmark="tem1-esm2-8m", metric="test_spearman",
         higher_is_better=True, budget="1m",
         summary="frozen ESM-2 embeddings (cached per sequence) or your own .npz, + ridge / RBF kernel ridge / MLP head",

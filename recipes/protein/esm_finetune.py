@@ -199,10 +199,7 @@ def export_pretrained(cfg: FinetuneConfig, run, out) -> list:
     return [out / "adapter", out / "head.safetensors", out / artifact.CARD]
 
 
-# precision=auto on a CPU: fp32. AMD EPYC family 25 model 17 (AVX-512 BF16), 2 threads, p62593, esm_model=scratch (no
-# weights offline): at the default 2 x 64 (benchmarks/cpu_precision.py, 60 s, seeds 0-2) bf16 reached 42.2 model
-# GFLOP/s against fp32's 42.4 (medians; 1.00x), validation Spearman 0.163 -> 0.212; at ESM-2 8M's shape (6 x 320,
-# 20 heads; 12 steps of 16 sequences, seeds 0-1) 38.5 / 36.2 s against 39.2 / 35.0 (0.99x). Speed alone decides.
+# precision=auto on a CPU: fp32 (bf16 no faster: docs/LOG.md#2026-12-04-cpu-precision-esm-finetune-dmpnn-byol)
 @recipe("protein/esm-finetune", config=FinetuneConfig, benchmark="p62593", metric="test_spearman",
         higher_is_better=True, budget="5m",
         summary="ESM-2 + head fine-tuned with LoRA on the attention (peft) or end to end, warmup + cosine, "

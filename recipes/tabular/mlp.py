@@ -281,9 +281,7 @@ def export_onnx(cfg: MLPConfig, run, out: Path) -> list[Path]:
 # The recipe
 # =============================================================================================
 
-# precision=auto on a CPU: fp32. benchmarks/cpu_precision.py on california-housing, AMD EPYC family 25 model 17
-# (AVX-512 BF16), 2 threads, 30 s, seeds 0-2 paired: bf16 1.17x the rows/s (45,604 against 38,988, medians), under
-# the rule's 1.3x; validation RMSE 39,547 -> 39,609 (means; worse on 2 of 3 seeds).
+# precision=auto on a CPU: fp32 (bf16 not 1.3x faster: docs/LOG.md#2026-12-04-cpu-precision-tabular-mlp-swinunetr)
 @recipe("tabular/mlp", config=MLPConfig, benchmark="california-housing", metric="test_rmse",
         higher_is_better=False, budget="1m",
         summary="an MLP (or model=ft-transformer) over standardised numbers and categorical embeddings through "

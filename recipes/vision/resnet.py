@@ -215,9 +215,8 @@ USE = dict(predict=predict_images, predict_options=VisionPredictOptions,
            exports={"onnx": export_onnx, "timm": export_timm}, hooks={"prepare": prepare_images})
 
 
-# precision=auto on a CPU with bf16 units: bf16. benchmarks/cpu_precision.py on cifar10-subset, AMD EPYC family 25
-# model 17 (AVX-512 BF16), 2 threads, seeds 0-2 paired: 636 -> 1,157 images/s (1.82x); validation accuracy
-# 0.609 -> 0.682 at 30 s and 0.747 -> 0.796 at 90 s (every seed gained 0.047-0.085): twice the steps a budget buys.
+# precision=auto on a CPU with bf16 units: bf16 (faster, validation better:
+# docs/LOG.md#2026-12-03-cpu-precision-vision-resnet)
 @recipe("vision/resnet", config=VisionConfig, benchmark="cifar10-subset", metric="test_accuracy", budget="60s",
         summary="image classification from scratch: compact ResNet (or any timm model), SGD-Nesterov, TTA",
         cpu_precision="bf16", **USE)
