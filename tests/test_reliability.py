@@ -559,7 +559,7 @@ def test_leaderboard_is_replaced_whole_under_concurrent_writers(tmp_path, monkey
     assert expected["leaderboard.html"].rstrip().endswith("</html>") and "<svg class=\"chart\"" in \
         expected["leaderboard.html"]
     ctx = multiprocessing.get_context("fork")
-    writers = [ctx.Process(target=_rewrite_board, args=(40,)) for _ in range(4)]
+    writers = [ctx.Process(target=_rewrite_board, args=(6,)) for _ in range(4)]
     for w in writers:
         w.start()
     reads = 0
