@@ -62,9 +62,11 @@ POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inli
 
 
 def render_html(rows: list[dict], reported: list[dict], checks=(), speed=(), prints=(), items=(),
-                transfer=()) -> str:
-    """The page, deterministic for the same rows (as ``board_render.render``, whose text it shows)."""
-    text = board_render.render(rows, reported, checks, speed, prints, items, transfer)
+                transfer=(), *, text: str | None = None) -> str:
+    """The page, deterministic for the same rows (as ``board_render.render``, whose text it shows: ``text`` where
+    the caller has rendered it already)."""
+    if text is None:
+        text = board_render.render(rows, reported, checks, speed, prints, items, transfer)
     known = {line["id"]: line for line in items}
     tables = group([r for r in rows if protocol(r) >= PROTOCOL])
     colours = _colours([*(r["hardware"] for r in rows), *(r["hardware"] for r in speed)])

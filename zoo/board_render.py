@@ -287,8 +287,9 @@ def write_board() -> Path:
     with rendering(), _not_written("board"):
         kinds = [all_rows(kind, strict=True) for kind in KINDS]
         _write_text(board_dir() / "leaderboard-protocol1.md", render_archive(kinds[0]))
-        _write_text(board_dir() / "leaderboard.html", render_html(*kinds))
-        return _write_text(board_dir() / "leaderboard.md", render(*kinds))
+        text = render(*kinds)  # once, for both pages
+        _write_text(board_dir() / "leaderboard.html", render_html(*kinds, text=text))
+        return _write_text(board_dir() / "leaderboard.md", text)
 
 
 @contextmanager

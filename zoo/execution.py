@@ -3,7 +3,6 @@ outcome's status and exit code, the summary block, the index row, and resume's t
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import json
 import logging
@@ -18,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_zoo import extras, memory, ranking, results
+from recipe_zoo import extras, memory, ranking, results, runs
 from recipe_zoo.core.api import RecipeSpec
 from recipe_zoo.core.budget import Budget
 from recipe_zoo.core.datasets import sha256_file
@@ -50,23 +49,13 @@ def _trim_metrics(run: Run) -> None:
     for name, attr in (("metrics.csv", "eval_rows"), ("train.csv", "train_rows")):
         path = run.dir / name
         if path.exists():
-            with open(path, newline="") as f:
-                rows = [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
-            setattr(run, attr, [r for r in rows if r["step"] <= step])
+            setattr(run, attr, [r for r in runs.read_csv(path) if r["step"] <= step])
 
 
 def _has_checkpoint(run: Run) -> bool:
     from recipe_zoo.core.checkpoint import previous_path
 
     return run.checkpoint_path.exists() or previous_path(run.checkpoint_path).exists()
-
-
-def _number(text: str):
-    try:
-        value = float(text)
-        return int(value) if value.is_integer() and "." not in text and "e" not in text else value
-    except ValueError:
-        return text
 
 
 @dataclass

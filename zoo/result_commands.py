@@ -100,8 +100,11 @@ def _compare_plot(entries: list[tuple], path: Path) -> None:
     from recipe_zoo import plots, runs
 
     labels = run_labels([runs.load_run_config(run_dir) for run_dir, _ in entries], [d.name for d, _ in entries])
-    curves = [{"label": label, "metric": summary["metric"], "train": _csv_rows(run_dir / "train.csv"),
-               "eval": _csv_rows(run_dir / "metrics.csv")} for (run_dir, summary), label in zip(entries, labels)]
+    def rows(path: Path) -> list[dict]:  # none where the recipe wrote none (tabular/xgb)
+        return runs.read_csv(path) if path.is_file() else []
+
+    curves = [{"label": label, "metric": summary["metric"], "train": rows(run_dir / "train.csv"),
+               "eval": rows(run_dir / "metrics.csv")} for (run_dir, summary), label in zip(entries, labels)]
     if not any(c["train"] or c["eval"] for c in curves):
         raise ZooError(f"--plot {path}: none of the runs recorded curves (train.csv, metrics.csv) to draw")
     what = sorted({f"{s['recipe']} on {s['benchmark']}" for _, s in entries})
@@ -125,23 +128,6 @@ def run_labels(configs: list[dict], names: list[str], most: int = 4) -> list[str
               + (f" (+{len(differ) - most} more)" if len(differ) > most else "") for f in flat]
     return [label if label and labels.count(label) == 1 else f"{label} {name}".strip()
             for label, name in zip(labels, names)]
-
-
-def _csv_rows(path: Path) -> list[dict]:
-    """A run's train.csv or metrics.csv, numbers as floats; none where the recipe wrote none (tabular/xgb)."""
-    import csv
-
-    if not path.is_file():
-        return []
-
-    def number(text):
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-    with open(path, newline="") as f:
-        return [{k: number(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
 
 
 def _finished_run(run_dir) -> tuple:

@@ -271,6 +271,20 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def read_csv(path: Path) -> list[dict]:
+    """A run's train.csv or metrics.csv as ``_write_csv`` wrote it: numbers as int or float, other cells as text."""
+    with open(path, newline="") as f:
+        return [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _number(text: str):
+    try:
+        value = float(text)
+        return int(value) if value.is_integer() and "." not in text and "e" not in text else value
+    except ValueError:
+        return text
+
+
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
